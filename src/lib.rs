@@ -1,0 +1,9 @@
+//! livecheck: live checks for LLM agent turns, as a proxy-wasm HTTP filter for Envoy.
+//!
+//! The logic lives in plain Rust modules, tested natively and as wasm32-unknown-unknown; the
+//! proxy-wasm adapter (`proxy`, wasip1 builds only) is a thin layer over it.
+
+pub mod build_info;
+
+#[cfg(target_os = "wasi")]
+mod proxy;

@@ -1,0 +1,1 @@
+//! Placeholder: the fidelity filter is being written.
