@@ -41,7 +41,7 @@ native-tests: wasm
 
 # The pure logic's unit tests again, compiled to wasm32-unknown-unknown and run under Node.
 $(WBG_RUNNER): Cargo.lock
-	cargo install --locked --root $(TOOLS) wasm-bindgen-cli --version $(WBG_VERSION)
+	cargo install --root $(TOOLS) wasm-bindgen-cli --version $(WBG_VERSION)
 	touch $@
 
 wasm-unit: toolchain $(WBG_RUNNER)
