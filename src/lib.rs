@@ -4,6 +4,9 @@
 //! proxy-wasm adapter (`proxy`, wasip1 builds only) is a thin layer over it.
 
 pub mod build_info;
+pub mod config;
+pub mod pattern;
+pub mod scan;
 
 #[cfg(target_os = "wasi")]
 mod proxy;

@@ -1,0 +1,668 @@
+//! The operator's configuration: parsed from JSON, validated, and compiled into a [`Policy`].
+//!
+//! Every problem is reported, each naming where it is (agent, version, check, field), so an operator
+//! fixes a config in one pass. Errors never quote a pattern or forbidden text: they are logged.
+
+mod raw;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::rc::Rc;
+
+use serde::de::DeserializeOwned;
+
+use crate::pattern::{compile_forbidden_text, compile_pattern, Rule, MAX_MATCH_LIMIT};
+use crate::scan::RuleSet;
+use raw::{RawAgent, RawCheck, RawMode, RawOnError, RawPolicy, RawStage, RawVersion};
+
+pub const DEFAULT_AGENT_HEADER: &str = "x-core-agent";
+pub const DEFAULT_VERSION_HEADER: &str = "x-core-version";
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+pub const DEFAULT_BLOCKED_REPLY: &str = "I can't help with that.";
+pub const DEFAULT_RECOVER_ATTEMPTS: u32 = 2;
+pub const DEFAULT_SAMPLE: f64 = 0.1;
+
+/// A validated, compiled configuration. Built once per `on_configure`, shared by every turn.
+#[derive(Debug)]
+pub struct Policy {
+    pub agent_header: String,
+    pub version_header: String,
+    pub default_agent: Option<String>,
+    pub hosts: BTreeMap<String, String>,
+    pub max_body_bytes: usize,
+    pub agents: HashMap<String, Agent>,
+}
+
+#[derive(Debug)]
+pub struct Agent {
+    pub published: Rc<Version>,
+    pub versions: HashMap<String, Rc<Version>>,
+}
+
+#[derive(Debug)]
+pub struct Version {
+    pub agent: String,
+    pub id: String,
+    pub model: Option<String>,
+    pub blocked_reply: String,
+    pub recover_attempts: u32,
+    pub checks: Vec<Check>,
+    pub input_rules: RuleSet,
+    pub output_rules: RuleSet,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    pub name: String,
+    pub stage: Stage,
+    pub kind: Kind,
+    pub mode: Mode,
+    pub recover: bool,
+    pub description: Option<String>,
+    pub sample: f64,
+    pub alert: Option<Alert>,
+    pub on_error_pass: bool,
+    pub judge_model: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stage {
+    Input,
+    Output,
+}
+
+impl Stage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Input => "input",
+            Self::Output => "output",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Block,
+    Background,
+}
+
+/// What a check decides with. Rule kinds run in the filter; judged kinds ask a judge model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    NotContains,
+    MatchesPattern,
+    PoliteTone,
+    CorrectFormat,
+    NoMadeUpFacts,
+    /// The operator's own rule, written in `expected`.
+    CustomRule {
+        rule: String,
+    },
+}
+
+impl Kind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::NotContains => "not_contains",
+            Self::MatchesPattern => "matches_pattern",
+            Self::PoliteTone => "polite_tone",
+            Self::CorrectFormat => "correct_format",
+            Self::NoMadeUpFacts => "no_made_up_facts",
+            Self::CustomRule { .. } => "custom_rule",
+        }
+    }
+
+    pub fn is_rule(&self) -> bool {
+        matches!(self, Self::NotContains | Self::MatchesPattern)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Alert {
+    pub failure_rate: f64,
+    pub over_last: u32,
+}
+
+/// One problem in a configuration, and where it is.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConfigError {
+    pub agent: Option<String>,
+    pub version: Option<String>,
+    pub check: Option<String>,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("config:")?;
+        if let Some(a) = &self.agent {
+            write!(f, " agent {a:?}")?;
+        }
+        if let Some(v) = &self.version {
+            write!(f, " version {v:?}")?;
+        }
+        if let Some(c) = &self.check {
+            write!(f, " check {c:?}")?;
+        }
+        if let Some(field) = &self.field {
+            write!(f, " field `{field}`")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// Where the compiler is, so each error can say so.
+#[derive(Clone, Default)]
+struct At {
+    agent: Option<String>,
+    version: Option<String>,
+    check: Option<String>,
+}
+
+impl At {
+    fn error(&self, field: Option<&str>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            agent: self.agent.clone(),
+            version: self.version.clone(),
+            check: self.check.clone(),
+            field: field.map(str::to_owned),
+            message: message.into(),
+        }
+    }
+}
+
+impl Policy {
+    /// Parses and compiles a plugin configuration; every problem found is returned.
+    pub fn from_json(bytes: &[u8]) -> Result<Policy, Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let policy = Compiler {
+            errors: &mut errors,
+        }
+        .policy(bytes);
+        match policy {
+            Some(p) if errors.is_empty() => Ok(p),
+            _ => Err(errors),
+        }
+    }
+
+    /// The version a request runs: the named agent (header, else host, else default) and
+    /// its published version, or the version the version header names (drafts included).
+    pub fn select(
+        &self,
+        agent: Option<&str>,
+        version: Option<&str>,
+        host: Option<&str>,
+    ) -> Result<Rc<Version>, SelectError> {
+        let host_agent = host.and_then(|h| self.hosts.get(strip_port(h)).map(String::as_str));
+        let name = agent
+            .or(host_agent)
+            .or(self.default_agent.as_deref())
+            .ok_or(SelectError::NoAgent)?;
+        let agent = self.agents.get(name).ok_or(SelectError::UnknownAgent)?;
+        match version {
+            None => Ok(Rc::clone(&agent.published)),
+            Some(v) => agent
+                .versions
+                .get(v)
+                .cloned()
+                .ok_or(SelectError::UnknownVersion),
+        }
+    }
+}
+
+/// Why a request has no version to run; it is refused rather than let through unchecked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelectError {
+    NoAgent,
+    UnknownAgent,
+    UnknownVersion,
+}
+
+impl fmt::Display for SelectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::NoAgent => {
+                "the request names no agent and the configuration has no default agent"
+            }
+            Self::UnknownAgent => "the request names an agent this gateway does not know",
+            Self::UnknownVersion => "the request names a version this agent does not have",
+        })
+    }
+}
+
+/// `host:port`, `[v6]:port` or a bare host → the host.
+fn strip_port(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split_once(']').map_or(host, |(v6, _)| v6);
+    }
+    match host.rsplit_once(':') {
+        Some((h, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    }
+}
+
+/// Names appear in logs and in the `X-Core-Check` header as an RFC 8941 string: keep them plain.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+}
+
+const NAME_RULE: &str = "must be 1 to 64 characters of letters, digits, `-`, `_`, `.` or `:`";
+
+struct Compiler<'e> {
+    errors: &'e mut Vec<ConfigError>,
+}
+
+impl Compiler<'_> {
+    fn parse<T: DeserializeOwned>(&mut self, at: &At, value: serde_json::Value) -> Option<T> {
+        match serde_path_to_error::deserialize(value) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                let path = e.path().to_string();
+                let field = (path != ".").then_some(path.as_str());
+                self.errors.push(at.error(field, serde_reason(e.inner())));
+                None
+            }
+        }
+    }
+
+    fn policy(&mut self, bytes: &[u8]) -> Option<Policy> {
+        let at = At::default();
+        let value: serde_json::Value = match serde_json::from_slice(bytes) {
+            Ok(v) => v,
+            Err(e) => {
+                self.errors.push(at.error(
+                    None,
+                    format!("not valid JSON (line {}, column {})", e.line(), e.column()),
+                ));
+                return None;
+            }
+        };
+        let raw: RawPolicy = self.parse(&at, value)?;
+        let mut agents = HashMap::new();
+        for (id, value) in raw.agents {
+            let at = At {
+                agent: Some(id.clone()),
+                ..At::default()
+            };
+            if !valid_name(&id) {
+                self.errors
+                    .push(at.error(None, format!("agent id {NAME_RULE}")));
+            }
+            if let Some(agent) = self.agent(&at, &id, value) {
+                agents.insert(id, agent);
+            }
+        }
+        if agents.is_empty() && self.errors.is_empty() {
+            self.errors
+                .push(at.error(Some("agents"), "at least one agent is needed"));
+        }
+        if let Some(default) = &raw.default_agent {
+            if !agents.contains_key(default) && self.errors.is_empty() {
+                self.errors
+                    .push(at.error(Some("default_agent"), "names no configured agent"));
+            }
+        }
+        for (host, agent) in &raw.hosts {
+            if !agents.contains_key(agent) && self.errors.is_empty() {
+                self.errors.push(at.error(
+                    Some("hosts"),
+                    format!("host {host:?} maps to no configured agent"),
+                ));
+            }
+        }
+        let agent_header =
+            self.header_name(&at, "agent_header", raw.agent_header, DEFAULT_AGENT_HEADER);
+        let version_header = self.header_name(
+            &at,
+            "version_header",
+            raw.version_header,
+            DEFAULT_VERSION_HEADER,
+        );
+        let max_body_bytes = raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+        if max_body_bytes == 0 {
+            self.errors
+                .push(at.error(Some("max_body_bytes"), "must be above 0"));
+        }
+        Some(Policy {
+            agent_header,
+            version_header,
+            default_agent: raw.default_agent,
+            hosts: raw.hosts,
+            max_body_bytes,
+            agents,
+        })
+    }
+
+    fn header_name(
+        &mut self,
+        at: &At,
+        field: &str,
+        value: Option<String>,
+        default: &str,
+    ) -> String {
+        let name = value
+            .unwrap_or_else(|| default.to_owned())
+            .to_ascii_lowercase();
+        let token = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !token {
+            self.errors
+                .push(at.error(Some(field), "is not a valid HTTP header name"));
+        }
+        name
+    }
+
+    fn agent(&mut self, at: &At, id: &str, value: serde_json::Value) -> Option<Agent> {
+        let raw: RawAgent = self.parse(at, value)?;
+        let mut versions = HashMap::new();
+        for (vid, value) in raw.versions {
+            let at = At {
+                version: Some(vid.clone()),
+                ..at.clone()
+            };
+            if !valid_name(&vid) {
+                self.errors
+                    .push(at.error(None, format!("version id {NAME_RULE}")));
+            }
+            if let Some(v) = self.version(&at, id, &vid, value) {
+                versions.insert(vid, Rc::new(v));
+            }
+        }
+        let published = versions.get(&raw.published).cloned();
+        if published.is_none() && self.errors.is_empty() {
+            self.errors
+                .push(at.error(Some("published"), "names no version of this agent"));
+        }
+        Some(Agent {
+            published: published?,
+            versions,
+        })
+    }
+
+    fn version(
+        &mut self,
+        at: &At,
+        agent: &str,
+        id: &str,
+        value: serde_json::Value,
+    ) -> Option<Version> {
+        let raw: RawVersion = self.parse(at, value)?;
+        let recover_attempts = raw.recover_attempts.unwrap_or(DEFAULT_RECOVER_ATTEMPTS);
+        if !(1..=3).contains(&recover_attempts) {
+            self.errors.push(at.error(
+                Some("recover_attempts"),
+                format!("is {recover_attempts}; it must be 1 to 3"),
+            ));
+        }
+        let blocked_reply = raw
+            .blocked_reply
+            .unwrap_or_else(|| DEFAULT_BLOCKED_REPLY.to_owned());
+        if blocked_reply.trim().is_empty() {
+            self.errors
+                .push(at.error(Some("blocked_reply"), "must not be empty"));
+        }
+        let mut checks: Vec<Check> = Vec::new();
+        let mut input = Vec::new();
+        let mut output = Vec::new();
+        for (i, value) in raw.live_checks.into_iter().enumerate() {
+            let name = value
+                .get("name")
+                .and_then(|n| n.as_str())
+                .map_or_else(|| format!("#{}", i + 1), str::to_owned);
+            let at = At {
+                check: Some(name),
+                ..at.clone()
+            };
+            let Some((check, rule)) = self.check(&at, value) else {
+                continue;
+            };
+            if checks.iter().any(|c| c.name == check.name) {
+                self.errors
+                    .push(at.error(Some("name"), "is used by another check of this version"));
+                continue;
+            }
+            if let Some(rule) = rule {
+                match check.stage {
+                    Stage::Input => input.push((checks.len(), rule)),
+                    Stage::Output => output.push((checks.len(), rule)),
+                }
+            }
+            checks.push(check);
+        }
+        let input_rules = self.rule_set(at, &input)?;
+        let output_rules = self.rule_set(at, &output)?;
+        Some(Version {
+            agent: agent.to_owned(),
+            id: id.to_owned(),
+            model: raw.model,
+            blocked_reply,
+            recover_attempts,
+            checks,
+            input_rules,
+            output_rules,
+        })
+    }
+
+    fn rule_set(&mut self, at: &At, rules: &[(usize, Rule)]) -> Option<RuleSet> {
+        match RuleSet::new(rules) {
+            Ok(set) => Some(set),
+            Err(message) => {
+                self.errors.push(at.error(Some("live_checks"), message));
+                None
+            }
+        }
+    }
+
+    fn check(&mut self, at: &At, value: serde_json::Value) -> Option<(Check, Option<Rule>)> {
+        let raw: RawCheck = self.parse(at, value)?;
+        let before = self.errors.len();
+        let mut fail =
+            |field: &str, message: String| self.errors.push(at.error(Some(field), message));
+        if !valid_name(&raw.name) {
+            fail("name", NAME_RULE.to_owned());
+        }
+        let stage = match raw.stage {
+            RawStage::Input => Stage::Input,
+            RawStage::Output => Stage::Output,
+        };
+        let mode = match raw.mode.unwrap_or(RawMode::Block) {
+            RawMode::Block => Mode::Block,
+            RawMode::Background => Mode::Background,
+        };
+        let kind = match raw.kind.as_str() {
+            "not_contains" => Some(Kind::NotContains),
+            "matches_pattern" => Some(Kind::MatchesPattern),
+            "polite_tone" => Some(Kind::PoliteTone),
+            "correct_format" => Some(Kind::CorrectFormat),
+            "no_made_up_facts" => Some(Kind::NoMadeUpFacts),
+            "custom_rule" => match &raw.expected {
+                Some(rule) if !rule.trim().is_empty() => {
+                    Some(Kind::CustomRule { rule: rule.clone() })
+                }
+                _ => {
+                    fail(
+                        "expected",
+                        "a custom_rule check needs its rule in `expected`".to_owned(),
+                    );
+                    None
+                }
+            },
+            "response_time" => {
+                fail("kind", "response_time is not yet supported".to_owned());
+                None
+            }
+            _ => {
+                fail(
+                    "kind",
+                    "is not a known kind (not_contains, matches_pattern, polite_tone, correct_format, no_made_up_facts, custom_rule)"
+                        .to_owned(),
+                );
+                None
+            }
+        };
+        let mut rule = None;
+        if let Some(kind) = &kind {
+            let judged = !kind.is_rule();
+            match kind {
+                Kind::NotContains => match raw.expected.as_deref().map(compile_forbidden_text) {
+                    None => fail(
+                        "expected",
+                        "a not_contains check needs `expected`".to_owned(),
+                    ),
+                    Some(Err(e)) => fail("expected", e.to_string()),
+                    Some(Ok(r)) => rule = Some(r),
+                },
+                Kind::MatchesPattern => {
+                    let max_match = raw.max_match.unwrap_or(MAX_MATCH_LIMIT);
+                    match raw
+                        .pattern
+                        .as_deref()
+                        .map(|p| compile_pattern(p, max_match))
+                    {
+                        None => fail(
+                            "pattern",
+                            "a matches_pattern check needs `pattern`".to_owned(),
+                        ),
+                        Some(Err(e @ crate::pattern::PatternError::MaxMatchOutOfRange { .. })) => {
+                            fail("max_match", e.to_string())
+                        }
+                        Some(Err(e)) => fail("pattern", e.to_string()),
+                        Some(Ok(r)) => rule = Some(r),
+                    }
+                }
+                _ => {}
+            }
+            if raw.pattern.is_some() && *kind != Kind::MatchesPattern {
+                fail(
+                    "pattern",
+                    "only a matches_pattern check has a pattern".to_owned(),
+                );
+            }
+            if raw.max_match.is_some() && *kind != Kind::MatchesPattern {
+                fail(
+                    "max_match",
+                    "only a matches_pattern check has max_match".to_owned(),
+                );
+            }
+            if raw.expected.is_some()
+                && matches!(
+                    kind,
+                    Kind::MatchesPattern
+                        | Kind::PoliteTone
+                        | Kind::CorrectFormat
+                        | Kind::NoMadeUpFacts
+                )
+            {
+                fail(
+                    "expected",
+                    format!("a {} check has no `expected`", kind.as_str()),
+                );
+            }
+            if mode == Mode::Background && !(judged && stage == Stage::Output) {
+                fail(
+                    "mode",
+                    "only a judged output check can run in the background".to_owned(),
+                );
+            }
+            if !judged && raw.on_error.is_some() {
+                fail(
+                    "on_error",
+                    "a rule check always decides; on_error applies to judged checks".to_owned(),
+                );
+            }
+            if !judged && raw.judge_model.is_some() {
+                fail(
+                    "judge_model",
+                    "only a judged check has a judge model".to_owned(),
+                );
+            }
+        }
+        if raw.recover == Some(true) && stage == Stage::Input {
+            fail(
+                "recover",
+                "an input check cannot ask the model again; recovery is for output checks"
+                    .to_owned(),
+            );
+        }
+        if raw.recover == Some(true) && mode == Mode::Background {
+            fail(
+                "recover",
+                "a background check never touches the turn, so it cannot recover".to_owned(),
+            );
+        }
+        if raw.sample.is_some() && mode != Mode::Background {
+            fail("sample", "only a background check is sampled".to_owned());
+        }
+        let sample = raw.sample.unwrap_or(DEFAULT_SAMPLE);
+        if !(sample > 0.0 && sample <= 1.0) {
+            fail("sample", "must be above 0 and at most 1".to_owned());
+        }
+        if let Some(alert) = raw.alert {
+            if !(alert.failure_rate > 0.0 && alert.failure_rate <= 1.0) {
+                fail(
+                    "alert.failure_rate",
+                    "must be above 0 and at most 1".to_owned(),
+                );
+            }
+            if !(1..=1000).contains(&alert.over_last) {
+                fail("alert.over_last", "must be 1 to 1000".to_owned());
+            }
+        }
+        if let Some(model) = &raw.judge_model {
+            if model.trim().is_empty() {
+                fail("judge_model", "must not be empty".to_owned());
+            }
+        }
+        if self.errors.len() > before {
+            return None;
+        }
+        let kind = kind?;
+        Some((
+            Check {
+                name: raw.name,
+                stage,
+                kind,
+                mode,
+                recover: raw.recover.unwrap_or(false),
+                description: raw.description,
+                sample,
+                alert: raw.alert.map(|a| Alert {
+                    failure_rate: a.failure_rate,
+                    over_last: a.over_last,
+                }),
+                on_error_pass: raw.on_error == Some(RawOnError::Pass),
+                judge_model: raw.judge_model,
+            },
+            rule,
+        ))
+    }
+}
+
+/// serde's message without the value it may quote: "invalid type: string \"…\", expected u32"
+/// becomes "invalid type, expected u32"; an unknown field or variant keeps the list of allowed names.
+fn serde_reason(e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    let quoting = [
+        "invalid type",
+        "invalid value",
+        "unknown variant",
+        "invalid length",
+    ];
+    let Some(head) = quoting.iter().find(|p| msg.starts_with(*p)) else {
+        return msg;
+    };
+    match msg.split_once(", expected") {
+        Some((_, expected)) => format!("{head}, expected{expected}"),
+        None => (*head).to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,87 @@
+//! What an operator writes: the plugin configuration JSON, as serde types. Unknown fields are refused.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicy {
+    /// Request header naming the agent (default `x-core-agent`).
+    pub agent_header: Option<String>,
+    /// Request header selecting a version by id, drafts included, for evaluation (default `x-core-version`).
+    pub version_header: Option<String>,
+    /// The agent of requests that name none and whose host is not in `hosts`.
+    pub default_agent: Option<String>,
+    /// `:authority` (without port) → agent, for gateways that give each agent its own host name.
+    #[serde(default)]
+    pub hosts: BTreeMap<String, String>,
+    /// Largest request or answer body the filter reads (default 1 MiB); larger ones are refused.
+    pub max_body_bytes: Option<usize>,
+    /// The agents, by id. Checks are read from them per check, so one bad check is one error.
+    pub agents: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAgent {
+    /// The version callers get when they name none.
+    pub published: String,
+    pub versions: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawVersion {
+    pub model: Option<String>,
+    pub blocked_reply: Option<String>,
+    pub recover_attempts: Option<u32>,
+    #[serde(default)]
+    pub live_checks: Vec<serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCheck {
+    pub name: String,
+    pub stage: RawStage,
+    pub kind: String,
+    pub expected: Option<String>,
+    pub pattern: Option<String>,
+    pub max_match: Option<usize>,
+    pub recover: Option<bool>,
+    pub description: Option<String>,
+    pub mode: Option<RawMode>,
+    pub sample: Option<f64>,
+    pub alert: Option<RawAlert>,
+    pub on_error: Option<RawOnError>,
+    pub judge_model: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawStage {
+    Input,
+    Output,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawMode {
+    Block,
+    Background,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawOnError {
+    Pass,
+    Block,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAlert {
+    pub failure_rate: f64,
+    pub over_last: u32,
+}
