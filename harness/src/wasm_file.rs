@@ -1,0 +1,86 @@
+//! Finding a built `.wasm` and refusing a stale one.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::error::HarnessError;
+
+/// The environment variable naming the directory of built `.wasm` files.
+pub const WASM_DIR_ENV: &str = "LIVECHECK_WASM_DIR";
+
+/// The path of `<wasm_name>.wasm`, built from the package at `package_dir`, after checking it
+/// is fresh. It lives in `$LIVECHECK_WASM_DIR`, else `<workspace>/target/wasm32-wasip1/release`.
+/// Fails, naming the file and the command that builds it, when the file is missing or older
+/// than any file under the package's `src/`, its `Cargo.toml` or `build.rs`, or the
+/// workspace's `Cargo.lock`.
+pub fn fresh_wasm(package_dir: &Path, wasm_name: &str) -> Result<PathBuf, HarnessError> {
+    let workspace = package_dir
+        .ancestors()
+        .find(|d| d.join("Cargo.lock").is_file())
+        .unwrap_or(package_dir);
+    let dir = std::env::var_os(WASM_DIR_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target/wasm32-wasip1/release"));
+    let wasm = dir.join(format!("{wasm_name}.wasm"));
+    let package = package_name(package_dir).unwrap_or_else(|| wasm_name.replace('_', "-"));
+    let how =
+        format!("run `make wasm` or `cargo build --release --target wasm32-wasip1 -p {package}`");
+    let built = fs::metadata(&wasm)
+        .and_then(|m| m.modified())
+        .map_err(|_| HarnessError::StaleWasm(format!("{} is missing: {how}", wasm.display())))?;
+    let mut sources = vec![
+        package_dir.join("Cargo.toml"),
+        package_dir.join("build.rs"),
+        workspace.join("Cargo.lock"),
+    ];
+    collect_files(&package_dir.join("src"), &mut sources);
+    let newer = sources
+        .iter()
+        .filter_map(|p| Some((p, fs::metadata(p).ok()?.modified().ok()?)))
+        .filter(|(_, t)| *t > built)
+        .max_by_key(|(_, t)| *t);
+    if let Some((source, _)) = newer {
+        return Err(HarnessError::StaleWasm(format!(
+            "{} is older than {}: {how}",
+            wasm.display(),
+            source.display()
+        )));
+    }
+    Ok(wasm)
+}
+
+/// Like [`fresh_wasm`], and reads the file.
+pub fn read_fresh_wasm(package_dir: &Path, wasm_name: &str) -> Result<Vec<u8>, HarnessError> {
+    let path = fresh_wasm(package_dir, wasm_name)?;
+    fs::read(&path).map_err(|e| HarnessError::StaleWasm(format!("{}: {e}", path.display())))
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect_files(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+fn package_name(package_dir: &Path) -> Option<String> {
+    let manifest = fs::read_to_string(package_dir.join("Cargo.toml")).ok()?;
+    let mut in_package = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_package = line == "[package]";
+        } else if in_package {
+            if let Some(rest) = line.strip_prefix("name") {
+                let value = rest.trim_start().strip_prefix('=')?.trim();
+                return Some(value.trim_matches('"').to_owned());
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,135 @@
+//! The real filter, built for wasm32-wasip1, and the fresh-`.wasm` guard.
+
+// Test helpers outside #[test] functions may unwrap too (clippy.toml covers only the tests).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use livecheck_harness::{fresh_wasm, read_fresh_wasm, HarnessError, Host, LogLevel, Options};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn livecheck() -> Host {
+    let wasm = read_fresh_wasm(&workspace(), "livecheck").unwrap_or_else(|e| panic!("{e}"));
+    Host::new(&wasm, Options::default()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn livecheck_logs_its_banner_on_vm_start() {
+    let host = livecheck();
+    let banner = host
+        .logs()
+        .iter()
+        .find(|l| l.message.starts_with("livecheck "))
+        .expect("banner logged");
+    assert_eq!(banner.level, LogLevel::Info);
+    assert!(banner.message.contains("(git "), "{}", banner.message);
+}
+
+#[test]
+fn livecheck_passes_requests_and_responses_through_chunk_by_chunk() {
+    let mut host = livecheck();
+    let s = host.new_stream();
+    host.send_request_headers(
+        s,
+        &[
+            (":method", "POST"),
+            (":path", "/v1/messages"),
+            (":authority", "api"),
+        ],
+        false,
+    )
+    .unwrap();
+    host.send_request_body(s, b"{\"a\":", false).unwrap();
+    host.send_request_body(s, b"1}", true).unwrap();
+    let up = host.upstream_received(s);
+    assert_eq!(up.header(":path"), Some("/v1/messages"));
+    assert_eq!(up.body, b"{\"a\":1}");
+    assert!(up.end_of_stream);
+    host.send_response_headers(s, &[(":status", "200")], false)
+        .unwrap();
+    host.send_response_body(s, b"data: 1\n\n", false).unwrap();
+    host.send_response_body(s, b"data: 2\n\n", true).unwrap();
+    let caller = host.caller_received(s);
+    assert_eq!(caller.status(), Some(200));
+    assert_eq!(caller.body_chunks.len(), 2);
+    assert!(caller.end_of_stream && !caller.reset);
+    host.finish_stream(s).unwrap();
+    assert!(!host.vm_failed());
+}
+
+/// A package directory with a `src/lib.rs`, a lock file and (maybe) a built wasm.
+fn temp_package(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("livecheck-harness-{name}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("src")).unwrap();
+    fs::create_dir_all(dir.join("target/wasm32-wasip1/release")).unwrap();
+    fs::write(
+        dir.join("Cargo.toml"),
+        "[package]\nname = \"demo-filter\"\n",
+    )
+    .unwrap();
+    fs::write(dir.join("Cargo.lock"), "").unwrap();
+    fs::write(dir.join("src/lib.rs"), "").unwrap();
+    dir
+}
+
+fn set_mtime(path: &Path, at: SystemTime) {
+    fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(at)
+        .unwrap();
+}
+
+#[test]
+fn fresh_wasm_fails_loudly_when_the_wasm_is_missing() {
+    if std::env::var_os(livecheck_harness::WASM_DIR_ENV).is_some() {
+        return; // the directory is fixed by the environment
+    }
+    let dir = temp_package("missing");
+    let err = fresh_wasm(&dir, "demo_filter").unwrap_err();
+    let HarnessError::StaleWasm(message) = err else {
+        panic!("{err:?}")
+    };
+    assert!(message.contains("demo_filter.wasm is missing"), "{message}");
+    assert!(message.contains("-p demo-filter"), "{message}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn fresh_wasm_refuses_a_wasm_older_than_its_sources() {
+    if std::env::var_os(livecheck_harness::WASM_DIR_ENV).is_some() {
+        return;
+    }
+    let dir = temp_package("stale");
+    let wasm = dir.join("target/wasm32-wasip1/release/demo_filter.wasm");
+    fs::write(&wasm, b"\0asm").unwrap();
+    let old = SystemTime::now() - Duration::from_secs(3600);
+    for f in ["Cargo.toml", "Cargo.lock", "src/lib.rs"] {
+        set_mtime(&dir.join(f), old - Duration::from_secs(60));
+    }
+    set_mtime(&wasm, old);
+    assert_eq!(fresh_wasm(&dir, "demo_filter").unwrap(), wasm);
+    set_mtime(&dir.join("src/lib.rs"), SystemTime::now());
+    let err = fresh_wasm(&dir, "demo_filter").unwrap_err();
+    let HarnessError::StaleWasm(message) = err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        message.contains("is older than") && message.contains("lib.rs"),
+        "{message}"
+    );
+    assert!(message.contains("make wasm"), "{message}");
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,141 @@
+//! The one door from the logic to the host. `proxy.rs` implements it with `proxy_wasm::hostcalls`;
+//! tests use [`fake::FakeHost`]. Every method maps host errors to `None`/`false`, never panics.
+
+/// Whether Envoy should go on with the stream or hold it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Pause,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+pub trait Host {
+    /// A request header as text; `None` when absent or not valid UTF-8.
+    fn request_header(&self, name: &str) -> Option<String>;
+    fn set_request_header(&mut self, name: &str, value: Option<&str>);
+    fn response_header(&self, name: &str) -> Option<String>;
+    fn set_response_header(&mut self, name: &str, value: Option<&str>);
+    /// The buffered request body: Envoy's `body_size` bytes from the start.
+    fn request_body(&self, size: usize) -> Option<Vec<u8>>;
+    fn response_body(&self, size: usize) -> Option<Vec<u8>>;
+    /// Replaces all `size` buffered response bytes (Envoy only edits at offset 0 or the end).
+    fn replace_response_body(&mut self, size: usize, body: &[u8]) -> bool;
+    /// Answers the caller from the filter. From the request phase the reply runs back through
+    /// this filter's response callbacks.
+    fn send_local_reply(&mut self, status: u32, headers: &[(&str, &str)], body: &[u8]);
+    fn increment_counter(&mut self, name: &str);
+    /// Never called with request or response text, keys or patterns.
+    fn log(&mut self, level: LogLevel, message: &str);
+    fn now_unix_seconds(&self) -> u64;
+    fn random(&mut self) -> u64;
+}
+
+#[cfg(test)]
+pub mod fake {
+    //! A host that records what the logic did, for native unit tests of the turn state machine.
+
+    use std::collections::BTreeMap;
+
+    use super::{Host, LogLevel};
+
+    #[derive(Debug, Default)]
+    pub struct LocalReply {
+        pub status: u32,
+        pub headers: BTreeMap<String, String>,
+        pub body: Vec<u8>,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct FakeHost {
+        pub request_headers: BTreeMap<String, String>,
+        pub response_headers: BTreeMap<String, String>,
+        pub request_body: Vec<u8>,
+        pub response_body: Vec<u8>,
+        pub local_reply: Option<LocalReply>,
+        pub counters: BTreeMap<String, u64>,
+        pub logs: Vec<(LogLevel, String)>,
+        pub seed: u64,
+    }
+
+    impl FakeHost {
+        pub fn with_request(headers: &[(&str, &str)]) -> Self {
+            Self {
+                request_headers: headers
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                ..Self::default()
+            }
+        }
+
+        pub fn local_reply_json(&self) -> serde_json::Value {
+            let reply = self.local_reply.as_ref().expect("a local reply");
+            serde_json::from_slice(&reply.body).expect("a JSON reply")
+        }
+    }
+
+    impl Host for FakeHost {
+        fn request_header(&self, name: &str) -> Option<String> {
+            self.request_headers.get(name).cloned()
+        }
+        fn set_request_header(&mut self, name: &str, value: Option<&str>) {
+            match value {
+                Some(v) => self.request_headers.insert(name.to_owned(), v.to_owned()),
+                None => self.request_headers.remove(name),
+            };
+        }
+        fn response_header(&self, name: &str) -> Option<String> {
+            self.response_headers.get(name).cloned()
+        }
+        fn set_response_header(&mut self, name: &str, value: Option<&str>) {
+            match value {
+                Some(v) => self.response_headers.insert(name.to_owned(), v.to_owned()),
+                None => self.response_headers.remove(name),
+            };
+        }
+        fn request_body(&self, size: usize) -> Option<Vec<u8>> {
+            self.request_body.get(..size).map(<[u8]>::to_vec)
+        }
+        fn response_body(&self, size: usize) -> Option<Vec<u8>> {
+            self.response_body.get(..size).map(<[u8]>::to_vec)
+        }
+        fn replace_response_body(&mut self, size: usize, body: &[u8]) -> bool {
+            if size != self.response_body.len() {
+                return false;
+            }
+            self.response_body = body.to_vec();
+            true
+        }
+        fn send_local_reply(&mut self, status: u32, headers: &[(&str, &str)], body: &[u8]) {
+            assert!(self.local_reply.is_none(), "a second local reply");
+            self.local_reply = Some(LocalReply {
+                status,
+                headers: headers
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                body: body.to_vec(),
+            });
+        }
+        fn increment_counter(&mut self, name: &str) {
+            *self.counters.entry(name.to_owned()).or_default() += 1;
+        }
+        fn log(&mut self, level: LogLevel, message: &str) {
+            self.logs.push((level, message.to_owned()));
+        }
+        fn now_unix_seconds(&self) -> u64 {
+            1_790_000_000
+        }
+        fn random(&mut self) -> u64 {
+            self.seed += 1;
+            self.seed
+        }
+    }
+}
