@@ -7,6 +7,9 @@ pub mod build_info;
 pub mod config;
 pub mod pattern;
 pub mod scan;
+pub mod host;
+pub mod stop;
+pub mod verdict;
 
 #[cfg(target_os = "wasi")]
 mod proxy;
