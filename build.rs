@@ -9,7 +9,6 @@ fn main() {
     println!("cargo:rustc-env=LIVECHECK_GIT_HASH={stamp}");
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
         println!("cargo:rerun-if-changed={dir}/HEAD");
-        println!("cargo:rerun-if-changed={dir}/index");
         println!("cargo:rerun-if-changed={dir}/refs");
     }
     println!("cargo:rerun-if-changed=build.rs");

@@ -9,6 +9,8 @@ pub mod pattern;
 pub mod scan;
 pub mod host;
 pub mod stop;
+pub mod turn;
+pub mod vendor;
 pub mod verdict;
 
 #[cfg(target_os = "wasi")]

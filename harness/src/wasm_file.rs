@@ -11,8 +11,10 @@ pub const WASM_DIR_ENV: &str = "LIVECHECK_WASM_DIR";
 /// The path of `<wasm_name>.wasm`, built from the package at `package_dir`, after checking it
 /// is fresh. It lives in `$LIVECHECK_WASM_DIR`, else `<workspace>/target/wasm32-wasip1/release`.
 /// Fails, naming the file and the command that builds it, when the file is missing or older
-/// than any file under the package's `src/`, its `Cargo.toml` or `build.rs`, or the
-/// workspace's `Cargo.lock`.
+/// than any source it was built from (cargo's dep-info `<wasm_name>.d` beside it lists them;
+/// without one, every file under the package's `src/`), its `Cargo.toml` or `build.rs`, or the
+/// workspace's `Cargo.lock`. Files that only test builds read (`#[cfg(test)] mod tests;`) do not
+/// make a `.wasm` stale: cargo rightly does not rebuild it for them.
 pub fn fresh_wasm(package_dir: &Path, wasm_name: &str) -> Result<PathBuf, HarnessError> {
     let workspace = package_dir
         .ancestors()
@@ -33,7 +35,10 @@ pub fn fresh_wasm(package_dir: &Path, wasm_name: &str) -> Result<PathBuf, Harnes
         package_dir.join("build.rs"),
         workspace.join("Cargo.lock"),
     ];
-    collect_files(&package_dir.join("src"), &mut sources);
+    match dep_info_sources(&dir.join(format!("{wasm_name}.d"))) {
+        Some(listed) => sources.extend(listed),
+        None => collect_files(&package_dir.join("src"), &mut sources),
+    }
     let newer = sources
         .iter()
         .filter_map(|p| Some((p, fs::metadata(p).ok()?.modified().ok()?)))
@@ -53,6 +58,31 @@ pub fn fresh_wasm(package_dir: &Path, wasm_name: &str) -> Result<PathBuf, Harnes
 pub fn read_fresh_wasm(package_dir: &Path, wasm_name: &str) -> Result<Vec<u8>, HarnessError> {
     let path = fresh_wasm(package_dir, wasm_name)?;
     fs::read(&path).map_err(|e| HarnessError::StaleWasm(format!("{}: {e}", path.display())))
+}
+
+/// The sources cargo's dep-info file lists for the artifact (`target: a.rs b\\ c.rs ...`), less
+/// git metadata (the build script reads it only to stamp the commit into the banner).
+fn dep_info_sources(dep_info: &Path) -> Option<Vec<PathBuf>> {
+    let text = fs::read_to_string(dep_info).ok()?;
+    let line = text.lines().next()?;
+    let (_, deps) = line.split_once(": ")?;
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut chars = deps.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => current.extend(chars.next()),
+            ' ' => out.push(std::mem::take(&mut current)),
+            c => current.push(c),
+        }
+    }
+    out.push(current);
+    Some(
+        out.into_iter()
+            .filter(|p| !p.is_empty() && !p.contains("/.git/"))
+            .map(PathBuf::from)
+            .collect(),
+    )
 }
 
 fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -18,9 +18,20 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn livecheck() -> Host {
+fn livecheck_with(plugin_config: &[u8]) -> Result<Host, HarnessError> {
     let wasm = read_fresh_wasm(&workspace(), "livecheck").unwrap_or_else(|e| panic!("{e}"));
-    Host::new(&wasm, Options::default()).unwrap_or_else(|e| panic!("{e}"))
+    Host::new(
+        &wasm,
+        Options {
+            plugin_config: plugin_config.to_vec(),
+            ..Options::default()
+        },
+    )
+}
+
+fn livecheck() -> Host {
+    let seed = fs::read(workspace().join("examples/seed.json")).unwrap();
+    livecheck_with(&seed).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -36,34 +47,36 @@ fn livecheck_logs_its_banner_on_vm_start() {
 }
 
 #[test]
-fn livecheck_passes_requests_and_responses_through_chunk_by_chunk() {
+fn livecheck_refuses_an_empty_configuration() {
+    // No policy means nothing to hold turns to: Envoy must reject the config, not run unchecked.
+    let err = livecheck_with(b"")
+        .err()
+        .expect("an empty config is refused");
+    assert!(matches!(err, HarnessError::ConfigRejected), "{err}");
+}
+
+#[test]
+fn livecheck_lets_calls_it_does_not_check_through() {
     let mut host = livecheck();
     let s = host.new_stream();
     host.send_request_headers(
         s,
         &[
-            (":method", "POST"),
-            (":path", "/v1/messages"),
+            (":method", "GET"),
+            (":path", "/v1/models"),
             (":authority", "api"),
         ],
-        false,
+        true,
     )
     .unwrap();
-    host.send_request_body(s, b"{\"a\":", false).unwrap();
-    host.send_request_body(s, b"1}", true).unwrap();
-    let up = host.upstream_received(s);
-    assert_eq!(up.header(":path"), Some("/v1/messages"));
-    assert_eq!(up.body, b"{\"a\":1}");
-    assert!(up.end_of_stream);
+    assert_eq!(
+        host.upstream_received(s).header(":path"),
+        Some("/v1/models")
+    );
     host.send_response_headers(s, &[(":status", "200")], false)
         .unwrap();
-    host.send_response_body(s, b"data: 1\n\n", false).unwrap();
-    host.send_response_body(s, b"data: 2\n\n", true).unwrap();
-    let caller = host.caller_received(s);
-    assert_eq!(caller.status(), Some(200));
-    assert_eq!(caller.body_chunks.len(), 2);
-    assert!(caller.end_of_stream && !caller.reset);
-    host.finish_stream(s).unwrap();
+    host.send_response_body(s, b"{\"data\": []}", true).unwrap();
+    assert_eq!(host.caller_received(s).body, b"{\"data\": []}");
     assert!(!host.vm_failed());
 }
 

@@ -1,0 +1,207 @@
+//! The host calls the adapter makes, declared here so that every status comes back as a value.
+//!
+//! The 0.2 SDK's `hostcalls` panic on any status they did not expect (Envoy answers BadArgument to
+//! a header read once request headers went on, for instance), and its `Status` enum cannot hold
+//! every code Envoy returns. A panic kills the VM for every stream on the worker, so the adapter
+//! calls the ABI itself and treats any non-Ok status as "the host said no".
+
+use std::ptr::{null, null_mut};
+
+/// A host status other than Ok (Envoy's `WasmResult` code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused(pub u32);
+
+const OK: u32 = 0;
+const NOT_FOUND: u32 = 1;
+
+pub const REQUEST_HEADERS: u32 = 0;
+pub const RESPONSE_HEADERS: u32 = 2;
+pub const REQUEST_BODY: u32 = 0;
+pub const RESPONSE_BODY: u32 = 1;
+pub const PLUGIN_CONFIGURATION: u32 = 7;
+pub const COUNTER: u32 = 0;
+
+#[allow(clashing_extern_declarations)]
+#[link(wasm_import_module = "env")]
+extern "C" {
+    fn proxy_log(level: u32, message_data: *const u8, message_size: usize) -> u32;
+    fn proxy_get_current_time_nanoseconds(return_time: *mut u64) -> u32;
+    fn proxy_get_header_map_value(
+        map_type: u32,
+        key_data: *const u8,
+        key_size: usize,
+        return_value_data: *mut *mut u8,
+        return_value_size: *mut usize,
+    ) -> u32;
+    fn proxy_replace_header_map_value(
+        map_type: u32,
+        key_data: *const u8,
+        key_size: usize,
+        value_data: *const u8,
+        value_size: usize,
+    ) -> u32;
+    fn proxy_remove_header_map_value(map_type: u32, key_data: *const u8, key_size: usize) -> u32;
+    fn proxy_get_buffer_bytes(
+        buffer_type: u32,
+        start: usize,
+        max_size: usize,
+        return_buffer_data: *mut *mut u8,
+        return_buffer_size: *mut usize,
+    ) -> u32;
+    fn proxy_set_buffer_bytes(
+        buffer_type: u32,
+        start: usize,
+        size: usize,
+        buffer_data: *const u8,
+        buffer_size: usize,
+    ) -> u32;
+    fn proxy_send_local_response(
+        status_code: u32,
+        status_code_details_data: *const u8,
+        status_code_details_size: usize,
+        body_data: *const u8,
+        body_size: usize,
+        headers_data: *const u8,
+        headers_size: usize,
+        grpc_status: i32,
+    ) -> u32;
+    fn proxy_define_metric(
+        metric_type: u32,
+        name_data: *const u8,
+        name_size: usize,
+        return_id: *mut u32,
+    ) -> u32;
+    fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
+}
+
+fn ok(code: u32) -> Result<(), Refused> {
+    if code == OK {
+        Ok(())
+    } else {
+        Err(Refused(code))
+    }
+}
+
+/// Takes ownership of bytes the host allocated in guest memory (through the SDK's
+/// `proxy_on_memory_allocate`, i.e. the global allocator).
+///
+/// # Safety
+/// `data` must be null or point to `size` initialised bytes allocated by the global allocator.
+unsafe fn take(data: *mut u8, size: usize) -> Vec<u8> {
+    if data.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: guaranteed by the caller.
+        unsafe { Vec::from_raw_parts(data, size, size) }
+    }
+}
+
+/// Levels as the ABI numbers them: 0 trace … 5 critical.
+pub fn log(level: u32, message: &str) {
+    // SAFETY: the pointer and length describe `message`, alive for the call.
+    let _ = unsafe { proxy_log(level, message.as_ptr(), message.len()) };
+}
+
+pub fn now_nanos() -> Result<u64, Refused> {
+    let mut t = 0u64;
+    // SAFETY: `t` is a valid place for the host to write a u64.
+    ok(unsafe { proxy_get_current_time_nanoseconds(&mut t) })?;
+    Ok(t)
+}
+
+/// A header's raw value: `Ok(None)` when absent.
+pub fn header(map: u32, name: &str) -> Result<Option<Vec<u8>>, Refused> {
+    let mut data = null_mut();
+    let mut size = 0usize;
+    // SAFETY: key pointer/length describe `name`; the out-pointers are valid places.
+    let code =
+        unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), &mut data, &mut size) };
+    match code {
+        // SAFETY: on Ok the host wrote `size` bytes at `data`, allocated for us.
+        OK => Ok(Some(unsafe { take(data, size) })),
+        NOT_FOUND => Ok(None),
+        other => Err(Refused(other)),
+    }
+}
+
+pub fn set_header(map: u32, name: &str, value: Option<&str>) -> Result<(), Refused> {
+    // SAFETY: every pointer/length pair describes a live slice.
+    ok(unsafe {
+        match value {
+            Some(v) => {
+                proxy_replace_header_map_value(map, name.as_ptr(), name.len(), v.as_ptr(), v.len())
+            }
+            None => proxy_remove_header_map_value(map, name.as_ptr(), name.len()),
+        }
+    })
+}
+
+pub fn buffer(buffer: u32, start: usize, size: usize) -> Result<Vec<u8>, Refused> {
+    let mut data = null_mut();
+    let mut len = 0usize;
+    // SAFETY: the out-pointers are valid places.
+    let code = unsafe { proxy_get_buffer_bytes(buffer, start, size, &mut data, &mut len) };
+    match code {
+        // SAFETY: on Ok the host wrote `len` bytes at `data`, allocated for us.
+        OK => Ok(unsafe { take(data, len) }),
+        NOT_FOUND => Ok(Vec::new()),
+        other => Err(Refused(other)),
+    }
+}
+
+pub fn set_buffer(buffer: u32, start: usize, size: usize, data: &[u8]) -> Result<(), Refused> {
+    // SAFETY: the pointer/length describe `data`.
+    ok(unsafe { proxy_set_buffer_bytes(buffer, start, size, data.as_ptr(), data.len()) })
+}
+
+pub fn send_local_response(
+    status: u32,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<(), Refused> {
+    let headers = serialize_pairs(headers);
+    // SAFETY: every pointer/length pair describes a live slice owned by this frame.
+    ok(unsafe {
+        proxy_send_local_response(
+            status,
+            null(),
+            0,
+            body.as_ptr(),
+            body.len(),
+            headers.as_ptr(),
+            headers.len(),
+            -1,
+        )
+    })
+}
+
+pub fn define_counter(name: &str) -> Result<u32, Refused> {
+    let mut id = 0u32;
+    // SAFETY: the pointer/length describe `name`; `id` is a valid place.
+    ok(unsafe { proxy_define_metric(COUNTER, name.as_ptr(), name.len(), &mut id) })?;
+    Ok(id)
+}
+
+pub fn increment(metric: u32, by: i64) -> Result<(), Refused> {
+    // SAFETY: plain values.
+    ok(unsafe { proxy_increment_metric(metric, by) })
+}
+
+/// The ABI's map encoding: pair count, each (name length, value length), then each name and
+/// value followed by a NUL, all sizes little-endian u32.
+fn serialize_pairs(pairs: &[(&str, &str)]) -> Vec<u8> {
+    let len32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes();
+    let mut out = Vec::new();
+    out.extend_from_slice(&len32(pairs.len()));
+    for (k, v) in pairs {
+        out.extend_from_slice(&len32(k.len()));
+        out.extend_from_slice(&len32(v.len()));
+    }
+    for (k, v) in pairs {
+        out.extend_from_slice(k.as_bytes());
+        out.push(0);
+        out.extend_from_slice(v.as_bytes());
+        out.push(0);
+    }
+    out
+}

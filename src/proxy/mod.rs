@@ -1,0 +1,247 @@
+//! The proxy-wasm adapter: the only code that talks to the host.
+//!
+//! `on_configure` compiles the plugin configuration into a [`Policy`] and refuses the whole config,
+//! one log line per problem, when anything is wrong; Envoy then rejects it. Each HTTP stream runs a
+//! [`Turn`] through [`WasmHost`]. A panic hook logs where a panic happened (never its message,
+//! which can quote request text) before the VM aborts; `failure_policy: FAIL_RELOAD` then starts
+//! a fresh VM.
+
+mod abi;
+
+use std::cell::RefCell;
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::rc::Rc;
+
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{Action, ContextType, LogLevel as SdkLevel};
+
+use crate::build_info;
+use crate::config::Policy;
+use crate::host::{Flow, Host, LogLevel};
+use crate::turn::Turn;
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(SdkLevel::Info);
+    std::panic::set_hook(Box::new(|info| {
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_else(|| "unknown location".to_owned());
+        abi::log(level(LogLevel::Error) + 1, &format!("livecheck panicked at {at}"));
+    }));
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
+}}
+
+fn level(l: LogLevel) -> u32 {
+    match l {
+        LogLevel::Debug => 1,
+        LogLevel::Info => 2,
+        LogLevel::Warn => 3,
+        LogLevel::Error => 4,
+    }
+}
+
+/// Counter ids by name, shared by every stream of the VM (Envoy defines each name once).
+type Counters = Rc<RefCell<HashMap<String, u32>>>;
+
+#[derive(Default)]
+struct Root {
+    policy: Option<Rc<Policy>>,
+    counters: Counters,
+}
+
+impl Context for Root {}
+
+impl RootContext for Root {
+    fn on_vm_start(&mut self, _vm_configuration_size: usize) -> bool {
+        abi::log(level(LogLevel::Info), &build_info::banner());
+        true
+    }
+
+    fn on_configure(&mut self, plugin_configuration_size: usize) -> bool {
+        let bytes = match abi::buffer(abi::PLUGIN_CONFIGURATION, 0, plugin_configuration_size) {
+            Ok(b) => b,
+            Err(abi::Refused(code)) => {
+                abi::log(
+                    level(LogLevel::Error),
+                    &format!(
+                        "config: the plugin configuration could not be read (host status {code})"
+                    ),
+                );
+                return false;
+            }
+        };
+        match Policy::from_json(&bytes) {
+            Ok(policy) => {
+                let agents = policy.agents.len();
+                self.policy = Some(Rc::new(policy));
+                abi::log(
+                    level(LogLevel::Info),
+                    &format!("livecheck configured: {agents} agent(s)"),
+                );
+                true
+            }
+            Err(errors) => {
+                for e in &errors {
+                    abi::log(level(LogLevel::Error), &e.to_string());
+                }
+                abi::log(
+                    level(LogLevel::Error),
+                    &format!("config refused: {} problem(s)", errors.len()),
+                );
+                false
+            }
+        }
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        // Envoy creates no stream on a plugin whose configuration was refused; should one come,
+        // it is refused too rather than passed unchecked.
+        Some(Box::new(Stream {
+            turn: self.policy.clone().map(Turn::new),
+            host: WasmHost {
+                counters: Rc::clone(&self.counters),
+                random: RandomState::new(),
+            },
+        }))
+    }
+}
+
+struct Stream {
+    turn: Option<Turn>,
+    host: WasmHost,
+}
+
+impl Context for Stream {}
+
+impl HttpContext for Stream {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        match &mut self.turn {
+            Some(turn) => action(turn.on_request_headers(&mut self.host, end_of_stream)),
+            None => {
+                self.host.send_local_reply(
+                    503,
+                    &[("content-type", "text/plain"), ("x-should-retry", "false")],
+                    b"livecheck has no valid configuration\n",
+                );
+                Action::Pause
+            }
+        }
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        self.turn.as_mut().map_or(Action::Continue, |turn| {
+            action(turn.on_request_body(&mut self.host, body_size, end_of_stream))
+        })
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        self.turn.as_mut().map_or(Action::Continue, |turn| {
+            action(turn.on_response_headers(&mut self.host, end_of_stream))
+        })
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        self.turn.as_mut().map_or(Action::Continue, |turn| {
+            action(turn.on_response_body(&mut self.host, body_size, end_of_stream))
+        })
+    }
+}
+
+fn action(flow: Flow) -> Action {
+    match flow {
+        Flow::Continue => Action::Continue,
+        Flow::Pause => Action::Pause,
+    }
+}
+
+/// [`Host`] over the proxy-wasm ABI. Every refusal by the host becomes `None`/`false`.
+struct WasmHost {
+    counters: Counters,
+    random: RandomState,
+}
+
+fn text(bytes: Vec<u8>) -> Option<String> {
+    String::from_utf8(bytes).ok()
+}
+
+impl Host for WasmHost {
+    fn request_header(&self, name: &str) -> Option<String> {
+        abi::header(abi::REQUEST_HEADERS, name)
+            .ok()
+            .flatten()
+            .and_then(text)
+    }
+
+    fn set_request_header(&mut self, name: &str, value: Option<&str>) {
+        let _ = abi::set_header(abi::REQUEST_HEADERS, name, value);
+    }
+
+    fn response_header(&self, name: &str) -> Option<String> {
+        abi::header(abi::RESPONSE_HEADERS, name)
+            .ok()
+            .flatten()
+            .and_then(text)
+    }
+
+    fn set_response_header(&mut self, name: &str, value: Option<&str>) {
+        let _ = abi::set_header(abi::RESPONSE_HEADERS, name, value);
+    }
+
+    fn request_body(&self, size: usize) -> Option<Vec<u8>> {
+        abi::buffer(abi::REQUEST_BODY, 0, size).ok()
+    }
+
+    fn response_body(&self, size: usize) -> Option<Vec<u8>> {
+        abi::buffer(abi::RESPONSE_BODY, 0, size).ok()
+    }
+
+    fn replace_response_body(&mut self, size: usize, body: &[u8]) -> bool {
+        abi::set_buffer(abi::RESPONSE_BODY, 0, size, body).is_ok()
+    }
+
+    fn send_local_reply(&mut self, status: u32, headers: &[(&str, &str)], body: &[u8]) {
+        if let Err(abi::Refused(code)) = abi::send_local_response(status, headers, body) {
+            self.log(
+                LogLevel::Error,
+                &format!("livecheck: Envoy refused a local reply (host status {code})"),
+            );
+        }
+    }
+
+    fn increment_counter(&mut self, name: &str) {
+        let id = {
+            let known = self.counters.borrow().get(name).copied();
+            match known {
+                Some(id) => Some(id),
+                None => abi::define_counter(name).ok().inspect(|id| {
+                    self.counters.borrow_mut().insert(name.to_owned(), *id);
+                }),
+            }
+        };
+        if let Some(id) = id {
+            let _ = abi::increment(id, 1);
+        }
+    }
+
+    fn log(&mut self, level_: LogLevel, message: &str) {
+        abi::log(level(level_), message);
+    }
+
+    fn now_unix_seconds(&self) -> u64 {
+        abi::now_nanos().map_or(0, |n| n / 1_000_000_000)
+    }
+
+    fn random(&mut self) -> u64 {
+        // `RandomState` keys come from the host's WASI `random_get`; hashing a counter under a
+        // fresh state gives an unpredictable u64 per call.
+        self.random = RandomState::new();
+        self.random.hash_one(0u8)
+    }
+}

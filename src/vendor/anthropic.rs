@@ -1,0 +1,169 @@
+//! Anthropic Messages, `POST /v1/messages`.
+//!
+//! Reference: <https://docs.anthropic.com/en/api/messages> and the streaming event sequence at
+//! <https://docs.anthropic.com/en/docs/build-with-claude/streaming>.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+
+use super::json::{
+    bool_field, opt_str_field, push_event, scalars_of_text, scalars_of_value, str_field,
+};
+use super::{content_texts, join_lines, push_tool_call, Answer, Ids, Request};
+
+/// Block types whose `input` is a tool call the model makes.
+const TOOL_USE_BLOCKS: &[&str] = &["tool_use", "server_tool_use", "mcp_tool_use"];
+
+pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String> {
+    let mut pieces = content_texts(body.get("system"), &["text"], "system")?;
+    let Some(Value::Array(messages)) = body.get("messages") else {
+        return Err("messages must be an array".into());
+    };
+    let mut last_user_text = String::new();
+    for (i, message) in messages.iter().enumerate() {
+        let Value::Object(message) = message else {
+            return Err(format!("messages[{i}] must be an object"));
+        };
+        let Some(role) = str_field(message, "role") else {
+            return Err(format!("messages[{i}].role must be a string"));
+        };
+        let path = format!("messages[{i}].content");
+        let texts = content_texts(message.get("content"), &["text"], &path)?;
+        // Every role but the model's own is read, so an unexpected role cannot hide text.
+        if role == "assistant" {
+            continue;
+        }
+        let text = join_lines(&texts);
+        if role == "user" && !text.is_empty() {
+            last_user_text = text;
+        }
+        pieces.extend(texts);
+    }
+    Ok(Request {
+        input_text: join_lines(&pieces),
+        last_user_text,
+        stream: bool_field(body, "stream")?,
+        background: false,
+        include_usage: false,
+        model: opt_str_field(body, "model")?,
+    })
+}
+
+/// `tool_use.input` as written, so numbers keep their digits.
+#[derive(Deserialize)]
+struct RawAnswer<'a> {
+    #[serde(borrow)]
+    content: Vec<RawBlock<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RawBlock<'a> {
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+}
+
+pub(super) fn parse_answer(raw: &str, body: &Map<String, Value>) -> Result<Answer, String> {
+    let Some(Value::Array(content)) = body.get("content") else {
+        return Err("content must be an array".into());
+    };
+    let raw_blocks = serde_json::from_str::<RawAnswer>(raw)
+        .map(|a| a.content)
+        .unwrap_or_default();
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for (i, block) in content.iter().enumerate() {
+        let Value::Object(block) = block else {
+            return Err(format!("content[{i}] must be an object"));
+        };
+        match str_field(block, "type") {
+            Some("text") => text.push_str(str_field(block, "text").unwrap_or_default()),
+            Some(kind) if TOOL_USE_BLOCKS.contains(&kind) => {
+                let values = match raw_blocks.get(i).and_then(|b| b.input) {
+                    Some(input) => scalars_of_text(input.get()),
+                    None => block.get("input").map(scalars_of_value).unwrap_or_default(),
+                };
+                calls.push(values);
+            }
+            _ => {}
+        }
+    }
+    let mut rule_text = text.clone();
+    for values in &calls {
+        push_tool_call(&mut rule_text, values);
+    }
+    Ok(Answer {
+        text,
+        rule_text,
+        asks_for_tool: str_field(body, "stop_reason") == Some("tool_use"),
+        id: str_field(body, "id").map(str::to_owned),
+    })
+}
+
+fn message(reply: Option<&str>, req: &Request, ids: &Ids) -> Value {
+    let content = match reply {
+        Some(reply) => json!([{"type": "text", "text": reply}]),
+        None => json!([]),
+    };
+    json!({
+        "id": format!("msg_{}", ids.token),
+        "type": "message",
+        "role": "assistant",
+        "model": req.model.as_deref().unwrap_or_default(),
+        "content": content,
+        "stop_reason": reply.map(|_| "refusal"),
+        "stop_sequence": null,
+        "usage": {
+            "input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "output_tokens": 0,
+        },
+    })
+}
+
+pub(super) fn refusal(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
+    super::json::to_vec(&message(Some(reply), req, ids))
+}
+
+pub(super) fn refusal_stream(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
+    let events = [
+        json!({"type": "message_start", "message": message(None, req, ids)}),
+        json!({"type": "content_block_start", "index": 0,
+               "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0,
+               "delta": {"type": "text_delta", "text": reply}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta",
+               "delta": {"stop_reason": "refusal", "stop_sequence": null},
+               "usage": {"output_tokens": 0}}),
+        json!({"type": "message_stop"}),
+    ];
+    let mut out = Vec::new();
+    for event in &events {
+        push_event(&mut out, str_field_of(event, "type"), event);
+    }
+    out
+}
+
+fn str_field_of<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
+    value.get(key).and_then(Value::as_str)
+}
+
+pub(super) fn withhold(body: &mut Map<String, Value>, reply: &str) -> Result<(), String> {
+    if !matches!(body.get("content"), Some(Value::Array(_))) {
+        return Err("content must be an array".into());
+    }
+    body.insert("content".into(), json!([{"type": "text", "text": reply}]));
+    body.insert("stop_reason".into(), json!("refusal"));
+    body.insert("stop_sequence".into(), Value::Null);
+    Ok(())
+}
+
+pub(super) fn error(status: u16, message: &str) -> Value {
+    let kind = match status {
+        413 => "request_too_large",
+        _ => "invalid_request_error",
+    };
+    json!({"type": "error", "error": {"type": kind, "message": message}})
+}

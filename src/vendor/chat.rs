@@ -1,0 +1,209 @@
+//! OpenAI Chat Completions, `POST /v1/chat/completions`, and the OpenAI error shape both OpenAI
+//! APIs share.
+//!
+//! Reference: <https://platform.openai.com/docs/api-reference/chat>.
+
+use serde_json::{json, Map, Value};
+
+use super::json::{bool_field, opt_str_field, push_event, scalars_of_text, str_field};
+use super::{content_texts, join_lines, push_tool_call, Answer, Ids, Request};
+
+/// Roles whose text an input check does not read: the model's own, and tool results.
+const UNREAD_ROLES: &[&str] = &["assistant", "tool", "function"];
+
+pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String> {
+    let Some(Value::Array(messages)) = body.get("messages") else {
+        return Err("messages must be an array".into());
+    };
+    let mut pieces = Vec::new();
+    let mut last_user_text = String::new();
+    for (i, message) in messages.iter().enumerate() {
+        let Value::Object(message) = message else {
+            return Err(format!("messages[{i}] must be an object"));
+        };
+        let Some(role) = str_field(message, "role") else {
+            return Err(format!("messages[{i}].role must be a string"));
+        };
+        let path = format!("messages[{i}].content");
+        let texts = content_texts(message.get("content"), &["text"], &path)?;
+        // Every other role (system, developer, user, and any unexpected one) is read.
+        if UNREAD_ROLES.contains(&role) {
+            continue;
+        }
+        let text = join_lines(&texts);
+        if role == "user" && !text.is_empty() {
+            last_user_text = text;
+        }
+        pieces.extend(texts);
+    }
+    let include_usage = match body.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(options)) => bool_field(options, "include_usage")
+            .map_err(|_| "stream_options.include_usage must be a boolean".to_string())?,
+        Some(_) => return Err("stream_options must be an object".into()),
+    };
+    Ok(Request {
+        input_text: join_lines(&pieces),
+        last_user_text,
+        stream: bool_field(body, "stream")?,
+        background: false,
+        include_usage,
+        model: opt_str_field(body, "model")?,
+    })
+}
+
+pub(super) fn parse_answer(body: &Map<String, Value>) -> Result<Answer, String> {
+    let Some(Value::Array(choices)) = body.get("choices") else {
+        return Err("choices must be an array".into());
+    };
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    let mut asks_for_tool = false;
+    for (i, choice) in choices.iter().enumerate() {
+        let Value::Object(choice) = choice else {
+            return Err(format!("choices[{i}] must be an object"));
+        };
+        if matches!(
+            str_field(choice, "finish_reason"),
+            Some("tool_calls" | "function_call")
+        ) {
+            asks_for_tool = true;
+        }
+        let Some(Value::Object(message)) = choice.get("message") else {
+            continue;
+        };
+        let path = format!("choices[{i}].message.content");
+        for piece in content_texts(message.get("content"), &["text"], &path)? {
+            text.push_str(&piece);
+        }
+        if let Some(Value::Array(tool_calls)) = message.get("tool_calls") {
+            asks_for_tool |= !tool_calls.is_empty();
+            for call in tool_calls {
+                calls.push(tool_call_values(call));
+            }
+        }
+        if let Some(call @ Value::Object(_)) = message.get("function_call") {
+            asks_for_tool = true;
+            calls.push(arguments_values(call.get("arguments")));
+        }
+    }
+    let mut rule_text = text.clone();
+    for values in &calls {
+        push_tool_call(&mut rule_text, values);
+    }
+    Ok(Answer {
+        text,
+        rule_text,
+        asks_for_tool,
+        id: str_field(body, "id").map(str::to_owned),
+    })
+}
+
+/// A tool call's argument values: `function.arguments` (a JSON text), or a custom tool's free
+/// `custom.input`, as is.
+fn tool_call_values(call: &Value) -> Vec<String> {
+    if let Some(function) = call.get("function") {
+        return arguments_values(function.get("arguments"));
+    }
+    match call.get("custom").and_then(|c| c.get("input")) {
+        Some(Value::String(input)) => vec![input.clone()],
+        _ => Vec::new(),
+    }
+}
+
+fn arguments_values(arguments: Option<&Value>) -> Vec<String> {
+    match arguments {
+        Some(Value::String(arguments)) => scalars_of_text(arguments),
+        _ => Vec::new(),
+    }
+}
+
+fn message(reply: &str) -> Value {
+    json!({"role": "assistant", "content": reply, "refusal": null, "annotations": []})
+}
+
+fn choice(index: Value, reply: &str) -> Value {
+    json!({
+        "index": index,
+        "message": message(reply),
+        "logprobs": null,
+        "finish_reason": "content_filter",
+    })
+}
+
+fn zero_usage() -> Value {
+    json!({"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0})
+}
+
+pub(super) fn refusal(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
+    super::json::to_vec(&json!({
+        "id": format!("chatcmpl-{}", ids.token),
+        "object": "chat.completion",
+        "created": ids.created,
+        "model": req.model.as_deref().unwrap_or_default(),
+        "choices": [choice(json!(0), reply)],
+        "usage": zero_usage(),
+    }))
+}
+
+pub(super) fn refusal_stream(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
+    let chunk = |choices: Value| {
+        let mut chunk = json!({
+            "id": format!("chatcmpl-{}", ids.token),
+            "object": "chat.completion.chunk",
+            "created": ids.created,
+            "model": req.model.as_deref().unwrap_or_default(),
+            "choices": choices,
+        });
+        // With include_usage every chunk carries `usage: null` but the last, as the vendor does.
+        if let (true, Value::Object(chunk)) = (req.include_usage, &mut chunk) {
+            chunk.insert("usage".into(), Value::Null);
+        }
+        chunk
+    };
+    let mut chunks = vec![
+        chunk(
+            json!([{"index": 0, "delta": {"role": "assistant", "content": reply},
+                      "logprobs": null, "finish_reason": null}]),
+        ),
+        chunk(json!([{"index": 0, "delta": {}, "logprobs": null,
+                      "finish_reason": "content_filter"}])),
+    ];
+    if req.include_usage {
+        let mut last = chunk(json!([]));
+        if let Value::Object(last) = &mut last {
+            last.insert("usage".into(), zero_usage());
+        }
+        chunks.push(last);
+    }
+    let mut out = Vec::new();
+    for chunk in &chunks {
+        push_event(&mut out, None, chunk);
+    }
+    out.extend_from_slice(b"data: [DONE]\n\n");
+    out
+}
+
+pub(super) fn withhold(body: &mut Map<String, Value>, reply: &str) -> Result<(), String> {
+    let Some(Value::Array(choices)) = body.get_mut("choices") else {
+        return Err("choices must be an array".into());
+    };
+    if choices.is_empty() {
+        choices.push(choice(json!(0), reply));
+    }
+    for (i, slot) in choices.iter_mut().enumerate() {
+        let index = slot.get("index").cloned().unwrap_or_else(|| json!(i));
+        // A fresh choice: tool calls, audio, annotations and logprobs all carry the answer.
+        *slot = choice(index, reply);
+    }
+    Ok(())
+}
+
+pub(super) fn error(message: &str) -> Value {
+    json!({"error": {
+        "message": message,
+        "type": "invalid_request_error",
+        "param": null,
+        "code": null,
+    }})
+}

@@ -1,0 +1,276 @@
+//! The three API shapes the filter checks: Anthropic Messages, OpenAI Chat Completions and OpenAI
+//! Responses.
+//!
+//! For each: which request text an input check reads, what a non-streamed answer says (its text, the
+//! text beside its tool calls, whether it asks for a tool), and the bodies the filter writes in the
+//! vendor's own shape (a refused question, a withheld answer, an error). Pure Rust: the caller
+//! supplies ids and timestamps ([`Ids`]), since this module draws no randomness and reads no clock.
+//!
+//! Request bodies are parsed strictly (valid UTF-8, one JSON value, no duplicate keys at any depth)
+//! so that the text a check reads is the text the vendor reads: a parser that kept the first of two
+//! `"messages"` where the vendor keeps the last would let a question past its checks.
+
+mod anthropic;
+mod chat;
+#[cfg(test)]
+mod fixtures;
+mod json;
+mod responses;
+
+use serde_json::Value;
+
+/// An API shape the filter checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// Anthropic `POST /v1/messages`.
+    AnthropicMessages,
+    /// OpenAI `POST /v1/chat/completions`.
+    ChatCompletions,
+    /// OpenAI `POST /v1/responses`.
+    Responses,
+}
+
+impl Api {
+    /// The API a request calls, from its method and `:path`.
+    ///
+    /// The query string is ignored and a gateway prefix is allowed (`/openai/v1/responses`): the
+    /// path's suffix decides. `None` means not a turn the filter checks; it passes through.
+    pub fn from_request(method: &str, path: &str) -> Option<Api> {
+        if method != "POST" {
+            return None;
+        }
+        let path = path.split(['?', '#']).next().unwrap_or(path);
+        let path = path.strip_suffix('/').unwrap_or(path);
+        [
+            ("/v1/messages", Api::AnthropicMessages),
+            ("/v1/chat/completions", Api::ChatCompletions),
+            ("/v1/responses", Api::Responses),
+        ]
+        .into_iter()
+        .find(|(suffix, _)| path.ends_with(suffix))
+        .map(|(_, api)| api)
+    }
+}
+
+/// What the caller wrote, as input checks read it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Request {
+    /// System, developer and user text and values filled into the prompt, joined by `"\n"`; never
+    /// images, files, audio, tool results or assistant messages.
+    pub input_text: String,
+    /// The text of the last user message that has text (a turn that only returns tool results is
+    /// skipped): what a judge reads beside an answer.
+    pub last_user_text: String,
+    /// `"stream": true`.
+    pub stream: bool,
+    /// `"background": true` (Responses only).
+    pub background: bool,
+    /// Chat Completions `stream_options.include_usage`: a streamed reply ends with a usage chunk.
+    pub include_usage: bool,
+    /// The requested model, when the request names one.
+    pub model: Option<String>,
+}
+
+/// The model's non-streamed answer, as output checks read it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Answer {
+    /// The answer's text blocks, concatenated in order without separator: what judged checks read.
+    pub text: String,
+    /// `text`, then for each tool call `"\n"` and its argument values joined by `"\n"`: what rule
+    /// checks read, so forbidden text never reaches a tool.
+    pub rule_text: String,
+    /// The round ended asking the caller to run a tool.
+    pub asks_for_tool: bool,
+    /// The answer's id (`msg_…`, `chatcmpl-…`, `resp_…`).
+    pub id: Option<String>,
+}
+
+/// Ids and time for a body the filter writes on its own (a refused question).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ids {
+    /// A fresh random token (letters and digits); each vendor adds its own prefix (`msg_`,
+    /// `chatcmpl-`, `resp_`).
+    pub token: String,
+    /// Unix time in seconds.
+    pub created: u64,
+}
+
+/// A body the filter writes, with its content type. The status is the caller's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+}
+
+const JSON: &str = "application/json";
+const EVENT_STREAM: &str = "text/event-stream";
+
+/// A request body the filter refuses to forward unchecked. The message is safe to show the caller:
+/// it names fields, never quotes the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRequest(String);
+
+impl BadRequest {
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for BadRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An answer body the filter cannot read, so it is withheld rather than passed. The message names
+/// fields, never quotes the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadAnswer(String);
+
+impl BadAnswer {
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for BadAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Reads a request body: what input checks read and how the caller wants the answer.
+pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
+    let body = json::parse_strict(body).map_err(BadRequest)?;
+    let Value::Object(body) = body else {
+        return Err(BadRequest("the request body must be a JSON object".into()));
+    };
+    match api {
+        Api::AnthropicMessages => anthropic::parse_request(&body),
+        Api::ChatCompletions => chat::parse_request(&body),
+        Api::Responses => responses::parse_request(&body),
+    }
+    .map_err(BadRequest)
+}
+
+/// Reads a non-streamed answer body.
+pub fn parse_answer(api: Api, body: &[u8]) -> Result<Answer, BadAnswer> {
+    let raw =
+        std::str::from_utf8(body).map_err(|_| BadAnswer("the answer body is not UTF-8".into()))?;
+    let body = answer_object(raw.as_bytes())?;
+    match api {
+        Api::AnthropicMessages => anthropic::parse_answer(raw, &body),
+        Api::ChatCompletions => chat::parse_answer(&body),
+        Api::Responses => responses::parse_answer(&body),
+    }
+    .map_err(BadAnswer)
+}
+
+/// The answer to a refused question (a blocking input check failed, or a Responses request with
+/// `background: true`): `reply` as the model's whole answer, ending the way the vendor ends a
+/// refusal, streamed as SSE when the request asked for a stream. Usage is zero: no model was called.
+pub fn refusal(api: Api, reply: &str, req: &Request, ids: &Ids) -> Reply {
+    let body = match (api, req.stream) {
+        (Api::AnthropicMessages, false) => anthropic::refusal(reply, req, ids),
+        (Api::AnthropicMessages, true) => anthropic::refusal_stream(reply, req, ids),
+        (Api::ChatCompletions, false) => chat::refusal(reply, req, ids),
+        (Api::ChatCompletions, true) => chat::refusal_stream(reply, req, ids),
+        (Api::Responses, false) => responses::refusal(reply, req, ids),
+        (Api::Responses, true) => responses::refusal_stream(reply, req, ids),
+    };
+    Reply {
+        content_type: if req.stream { EVENT_STREAM } else { JSON },
+        body,
+    }
+}
+
+/// A failed non-streamed answer rewritten to say `reply` instead: id, model, usage and timestamps
+/// kept, content (tool calls included) replaced, ending the way the vendor ends a refusal.
+/// The content type stays `application/json`.
+pub fn withheld(api: Api, answer_body: &[u8], reply: &str) -> Result<Vec<u8>, BadAnswer> {
+    let mut body = answer_object(answer_body)?;
+    match api {
+        Api::AnthropicMessages => anthropic::withhold(&mut body, reply),
+        Api::ChatCompletions => chat::withhold(&mut body, reply),
+        Api::Responses => responses::withhold(&mut body, reply),
+    }
+    .map_err(BadAnswer)?;
+    Ok(json::to_vec(&Value::Object(body)))
+}
+
+/// An error body in the vendor's shape for `status` (400, 413, 415, …). `message` is shown to the
+/// caller as is.
+pub fn error(api: Api, status: u16, message: &str) -> Reply {
+    let body = match api {
+        Api::AnthropicMessages => anthropic::error(status, message),
+        Api::ChatCompletions | Api::Responses => chat::error(message),
+    };
+    Reply {
+        content_type: JSON,
+        body: json::to_vec(&body),
+    }
+}
+
+fn answer_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, BadAnswer> {
+    let body =
+        std::str::from_utf8(body).map_err(|_| BadAnswer("the answer body is not UTF-8".into()))?;
+    match serde_json::from_str(body) {
+        Ok(Value::Object(body)) => Ok(body),
+        Ok(_) => Err(BadAnswer("the answer body is not a JSON object".into())),
+        Err(_) => Err(BadAnswer("the answer body is not JSON".into())),
+    }
+}
+
+/// Joins the non-empty pieces of text with `"\n"`.
+fn join_lines(pieces: &[String]) -> String {
+    pieces
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The text of a message's `content`: the string itself, or the `text` of each block whose `type`
+/// is one of `text_types` (other blocks: images, files, audio, tool results, are not read).
+/// `path` names the field in errors.
+fn content_texts(
+    content: Option<&Value>,
+    text_types: &[&str],
+    path: &str,
+) -> Result<Vec<String>, String> {
+    match content {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(blocks)) => {
+            let mut texts = Vec::new();
+            for (i, block) in blocks.iter().enumerate() {
+                let Value::Object(block) = block else {
+                    return Err(format!("{path}[{i}] must be an object"));
+                };
+                let Some(kind) = json::str_field(block, "type") else {
+                    return Err(format!("{path}[{i}].type must be a string"));
+                };
+                if text_types.contains(&kind) {
+                    match json::str_field(block, "text") {
+                        Some(text) => texts.push(text.to_owned()),
+                        None => return Err(format!("{path}[{i}].text must be a string")),
+                    }
+                }
+            }
+            Ok(texts)
+        }
+        Some(_) => Err(format!(
+            "{path} must be a string or an array of content blocks"
+        )),
+    }
+}
+
+/// Appends a tool call's argument values to a rule text: `"\n"` then the values joined by `"\n"`.
+fn push_tool_call(rule_text: &mut String, values: &[String]) {
+    rule_text.push('\n');
+    rule_text.push_str(&values.join("\n"));
+}
+
+#[cfg(test)]
+mod tests;

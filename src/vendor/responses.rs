@@ -1,0 +1,296 @@
+//! OpenAI Responses, `POST /v1/responses`.
+//!
+//! Reference: <https://platform.openai.com/docs/api-reference/responses> and the streaming events
+//! at <https://platform.openai.com/docs/api-reference/responses-streaming>.
+
+use serde_json::{json, Map, Value};
+
+use super::json::{
+    bool_field, opt_str_field, push_event, scalars_of_text, scalars_of_value, str_field, to_vec,
+};
+use super::{content_texts, join_lines, push_tool_call, Answer, Ids, Request};
+
+/// Content part types a caller's message carries text in.
+const TEXT_PARTS: &[&str] = &["input_text", "text", "output_text"];
+
+/// Output items that end the round asking the caller to act. Hosted tools (`web_search_call`,
+/// `file_search_call`, `code_interpreter_call`, `mcp_call`, …) already ran at the vendor, so the
+/// answer beside them is final and judged checks must read it.
+const CALLER_TOOL_CALLS: &[&str] = &[
+    "function_call",
+    "custom_tool_call",
+    "computer_call",
+    "local_shell_call",
+    "shell_call",
+    "apply_patch_call",
+    "mcp_approval_request",
+];
+
+/// Fields of a tool-call item that carry what the model wrote for the tool.
+const CALL_VALUE_FIELDS: &[&str] = &["action", "operation", "queries", "code"];
+
+pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String> {
+    let mut pieces = Vec::new();
+    if let Some(instructions) = opt_str_field(body, "instructions")? {
+        pieces.push(instructions);
+    }
+    match body.get("prompt") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(prompt)) => pieces.extend(prompt_variables(prompt)?),
+        Some(_) => return Err("prompt must be an object".into()),
+    }
+    let mut last_user_text = String::new();
+    match body.get("input") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(input)) => {
+            last_user_text = input.clone();
+            pieces.push(input.clone());
+        }
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                let Value::Object(item) = item else {
+                    return Err(format!("input[{i}] must be an object"));
+                };
+                // A message item may leave out its type; every other item (tool outputs, calls,
+                // reasoning, references) is not the caller's text.
+                if !matches!(str_field(item, "type"), None | Some("message")) {
+                    continue;
+                }
+                let Some(role) = str_field(item, "role") else {
+                    return Err(format!("input[{i}].role must be a string"));
+                };
+                let path = format!("input[{i}].content");
+                let texts = content_texts(item.get("content"), TEXT_PARTS, &path)?;
+                if role == "assistant" {
+                    continue;
+                }
+                let text = join_lines(&texts);
+                if role == "user" && !text.is_empty() {
+                    last_user_text = text;
+                }
+                pieces.extend(texts);
+            }
+        }
+        Some(_) => return Err("input must be a string or an array of input items".into()),
+    }
+    Ok(Request {
+        input_text: join_lines(&pieces),
+        last_user_text,
+        stream: bool_field(body, "stream")?,
+        background: bool_field(body, "background")?,
+        include_usage: false,
+        model: opt_str_field(body, "model")?,
+    })
+}
+
+/// The text values a request fills into a stored prompt: strings and `input_text` parts (images
+/// and files are not read).
+fn prompt_variables(prompt: &Map<String, Value>) -> Result<Vec<String>, String> {
+    let variables = match prompt.get("variables") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(variables)) => variables,
+        Some(_) => return Err("prompt.variables must be an object".into()),
+    };
+    let mut texts = Vec::new();
+    for value in variables.values() {
+        match value {
+            Value::String(text) => texts.push(text.clone()),
+            Value::Object(part) => match str_field(part, "type") {
+                Some("input_text") => match str_field(part, "text") {
+                    Some(text) => texts.push(text.to_owned()),
+                    None => return Err("a prompt.variables input_text needs a string text".into()),
+                },
+                Some(_) => {}
+                None => return Err("a prompt.variables object needs a string type".into()),
+            },
+            _ => {
+                return Err(
+                    "prompt.variables values must be strings or input_text, input_image or input_file objects"
+                        .into(),
+                )
+            }
+        }
+    }
+    Ok(texts)
+}
+
+fn is_tool_call(kind: &str) -> bool {
+    kind.ends_with("_call") || CALLER_TOOL_CALLS.contains(&kind)
+}
+
+pub(super) fn parse_answer(body: &Map<String, Value>) -> Result<Answer, String> {
+    let Some(Value::Array(output)) = body.get("output") else {
+        return Err("output must be an array".into());
+    };
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    let mut asks_for_tool = false;
+    for (i, item) in output.iter().enumerate() {
+        let Value::Object(item) = item else {
+            return Err(format!("output[{i}] must be an object"));
+        };
+        match str_field(item, "type") {
+            Some("message") => {
+                let path = format!("output[{i}].content");
+                for piece in content_texts(item.get("content"), &["output_text"], &path)? {
+                    text.push_str(&piece);
+                }
+            }
+            Some(kind) if is_tool_call(kind) => {
+                asks_for_tool |= CALLER_TOOL_CALLS.contains(&kind);
+                calls.push(call_values(item));
+            }
+            _ => {}
+        }
+    }
+    let mut rule_text = text.clone();
+    for values in &calls {
+        push_tool_call(&mut rule_text, values);
+    }
+    Ok(Answer {
+        text,
+        rule_text,
+        asks_for_tool,
+        id: str_field(body, "id").map(str::to_owned),
+    })
+}
+
+/// What the model wrote for a tool: `arguments` (a JSON text), a custom tool's free `input`, and
+/// the values of a built-in tool's action, operation, queries or code.
+fn call_values(item: &Map<String, Value>) -> Vec<String> {
+    let mut values = Vec::new();
+    if let Some(arguments) = str_field(item, "arguments") {
+        values.extend(scalars_of_text(arguments));
+    }
+    if let Some(input) = str_field(item, "input") {
+        values.push(input.to_owned());
+    }
+    for field in CALL_VALUE_FIELDS {
+        if let Some(value) = item.get(*field) {
+            values.extend(scalars_of_value(value));
+        }
+    }
+    values
+}
+
+fn output_message(id: &str, reply: &str) -> Value {
+    json!({
+        "type": "message",
+        "id": id,
+        "status": "incomplete",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": reply, "annotations": [], "logprobs": []}],
+    })
+}
+
+fn incomplete() -> Value {
+    json!({"reason": "content_filter"})
+}
+
+/// The response object the filter answers with; `output` empty and `in_progress` for the start
+/// of a stream.
+fn response(reply: Option<&str>, req: &Request, ids: &Ids) -> Value {
+    let (status, details, output) = match reply {
+        Some(reply) => (
+            "incomplete",
+            incomplete(),
+            json!([output_message(&format!("msg_{}", ids.token), reply)]),
+        ),
+        None => ("in_progress", Value::Null, json!([])),
+    };
+    json!({
+        "id": format!("resp_{}", ids.token),
+        "object": "response",
+        "created_at": ids.created,
+        "status": status,
+        "background": req.background,
+        "error": null,
+        "incomplete_details": details,
+        "instructions": null,
+        "max_output_tokens": null,
+        "model": req.model.as_deref().unwrap_or_default(),
+        "output": output,
+        "parallel_tool_calls": true,
+        "previous_response_id": null,
+        "reasoning": {"effort": null, "summary": null},
+        "store": false,
+        "temperature": null,
+        "text": {"format": {"type": "text"}},
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": null,
+        "truncation": "disabled",
+        "usage": {
+            "input_tokens": 0,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": 0,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 0,
+        },
+        "metadata": {},
+    })
+}
+
+pub(super) fn refusal(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
+    to_vec(&response(Some(reply), req, ids))
+}
+
+pub(super) fn refusal_stream(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
+    let item_id = format!("msg_{}", ids.token);
+    let started = response(None, req, ids);
+    let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
+    let at = |mut event: Value| {
+        if let Value::Object(fields) = &mut event {
+            fields.insert("item_id".into(), json!(item_id));
+            fields.insert("output_index".into(), json!(0));
+            fields.insert("content_index".into(), json!(0));
+        }
+        event
+    };
+    let events = [
+        json!({"type": "response.created", "response": started}),
+        json!({"type": "response.in_progress", "response": started}),
+        json!({"type": "response.output_item.added", "output_index": 0,
+               "item": {"type": "message", "id": item_id, "status": "in_progress",
+                        "role": "assistant", "content": []}}),
+        at(json!({"type": "response.content_part.added", "part": part("")})),
+        at(json!({"type": "response.output_text.delta", "delta": reply, "logprobs": []})),
+        at(json!({"type": "response.output_text.done", "text": reply, "logprobs": []})),
+        at(json!({"type": "response.content_part.done", "part": part(reply)})),
+        json!({"type": "response.output_item.done", "output_index": 0,
+               "item": output_message(&item_id, reply)}),
+        json!({"type": "response.incomplete", "response": response(Some(reply), req, ids)}),
+    ];
+    let mut out = Vec::new();
+    for (sequence_number, mut event) in events.into_iter().enumerate() {
+        let name = event.get("type").and_then(Value::as_str).map(str::to_owned);
+        if let Value::Object(fields) = &mut event {
+            fields.insert("sequence_number".into(), json!(sequence_number));
+        }
+        push_event(&mut out, name.as_deref(), &event);
+    }
+    out
+}
+
+pub(super) fn withhold(body: &mut Map<String, Value>, reply: &str) -> Result<(), String> {
+    let Some(Value::Array(output)) = body.get("output") else {
+        return Err("output must be an array".into());
+    };
+    let message_id = output
+        .iter()
+        .find(|item| item.get("type").and_then(Value::as_str) == Some("message"))
+        .and_then(|item| item.get("id"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| {
+            let id = str_field(body, "id").unwrap_or_default();
+            format!("msg_{}", id.strip_prefix("resp_").unwrap_or(id))
+        });
+    body.insert("output".into(), json!([output_message(&message_id, reply)]));
+    body.insert("status".into(), json!("incomplete"));
+    body.insert("incomplete_details".into(), incomplete());
+    body.insert("error".into(), Value::Null);
+    // Some SDK-shaped bodies carry the joined answer text too.
+    body.remove("output_text");
+    Ok(())
+}

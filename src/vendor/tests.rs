@@ -1,0 +1,569 @@
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+use serde_json::{json, Value};
+
+use super::fixtures::*;
+use super::*;
+
+const REPLY: &str = "I cannot help with that. Never share a password in this conversation.";
+const ALL: [Api; 3] = [Api::AnthropicMessages, Api::ChatCompletions, Api::Responses];
+
+fn ids() -> Ids {
+    Ids {
+        token: "0123abcd".into(),
+        created: 1_760_000_000,
+    }
+}
+
+fn request(stream: bool) -> Request {
+    Request {
+        input_text: "password".into(),
+        last_user_text: "password".into(),
+        stream,
+        background: false,
+        include_usage: true,
+        model: Some("some-model".into()),
+    }
+}
+
+fn json_of(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap()
+}
+
+/// The SSE events of a body the filter wrote: (event name, data).
+fn events(body: &[u8]) -> Vec<(Option<String>, String)> {
+    let text = std::str::from_utf8(body).unwrap();
+    assert!(text.ends_with("\n\n"));
+    text.split_terminator("\n\n")
+        .map(|event| {
+            let mut name = None;
+            let mut data = None;
+            for line in event.lines() {
+                if let Some(n) = line.strip_prefix("event: ") {
+                    name = Some(n.to_owned());
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    assert!(data.is_none(), "one data line per event");
+                    data = Some(d.to_owned());
+                } else {
+                    panic!("unexpected line {line:?}");
+                }
+            }
+            (name, data.unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn api_is_chosen_by_method_and_path_suffix() {
+    let cases = [
+        ("POST", "/v1/messages", Some(Api::AnthropicMessages)),
+        (
+            "POST",
+            "/v1/messages?beta=true",
+            Some(Api::AnthropicMessages),
+        ),
+        (
+            "POST",
+            "/anthropic/v1/messages/",
+            Some(Api::AnthropicMessages),
+        ),
+        ("POST", "/v1/chat/completions", Some(Api::ChatCompletions)),
+        (
+            "POST",
+            "/openai/v1/chat/completions?x=1",
+            Some(Api::ChatCompletions),
+        ),
+        ("POST", "/v1/responses", Some(Api::Responses)),
+        ("GET", "/v1/responses", None),
+        ("POST", "/v1/responses/resp_1/cancel", None),
+        ("POST", "/v1/messages/count_tokens", None),
+        ("POST", "/v1/messagesx", None),
+        ("POST", "/v1/models", None),
+        ("POST", "", None),
+    ];
+    for (method, path, api) in cases {
+        assert_eq!(Api::from_request(method, path), api, "{method} {path}");
+    }
+}
+
+#[test]
+fn anthropic_input_reads_system_and_user_text_only() {
+    let req = parse_request(Api::AnthropicMessages, ANTHROPIC_REQUEST.as_bytes()).unwrap();
+    assert_eq!(
+        req.input_text,
+        "You answer questions about orders.\nWhere is order 17?\nAnd when does it arrive?"
+    );
+    assert_eq!(req.last_user_text, "And when does it arrive?");
+    assert!(req.stream && !req.background);
+    assert_eq!(req.model.as_deref(), Some("claude-sonnet-4-5"));
+}
+
+#[test]
+fn chat_input_reads_system_developer_and_user_text_only() {
+    let req = parse_request(Api::ChatCompletions, CHAT_REQUEST.as_bytes()).unwrap();
+    assert_eq!(
+        req.input_text,
+        "You answer questions about orders.\nBe brief.\nWhere is order 17?"
+    );
+    assert_eq!(req.last_user_text, "Where is order 17?");
+    assert!(req.stream && req.include_usage);
+}
+
+#[test]
+fn responses_input_reads_instructions_prompt_values_and_caller_messages() {
+    let req = parse_request(Api::Responses, RESPONSES_REQUEST.as_bytes()).unwrap();
+    // Prompt variables in name order: customer, topic.
+    assert_eq!(
+        req.input_text,
+        "You answer questions about orders.\nAda\nrefunds\nBe brief.\nWhere is order 17?"
+    );
+    assert!(!req.input_text.contains("password"));
+    assert_eq!(req.last_user_text, "Where is order 17?");
+    assert!(req.background && !req.stream);
+}
+
+#[test]
+fn responses_string_input_is_the_user_message() {
+    let req = parse_request(Api::Responses, br#"{"model":"m","input":"hi there"}"#).unwrap();
+    assert_eq!(req.input_text, "hi there");
+    assert_eq!(req.last_user_text, "hi there");
+}
+
+#[test]
+fn an_unexpected_role_is_read_rather_than_skipped() {
+    let body = br#"{"messages":[{"role":"system","content":"secret password"}]}"#;
+    for api in [Api::AnthropicMessages, Api::ChatCompletions] {
+        assert_eq!(
+            parse_request(api, body).unwrap().input_text,
+            "secret password"
+        );
+    }
+}
+
+#[test]
+fn a_repeated_key_is_refused_at_any_depth() {
+    let bodies: [&[u8]; 3] = [
+        br#"{"messages":[],"messages":[{"role":"user","content":"password"}]}"#,
+        br#"{"messages":[{"role":"user","content":"hi","content":"password"}]}"#,
+        br#"{"messages":[],"mess\u0061ges":[]}"#,
+    ];
+    for body in bodies {
+        let err = parse_request(Api::ChatCompletions, body).unwrap_err();
+        assert!(err.message().contains("duplicate key"), "{err}");
+    }
+}
+
+#[test]
+fn bad_requests_are_named_without_quoting_the_body() {
+    let cases: [(Api, &[u8], &str); 10] = [
+        (Api::ChatCompletions, b"\xff{\"password\"}", "not UTF-8"),
+        (Api::ChatCompletions, b"{\"password\": ", "not valid JSON"),
+        (Api::ChatCompletions, b"{} password", "not valid JSON"),
+        (
+            Api::ChatCompletions,
+            b"[\"password\"]",
+            "must be a JSON object",
+        ),
+        (
+            Api::ChatCompletions,
+            b"{\"password\": 1}",
+            "messages must be an array",
+        ),
+        (
+            Api::AnthropicMessages,
+            br#"{"messages":[{"role":"user","content":7}]}"#,
+            "messages[0].content must be",
+        ),
+        (
+            Api::AnthropicMessages,
+            br#"{"messages":[{"role":"user","content":[{"type":"text","text":{"password":1}}]}]}"#,
+            "messages[0].content[0].text must be a string",
+        ),
+        (
+            Api::ChatCompletions,
+            br#"{"messages":[],"stream":"password"}"#,
+            "stream must be a boolean",
+        ),
+        (
+            Api::Responses,
+            br#"{"input":{"password":1}}"#,
+            "input must be a string or an array",
+        ),
+        (
+            Api::Responses,
+            br#"{"input":"x","prompt":{"variables":{"password":[1]}}}"#,
+            "prompt.variables values",
+        ),
+    ];
+    for (api, body, expected) in cases {
+        let err = parse_request(api, body).unwrap_err();
+        assert!(err.message().contains(expected), "{err}");
+        assert!(!err.message().contains("password"), "{err}");
+    }
+}
+
+#[test]
+fn deep_nesting_is_refused_without_exhausting_the_stack() {
+    let deep = format!(
+        "{{\"messages\":{}{}}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    for api in ALL {
+        assert!(parse_request(api, deep.as_bytes()).is_err());
+        assert!(parse_answer(api, deep.as_bytes()).is_err());
+        assert!(withheld(api, deep.as_bytes(), REPLY).is_err());
+    }
+}
+
+#[test]
+fn anthropic_answer_text_is_its_text_blocks_never_thinking() {
+    let answer = parse_answer(Api::AnthropicMessages, ANTHROPIC_ANSWER_TEXT.as_bytes()).unwrap();
+    assert_eq!(answer.text, "Your order ships tomorrow.");
+    assert_eq!(answer.rule_text, answer.text);
+    assert!(!answer.asks_for_tool);
+    assert_eq!(answer.id.as_deref(), Some("msg_01XFDUDYJgAACzvnptvVoYEL"));
+}
+
+#[test]
+fn anthropic_rule_text_carries_tool_input_values_as_written() {
+    let answer = parse_answer(Api::AnthropicMessages, ANTHROPIC_ANSWER_TOOL.as_bytes()).unwrap();
+    assert_eq!(answer.text, "Sending it now.");
+    assert_eq!(
+        answer.rule_text,
+        "Sending it now.\nNL91ABNA0417164300\n12345678901234567890123\ntrue\na\nb\n1.50\n"
+    );
+    assert!(answer.asks_for_tool);
+}
+
+#[test]
+fn chat_answer_reads_every_choice_and_every_tool_call() {
+    let answer = parse_answer(Api::ChatCompletions, CHAT_ANSWER_TOOL.as_bytes()).unwrap();
+    assert_eq!(answer.text, "Paying now. Second choice.");
+    assert_eq!(
+        answer.rule_text,
+        "Paying now. Second choice.\nNL91ABNA0417164300\n1e2\nfalse\nnot json at all\necho {\"x\": 1}"
+    );
+    assert!(answer.asks_for_tool);
+}
+
+#[test]
+fn chat_asks_for_tool_on_finish_reason_or_tool_calls() {
+    let by_reason = br#"{"choices":[{"message":{"content":"x"},"finish_reason":"tool_calls"}]}"#;
+    let by_calls = br#"{"choices":[{"message":{"content":null,"tool_calls":[{"type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"stop"}]}"#;
+    let plain =
+        br#"{"choices":[{"message":{"content":"x","tool_calls":[]},"finish_reason":"stop"}]}"#;
+    assert!(
+        parse_answer(Api::ChatCompletions, by_reason)
+            .unwrap()
+            .asks_for_tool
+    );
+    assert!(
+        parse_answer(Api::ChatCompletions, by_calls)
+            .unwrap()
+            .asks_for_tool
+    );
+    assert!(
+        !parse_answer(Api::ChatCompletions, plain)
+            .unwrap()
+            .asks_for_tool
+    );
+}
+
+#[test]
+fn responses_answer_reads_output_text_and_tool_arguments_never_reasoning() {
+    let answer = parse_answer(Api::Responses, RESPONSES_ANSWER.as_bytes()).unwrap();
+    assert_eq!(answer.text, "Your order ships tomorrow.");
+    assert_eq!(
+        answer.rule_text,
+        "Your order ships tomorrow.\norder 17 status\nsearch\nNL91ABNA0417164300\n12"
+    );
+    assert!(answer.asks_for_tool);
+}
+
+#[test]
+fn a_hosted_tool_call_does_not_ask_the_caller_for_a_tool() {
+    let answer = parse_answer(Api::Responses, RESPONSES_ANSWER_HOSTED_ONLY.as_bytes()).unwrap();
+    assert_eq!(answer.text, "Sunny.");
+    assert!(!answer.asks_for_tool);
+}
+
+#[test]
+fn arguments_nested_past_the_parser_limit_are_read_as_text() {
+    let args = format!(
+        "{}\"NL91ABNA0417164300\"{}",
+        "[".repeat(5_000),
+        "]".repeat(5_000)
+    );
+    let body = json!({"choices": [{"message": {"content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "f", "arguments": args}}]}}]});
+    let answer = parse_answer(Api::ChatCompletions, body.to_string().as_bytes()).unwrap();
+    assert!(answer.rule_text.contains("NL91ABNA0417164300"));
+}
+
+#[test]
+fn unreadable_answers_are_bad_answers() {
+    for api in ALL {
+        assert!(parse_answer(api, b"\xff").is_err());
+        assert!(parse_answer(api, b"{").is_err());
+        assert!(parse_answer(api, b"[]").is_err());
+        assert!(parse_answer(api, b"{}").is_err());
+        assert!(withheld(api, b"{}", REPLY).is_err());
+    }
+}
+
+#[test]
+fn anthropic_refusal_is_a_refusal_message_with_zero_usage() {
+    let reply = refusal(Api::AnthropicMessages, REPLY, &request(false), &ids());
+    assert_eq!(reply.content_type, "application/json");
+    let body = json_of(&reply.body);
+    assert_eq!(body["id"], "msg_0123abcd");
+    assert_eq!(body["type"], "message");
+    assert_eq!(body["model"], "some-model");
+    assert_eq!(body["content"], json!([{"type": "text", "text": REPLY}]));
+    assert_eq!(body["stop_reason"], "refusal");
+    assert_eq!(body["stop_sequence"], Value::Null);
+    assert_eq!(body["usage"]["output_tokens"], 0);
+}
+
+#[test]
+fn anthropic_streamed_refusal_is_the_full_event_sequence() {
+    let reply = refusal(Api::AnthropicMessages, REPLY, &request(true), &ids());
+    assert_eq!(reply.content_type, "text/event-stream");
+    let events = events(&reply.body);
+    let names: Vec<_> = events.iter().map(|(n, _)| n.clone().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    for (name, data) in &events {
+        assert_eq!(json_of(data.as_bytes())["type"], name.as_deref().unwrap());
+    }
+    let delta = json_of(events[2].1.as_bytes());
+    assert_eq!(delta["delta"], json!({"type": "text_delta", "text": REPLY}));
+    let end = json_of(events[4].1.as_bytes());
+    assert_eq!(end["delta"]["stop_reason"], "refusal");
+    assert_eq!(end["usage"]["output_tokens"], 0);
+}
+
+#[test]
+fn chat_refusal_ends_with_content_filter() {
+    let body = json_of(&refusal(Api::ChatCompletions, REPLY, &request(false), &ids()).body);
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["id"], "chatcmpl-0123abcd");
+    assert_eq!(body["created"], 1_760_000_000);
+    assert_eq!(body["choices"][0]["message"]["content"], REPLY);
+    assert_eq!(body["choices"][0]["finish_reason"], "content_filter");
+}
+
+#[test]
+fn chat_streamed_refusal_is_chunks_then_done() {
+    let mut req = request(true);
+    let with_usage = refusal(Api::ChatCompletions, REPLY, &req, &ids());
+    req.include_usage = false;
+    let without_usage = refusal(Api::ChatCompletions, REPLY, &req, &ids());
+    for (reply, chunks) in [(with_usage, 3), (without_usage, 2)] {
+        let events = events(&reply.body);
+        assert_eq!(events.len(), chunks + 1);
+        assert!(events.iter().all(|(name, _)| name.is_none()));
+        assert_eq!(events.last().unwrap().1, "[DONE]");
+        let first = json_of(events[0].1.as_bytes());
+        assert_eq!(first["object"], "chat.completion.chunk");
+        assert_eq!(
+            first["choices"][0]["delta"],
+            json!({"role": "assistant", "content": REPLY})
+        );
+        let last = json_of(events[1].1.as_bytes());
+        assert_eq!(last["choices"][0]["finish_reason"], "content_filter");
+        if chunks == 3 {
+            let usage = json_of(events[2].1.as_bytes());
+            assert_eq!(usage["choices"], json!([]));
+            assert_eq!(usage["usage"]["total_tokens"], 0);
+        }
+    }
+}
+
+#[test]
+fn responses_refusal_is_incomplete_with_content_filter() {
+    let body = json_of(&refusal(Api::Responses, REPLY, &request(false), &ids()).body);
+    assert_eq!(body["object"], "response");
+    assert_eq!(body["id"], "resp_0123abcd");
+    assert_eq!(body["status"], "incomplete");
+    assert_eq!(body["incomplete_details"]["reason"], "content_filter");
+    assert_eq!(body["output"][0]["content"][0]["type"], "output_text");
+    assert_eq!(body["output"][0]["content"][0]["text"], REPLY);
+}
+
+#[test]
+fn responses_streamed_refusal_is_the_standard_event_sequence() {
+    let reply = refusal(Api::Responses, REPLY, &request(true), &ids());
+    let events = events(&reply.body);
+    let names: Vec<_> = events.iter().map(|(n, _)| n.clone().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.incomplete"
+        ]
+    );
+    for (i, (name, data)) in events.iter().enumerate() {
+        let data = json_of(data.as_bytes());
+        assert_eq!(data["type"], name.as_deref().unwrap());
+        assert_eq!(data["sequence_number"], i);
+    }
+    let last = json_of(events[8].1.as_bytes());
+    assert_eq!(
+        last["response"]["incomplete_details"]["reason"],
+        "content_filter"
+    );
+}
+
+#[test]
+fn withheld_anthropic_answer_keeps_id_and_usage_and_drops_tool_use() {
+    let body = withheld(
+        Api::AnthropicMessages,
+        ANTHROPIC_ANSWER_TOOL.as_bytes(),
+        REPLY,
+    )
+    .unwrap();
+    let body = json_of(&body);
+    assert_eq!(body["id"], "msg_01Tool");
+    assert_eq!(
+        body["usage"],
+        json!({"input_tokens": 20, "output_tokens": 30})
+    );
+    assert_eq!(body["content"], json!([{"type": "text", "text": REPLY}]));
+    assert_eq!(body["stop_reason"], "refusal");
+}
+
+#[test]
+fn withheld_chat_answer_replaces_every_choice() {
+    let body = withheld(Api::ChatCompletions, CHAT_ANSWER_TOOL.as_bytes(), REPLY).unwrap();
+    let answer = parse_answer(Api::ChatCompletions, &body).unwrap();
+    assert_eq!(answer.rule_text, format!("{REPLY}{REPLY}"));
+    assert!(!answer.asks_for_tool);
+    let body = json_of(&body);
+    assert_eq!(body["id"], "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT");
+    assert_eq!(body["created"], 1741569952);
+    assert_eq!(body["usage"]["total_tokens"], 29);
+    for (i, choice) in body["choices"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(choice["index"], i);
+        assert_eq!(choice["finish_reason"], "content_filter");
+        assert_eq!(choice["logprobs"], Value::Null);
+        assert!(choice["message"].get("tool_calls").is_none());
+    }
+}
+
+#[test]
+fn withheld_responses_answer_is_incomplete_with_one_message() {
+    let body = withheld(Api::Responses, RESPONSES_ANSWER.as_bytes(), REPLY).unwrap();
+    let answer = parse_answer(Api::Responses, &body).unwrap();
+    assert_eq!(answer.rule_text, REPLY);
+    let body = json_of(&body);
+    assert_eq!(
+        body["id"],
+        "resp_67ccd2bed1ec8190b14f964abc0542670bb6a6b452d3795b"
+    );
+    assert_eq!(body["status"], "incomplete");
+    assert_eq!(body["incomplete_details"]["reason"], "content_filter");
+    assert_eq!(body["usage"]["total_tokens"], 123);
+    assert_eq!(body["output"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        body["output"][0]["id"],
+        "msg_67ccd2bf17f0819081ff3bb2cf6508e6"
+    );
+    assert!(body.get("output_text").is_none());
+}
+
+#[test]
+fn errors_are_in_each_vendor_shape() {
+    let body = json_of(&error(Api::AnthropicMessages, 413, "too large").body);
+    assert_eq!(
+        body,
+        json!({"type": "error", "error": {"type": "request_too_large", "message": "too large"}})
+    );
+    let body = json_of(&error(Api::AnthropicMessages, 400, "bad").body);
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    for api in [Api::ChatCompletions, Api::Responses] {
+        let reply = error(api, 415, "unsupported");
+        assert_eq!(reply.content_type, "application/json");
+        assert_eq!(
+            json_of(&reply.body),
+            json!({"error": {"message": "unsupported", "type": "invalid_request_error",
+                             "param": null, "code": null}})
+        );
+    }
+}
+
+/// Writes every body the filter can write to /tmp/livecheck-vendor-samples, for checking them
+/// against the official SDKs (`cargo test -p livecheck --lib vendor -- --ignored`).
+#[test]
+#[ignore]
+#[cfg(not(target_arch = "wasm32"))]
+fn write_samples_for_the_sdk_check() {
+    let dir = std::path::Path::new("/tmp/livecheck-vendor-samples");
+    std::fs::create_dir_all(dir).unwrap();
+    let answers = [
+        (Api::AnthropicMessages, "anthropic", ANTHROPIC_ANSWER_TOOL),
+        (Api::ChatCompletions, "chat", CHAT_ANSWER_TOOL),
+        (Api::Responses, "responses", RESPONSES_ANSWER),
+    ];
+    for (api, name, answer) in answers {
+        for stream in [false, true] {
+            let file = format!("{name}-refusal{}.txt", if stream { "-stream" } else { "" });
+            let body = refusal(api, REPLY, &request(stream), &ids()).body;
+            std::fs::write(dir.join(file), body).unwrap();
+        }
+        let body = withheld(api, answer.as_bytes(), REPLY).unwrap();
+        std::fs::write(dir.join(format!("{name}-withheld.txt")), body).unwrap();
+        for status in [400, 413, 415] {
+            let body = error(api, status, "The request body is not valid JSON.").body;
+            std::fs::write(dir.join(format!("{name}-error-{status}.txt")), body).unwrap();
+        }
+    }
+}
+
+#[test]
+fn every_prefix_and_byte_flip_of_every_fixture_is_read_without_panic() {
+    let fixtures = [
+        ANTHROPIC_REQUEST,
+        ANTHROPIC_ANSWER_TEXT,
+        ANTHROPIC_ANSWER_TOOL,
+        CHAT_REQUEST,
+        CHAT_ANSWER_TOOL,
+        RESPONSES_REQUEST,
+        RESPONSES_ANSWER,
+        RESPONSES_ANSWER_HOSTED_ONLY,
+    ];
+    for fixture in fixtures {
+        let bytes = fixture.as_bytes();
+        let mut bodies: Vec<Vec<u8>> = (0..bytes.len()).map(|n| bytes[..n].to_vec()).collect();
+        for i in (0..bytes.len()).step_by(3) {
+            let mut flipped = bytes.to_vec();
+            flipped[i] ^= 0x22;
+            bodies.push(flipped);
+        }
+        for body in &bodies {
+            for api in ALL {
+                let _ = parse_request(api, body);
+                let _ = parse_answer(api, body);
+                let _ = withheld(api, body, REPLY);
+            }
+        }
+    }
+}

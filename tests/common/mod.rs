@@ -1,0 +1,99 @@
+//! Shared set-up for the filter's harness tests: the fresh `.wasm` compiled once per test binary,
+//! hosts configured from readable JSON, and turns driven under several chunkings.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+pub mod fixtures;
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use livecheck_harness::{compile, read_fresh_wasm, Host, Module, Options, StreamId};
+
+/// The filter built for wasm32-wasip1, refused when missing or stale, compiled once.
+fn module() -> &'static Module {
+    static MODULE: OnceLock<Module> = OnceLock::new();
+    MODULE.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let wasm = read_fresh_wasm(root, "livecheck").unwrap_or_else(|e| panic!("{e}"));
+        compile(&wasm).unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
+/// A host (one Envoy worker) running livecheck with `config` as its plugin configuration.
+pub fn livecheck(config: &str) -> Host {
+    Host::from_module(
+        module(),
+        Options {
+            plugin_config: config.as_bytes().to_vec(),
+            allow_on_headers_stop_iteration: true,
+            ..Options::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// How a body is cut into body callbacks.
+#[derive(Debug, Clone, Copy)]
+pub enum Chunking {
+    Bytes(usize),
+    Whole,
+}
+
+/// The chunkings every body scenario runs under.
+pub const CHUNKINGS: [Chunking; 3] = [Chunking::Bytes(1), Chunking::Bytes(7), Chunking::Whole];
+
+impl Chunking {
+    pub fn split<'a>(&self, body: &'a [u8]) -> Vec<&'a [u8]> {
+        match self {
+            Chunking::Bytes(n) => body.chunks(*n).collect(),
+            Chunking::Whole => vec![body],
+        }
+    }
+}
+
+/// Sends a request as Envoy delivers it: headers, each chunk, then the end of the body as its own
+/// empty callback (what Envoy does for a chunked body; see tests/fidelity).
+pub fn send_request(
+    host: &mut Host,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    chunking: Chunking,
+) -> StreamId {
+    let s = host.new_stream();
+    let mut all = vec![
+        (":method", "POST"),
+        (":path", path),
+        (":authority", "api.test"),
+    ];
+    all.push(("content-type", "application/json"));
+    all.extend_from_slice(headers);
+    host.send_request_headers(s, &all, false).unwrap();
+    for chunk in chunking.split(body.as_bytes()) {
+        host.send_request_body(s, chunk, false).unwrap();
+    }
+    host.send_request_body(s, b"", true).unwrap();
+    s
+}
+
+/// The upstream answers, chunked the same way.
+pub fn send_answer(
+    host: &mut Host,
+    s: StreamId,
+    headers: &[(&str, &str)],
+    body: &str,
+    chunking: Chunking,
+) {
+    let mut all = vec![(":status", "200")];
+    all.extend_from_slice(headers);
+    host.send_response_headers(s, &all, false).unwrap();
+    for chunk in chunking.split(body.as_bytes()) {
+        host.send_response_body(s, chunk, false).unwrap();
+    }
+    host.send_response_body(s, b"", true).unwrap();
+}
+
+pub fn json(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(bytes)))
+}

@@ -1,0 +1,353 @@
+//! Rule checks on every vendor × stage × outcome, through the built `.wasm` in the harness, under
+//! 1-byte, 7-byte and whole-body chunkings.
+
+mod common;
+
+use common::fixtures::*;
+use common::*;
+
+const BLOCKED_REPLY: &str = "I cannot help with that. Never share a password in this conversation.";
+
+#[test]
+fn a_clean_question_reaches_upstream_unchanged() {
+    for vendor in VENDORS {
+        for chunking in CHUNKINGS {
+            let mut host = livecheck(SEED);
+            let body = vendor.request(CLEAN_QUESTION, false);
+            let s = send_request(&mut host, vendor.path(), &[], &body, chunking);
+            let up = host.upstream_received(s);
+            assert_eq!(up.body_text(), body, "{vendor:?} {chunking:?}");
+            assert!(up.end_of_stream);
+            assert_eq!(up.header("accept-encoding"), Some("identity"));
+            assert!(host.caller_received(s).headers.is_none());
+            assert_eq!(host.metric("livecheck.orders.no-passwords.passed"), Some(1));
+        }
+    }
+}
+
+#[test]
+fn a_forbidden_question_is_refused_in_the_vendors_shape_and_never_reaches_upstream() {
+    for vendor in VENDORS {
+        for chunking in CHUNKINGS {
+            let mut host = livecheck(SEED);
+            let body = vendor.request(FORBIDDEN_QUESTION, false);
+            let s = send_request(&mut host, vendor.path(), &[], &body, chunking);
+            assert!(
+                host.upstream_received(s).headers.is_none(),
+                "{vendor:?} {chunking:?}"
+            );
+            let caller = host.caller_received(s);
+            assert_eq!(caller.status(), Some(200));
+            assert_eq!(
+                caller.header("x-core-check"),
+                Some(r#"stage=input, check="no-passwords", code=input_check_failed"#)
+            );
+            assert_eq!(caller.header("content-type"), Some("application/json"));
+            let reply = json(&caller.body);
+            assert_eq!(
+                vendor.stop_marker(&reply),
+                vendor.refused_marker(),
+                "{reply}"
+            );
+            assert_eq!(vendor.text_of(&reply), BLOCKED_REPLY);
+            assert_eq!(host.metric("livecheck.orders.no-passwords.failed"), Some(1));
+        }
+    }
+}
+
+#[test]
+fn a_forbidden_streamed_question_is_refused_as_server_sent_events() {
+    for vendor in VENDORS {
+        let mut host = livecheck(SEED);
+        let body = vendor.request(FORBIDDEN_QUESTION, true);
+        let s = send_request(&mut host, vendor.path(), &[], &body, Chunking::Bytes(7));
+        assert!(host.upstream_received(s).headers.is_none());
+        let caller = host.caller_received(s);
+        assert_eq!(caller.header("content-type"), Some("text/event-stream"));
+        assert!(caller.header("x-core-check").is_some());
+        let events = caller.body_text();
+        assert!(
+            events.contains(vendor.refused_marker().rsplit('/').next().unwrap()),
+            "{events}"
+        );
+        assert!(events.contains("I cannot help with that."), "{events}");
+        if vendor == Vendor::Chat {
+            assert!(events.ends_with("data: [DONE]\n\n"), "{events}");
+        }
+    }
+}
+
+#[test]
+fn a_clean_answer_reaches_the_caller_unchanged() {
+    for vendor in VENDORS {
+        for chunking in CHUNKINGS {
+            let mut host = livecheck(SEED);
+            let s = send_request(
+                &mut host,
+                vendor.path(),
+                &[],
+                &vendor.request(CLEAN_QUESTION, false),
+                chunking,
+            );
+            let answer = vendor.answer(CLEAN_ANSWER);
+            send_answer(
+                &mut host,
+                s,
+                &[("content-type", "application/json")],
+                &answer,
+                chunking,
+            );
+            let caller = host.caller_received(s);
+            assert_eq!(caller.status(), Some(200));
+            assert_eq!(caller.body_text(), answer, "{vendor:?} {chunking:?}");
+            assert!(caller.header("x-core-check").is_none());
+            assert!(caller.end_of_stream && !caller.reset);
+            assert_eq!(host.metric("livecheck.orders.no-iban.passed"), Some(1));
+        }
+    }
+}
+
+#[test]
+fn a_forbidden_answer_is_withheld_in_the_vendors_shape_with_usage_kept() {
+    for vendor in VENDORS {
+        for chunking in CHUNKINGS {
+            let mut host = livecheck(SEED);
+            let s = send_request(
+                &mut host,
+                vendor.path(),
+                &[],
+                &vendor.request(CLEAN_QUESTION, false),
+                chunking,
+            );
+            let answer = vendor.answer(FORBIDDEN_ANSWER);
+            send_answer(
+                &mut host,
+                s,
+                &[
+                    ("content-type", "application/json"),
+                    ("content-length", &answer.len().to_string()),
+                ],
+                &answer,
+                chunking,
+            );
+            let caller = host.caller_received(s);
+            assert_eq!(caller.status(), Some(200));
+            assert_eq!(
+                caller.header("x-core-check"),
+                Some(r#"stage=output, check="no-iban", code=output_check_failed"#)
+            );
+            assert!(
+                caller.header("content-length").is_none(),
+                "the body changed size"
+            );
+            let text = caller.body_text();
+            assert!(!text.contains("NL91"), "{vendor:?} {chunking:?}: {text}");
+            let reply = json(&caller.body);
+            assert_eq!(
+                vendor.stop_marker(&reply),
+                vendor.refused_marker(),
+                "{reply}"
+            );
+            assert_eq!(vendor.text_of(&reply), BLOCKED_REPLY);
+            let usage = &reply["usage"];
+            assert!(
+                usage["output_tokens"] == 7 || usage["completion_tokens"] == 7,
+                "{reply}"
+            );
+            assert_eq!(host.metric("livecheck.orders.no-iban.failed"), Some(1));
+        }
+    }
+}
+
+#[test]
+fn an_answer_that_cannot_be_read_is_withheld_as_errored() {
+    for vendor in VENDORS {
+        let mut host = livecheck(SEED);
+        let s = send_request(
+            &mut host,
+            vendor.path(),
+            &[],
+            &vendor.request(CLEAN_QUESTION, false),
+            Chunking::Whole,
+        );
+        send_answer(
+            &mut host,
+            s,
+            &[
+                ("content-type", "application/json"),
+                ("content-encoding", "gzip"),
+            ],
+            "\u{1f}\u{8b} not really gzip",
+            Chunking::Whole,
+        );
+        let caller = host.caller_received(s);
+        assert_eq!(
+            caller.header("x-core-check"),
+            Some(r#"stage=output, check="no-iban", code=check_errored"#),
+            "{vendor:?}"
+        );
+        assert!(!caller.body_text().contains("not really"));
+        assert_eq!(host.metric("livecheck.orders.no-iban.errored"), Some(1));
+    }
+}
+
+#[test]
+fn upstream_errors_pass_through_unchecked() {
+    let mut host = livecheck(SEED);
+    let vendor = Vendor::Anthropic;
+    let s = send_request(
+        &mut host,
+        vendor.path(),
+        &[],
+        &vendor.request(CLEAN_QUESTION, false),
+        Chunking::Whole,
+    );
+    let error = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    host.send_response_headers(
+        s,
+        &[(":status", "529"), ("content-type", "application/json")],
+        false,
+    )
+    .unwrap();
+    host.send_response_body(s, error.as_bytes(), true).unwrap();
+    let caller = host.caller_received(s);
+    assert_eq!(caller.status(), Some(529));
+    assert_eq!(caller.body_text(), error);
+}
+
+#[test]
+fn bad_request_bodies_are_refused_with_the_vendors_error_shape() {
+    for vendor in VENDORS {
+        let mut host = livecheck(SEED);
+        let s = send_request(
+            &mut host,
+            vendor.path(),
+            &[],
+            "{not json",
+            Chunking::Bytes(3),
+        );
+        let caller = host.caller_received(s);
+        assert_eq!(caller.status(), Some(400), "{vendor:?}");
+        let body = json(&caller.body);
+        assert!(body["error"]["message"].is_string(), "{body}");
+        assert!(host.upstream_received(s).headers.is_none());
+    }
+}
+
+#[test]
+fn compressed_request_bodies_are_refused_415() {
+    let mut host = livecheck(SEED);
+    let vendor = Vendor::Chat;
+    let s = send_request(
+        &mut host,
+        vendor.path(),
+        &[("content-encoding", "gzip")],
+        &vendor.request(CLEAN_QUESTION, false),
+        Chunking::Whole,
+    );
+    assert_eq!(host.caller_received(s).status(), Some(415));
+    assert!(host.upstream_received(s).headers.is_none());
+}
+
+#[test]
+fn bodies_over_the_limit_are_refused_413_whether_declared_or_not() {
+    let config = SEED.replacen(
+        "\"agent_header\"",
+        "\"max_body_bytes\": 64, \"agent_header\"",
+        1,
+    );
+    let vendor = Vendor::Responses;
+    let body = vendor.request(CLEAN_QUESTION, false);
+    assert!(body.len() > 64);
+    for declared in [true, false] {
+        let mut host = livecheck(&config);
+        let len = body.len().to_string();
+        let headers: &[(&str, &str)] = if declared {
+            &[("content-length", &len)]
+        } else {
+            &[]
+        };
+        let s = send_request(
+            &mut host,
+            vendor.path(),
+            headers,
+            &body,
+            Chunking::Bytes(16),
+        );
+        assert_eq!(
+            host.caller_received(s).status(),
+            Some(413),
+            "declared: {declared}"
+        );
+        assert!(host.upstream_received(s).headers.is_none());
+    }
+}
+
+#[test]
+fn an_unknown_agent_is_refused_not_let_through() {
+    let mut host = livecheck(SEED);
+    let vendor = Vendor::Anthropic;
+    let s = send_request(
+        &mut host,
+        vendor.path(),
+        &[("x-core-agent", "nobody")],
+        &vendor.request(CLEAN_QUESTION, false),
+        Chunking::Whole,
+    );
+    assert_eq!(host.caller_received(s).status(), Some(400));
+    assert!(host.upstream_received(s).headers.is_none());
+}
+
+#[test]
+fn a_draft_version_is_selected_by_header() {
+    let config = r#"{
+        "default_agent": "a",
+        "agents": {"a": {"published": "1", "versions": {
+            "1": {"live_checks": []},
+            "2": {"blocked_reply": "draft says no", "live_checks": [
+                {"name": "no-orders", "stage": "input", "kind": "not_contains", "expected": "order"}]}
+        }}}
+    }"#;
+    let vendor = Vendor::Chat;
+    let body = vendor.request(CLEAN_QUESTION, false);
+    let mut host = livecheck(config);
+    let published = send_request(&mut host, vendor.path(), &[], &body, Chunking::Whole);
+    assert!(host.upstream_received(published).headers.is_some());
+    let draft = send_request(
+        &mut host,
+        vendor.path(),
+        &[("x-core-version", "2")],
+        &body,
+        Chunking::Whole,
+    );
+    assert_eq!(
+        vendor.text_of(&json(&host.caller_received(draft).body)),
+        "draft says no"
+    );
+}
+
+#[test]
+fn a_bad_configuration_is_refused_with_one_line_per_problem() {
+    let config = r#"{"agents": {"a": {"published": "1", "versions": {"1": {"live_checks": [
+        {"name": "x", "stage": "input", "kind": "response_time"},
+        {"name": "y", "stage": "output", "kind": "matches_pattern", "pattern": "\\w+"}
+    ]}}}}}"#;
+    let wasm_host = livecheck_harness::Host::from_module(
+        &livecheck_harness::compile(
+            &livecheck_harness::read_fresh_wasm(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+                "livecheck",
+            )
+            .unwrap(),
+        )
+        .unwrap(),
+        livecheck_harness::Options {
+            plugin_config: config.as_bytes().to_vec(),
+            ..livecheck_harness::Options::default()
+        },
+    );
+    assert!(matches!(
+        wasm_host,
+        Err(livecheck_harness::HarnessError::ConfigRejected)
+    ));
+}
