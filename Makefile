@@ -33,7 +33,7 @@ clippy: toolchain
 
 # Every .wasm the tests load, built fresh; the harness refuses a .wasm older than its sources.
 wasm: toolchain
-	cargo build --release --locked --target wasm32-wasip1 -p livecheck -p fidelity-filter
+	cargo build --release --locked --target wasm32-wasip1 -p livecheck -p fidelity-filter --lib
 
 # Unit tests, harness tests and the harness side of the fidelity suite, against the fresh .wasm.
 native-tests: wasm

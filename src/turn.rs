@@ -317,3 +317,129 @@ fn send_stop(host: &mut dyn Host, stop: &Stop, content_type: &str, body: &[u8]) 
     );
     Flow::Pause
 }
+
+#[cfg(test)]
+mod tests {
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+    use crate::host::fake::FakeHost;
+
+    const SEED: &str = include_str!("../examples/seed.json");
+
+    fn turn() -> Turn {
+        Turn::new(Rc::new(Policy::from_json(SEED.as_bytes()).unwrap()))
+    }
+
+    fn chat_request(question: &str) -> FakeHost {
+        let mut host =
+            FakeHost::with_request(&[(":method", "POST"), (":path", "/v1/chat/completions")]);
+        host.request_body = serde_json::json!({
+            "model": "gpt-4.1-mini",
+            "messages": [{"role": "user", "content": question}]
+        })
+        .to_string()
+        .into_bytes();
+        host
+    }
+
+    /// Headers, then the whole body in one callback: what reaches the turn.
+    fn ask(turn: &mut Turn, host: &mut FakeHost) -> (Flow, Flow) {
+        let headers = turn.on_request_headers(host, false);
+        let size = host.request_body.len();
+        (headers, turn.on_request_body(host, size, true))
+    }
+
+    fn answer(turn: &mut Turn, host: &mut FakeHost, text: &str) -> (Flow, Flow) {
+        host.response_headers.insert(":status".into(), "200".into());
+        host.response_headers
+            .insert("content-type".into(), "application/json".into());
+        host.response_body = serde_json::json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4.1-mini",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+        })
+        .to_string()
+        .into_bytes();
+        let headers = turn.on_response_headers(host, false);
+        let size = host.response_body.len();
+        (headers, turn.on_response_body(host, size, true))
+    }
+
+    #[test]
+    fn request_headers_are_held_until_the_question_passed() {
+        let (mut t, mut host) = (turn(), chat_request("where is my order?"));
+        assert_eq!(ask(&mut t, &mut host), (Flow::Pause, Flow::Continue));
+        assert_eq!(
+            host.request_headers
+                .get("accept-encoding")
+                .map(String::as_str),
+            Some("identity")
+        );
+        assert!(host.local_reply.is_none());
+    }
+
+    #[test]
+    fn a_refused_question_is_answered_locally_with_the_header() {
+        let (mut t, mut host) = (turn(), chat_request("my password is x"));
+        assert_eq!(ask(&mut t, &mut host), (Flow::Pause, Flow::Pause));
+        let reply = host.local_reply.as_ref().unwrap();
+        assert_eq!(reply.status, 200);
+        assert_eq!(
+            reply.headers.get("x-core-check").map(String::as_str),
+            Some(r#"stage=input, check="no-passwords", code=input_check_failed"#)
+        );
+        assert_eq!(
+            host.local_reply_json()["choices"][0]["finish_reason"],
+            "content_filter"
+        );
+        assert_eq!(
+            host.counters.get("livecheck.orders.no-passwords.failed"),
+            Some(&1)
+        );
+    }
+
+    #[test]
+    fn the_request_body_is_buffered_until_its_end() {
+        let (mut t, mut host) = (turn(), chat_request("hello"));
+        assert_eq!(t.on_request_headers(&mut host, false), Flow::Pause);
+        assert_eq!(t.on_request_body(&mut host, 3, false), Flow::Pause);
+        let size = host.request_body.len();
+        assert_eq!(t.on_request_body(&mut host, size, true), Flow::Continue);
+    }
+
+    #[test]
+    fn a_forbidden_answer_is_withheld_and_its_headers_held_until_decided() {
+        let (mut t, mut host) = (turn(), chat_request("hello"));
+        ask(&mut t, &mut host);
+        assert_eq!(
+            answer(&mut t, &mut host, "NL91ABNA0417164300"),
+            (Flow::Pause, Flow::Continue)
+        );
+        let body: serde_json::Value = serde_json::from_slice(&host.response_body).unwrap();
+        assert_eq!(body["choices"][0]["finish_reason"], "content_filter");
+        assert_eq!(body["usage"]["completion_tokens"], 4);
+        assert!(!String::from_utf8_lossy(&host.response_body).contains("NL91"));
+        assert!(host.response_headers.contains_key("x-core-check"));
+    }
+
+    #[test]
+    fn a_clean_answer_is_left_as_it_is() {
+        let (mut t, mut host) = (turn(), chat_request("hello"));
+        ask(&mut t, &mut host);
+        answer(&mut t, &mut host, "fine");
+        let body: serde_json::Value = serde_json::from_slice(&host.response_body).unwrap();
+        assert_eq!(body["choices"][0]["message"]["content"], "fine");
+        assert!(!host.response_headers.contains_key("x-core-check"));
+    }
+
+    #[test]
+    fn other_calls_pass_untouched() {
+        let mut t = turn();
+        let mut host = FakeHost::with_request(&[(":method", "GET"), (":path", "/v1/models")]);
+        assert_eq!(t.on_request_headers(&mut host, true), Flow::Continue);
+        assert_eq!(t.on_response_headers(&mut host, false), Flow::Continue);
+        assert!(!host.request_headers.contains_key("accept-encoding"));
+    }
+}

@@ -1,0 +1,68 @@
+//! `livecheck lint CONFIG`: checks a plugin configuration offline, with the same errors the filter
+//! logs when Envoy loads it, so operators can check configs in their own CI.
+
+use std::io::Read;
+use std::process::ExitCode;
+
+use livecheck::config::Policy;
+
+const USAGE: &str = "usage: livecheck lint CONFIG.json   (- reads standard input)";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["lint", path] => lint(path),
+        ["--version"] => {
+            println!("{}", livecheck::build_info::banner());
+            ExitCode::SUCCESS
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn lint(path: &str) -> ExitCode {
+    let bytes = if path == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin().read_to_end(&mut buf).map(|_| buf)
+    } else {
+        std::fs::read(path)
+    };
+    let bytes = match bytes {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("livecheck lint: cannot read {path}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match Policy::from_json(&bytes) {
+        Ok(policy) => {
+            let versions: usize = policy.agents.values().map(|a| a.versions.len()).sum();
+            let checks: usize = policy
+                .agents
+                .values()
+                .flat_map(|a| a.versions.values())
+                .map(|v| v.checks.len())
+                .sum();
+            println!(
+                "{path}: ok ({} agent(s), {versions} version(s), {checks} check(s))",
+                policy.agents.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for e in &errors {
+                println!("{path}: {e}");
+            }
+            eprintln!("{path}: {} problem(s)", errors.len());
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The `livecheck lint` command: the filter's configuration errors, offline.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn lint(config: &str) -> (i32, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_livecheck"))
+        .args(["lint", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(config.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8(out.stdout).unwrap(),
+    )
+}
+
+#[test]
+fn the_seed_example_lints_clean() {
+    let (code, out) = lint(include_str!("../examples/seed.json"));
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("ok (1 agent(s), 1 version(s), 3 check(s))"),
+        "{out}"
+    );
+}
+
+#[test]
+fn each_problem_is_one_line_naming_agent_check_and_field() {
+    let config = r#"{"agents": {"support": {"published": "1", "versions": {"1": {"live_checks": [
+        {"name": "latency", "stage": "output", "kind": "response_time"},
+        {"name": "iban", "stage": "output", "kind": "matches_pattern", "pattern": "NL\\d+"},
+        {"name": "pw", "stage": "input", "kind": "not_contains", "expected": "password", "recover": true}
+    ]}}}}}"#;
+    let (code, out) = lint(config);
+    assert_eq!(code, 1);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(lines[0].contains(r#"agent "support" version "1" check "latency" field `kind`: response_time is not yet supported"#), "{out}");
+    assert!(
+        lines[1].contains(r#"check "iban" field `pattern`"#),
+        "{out}"
+    );
+    assert!(lines[2].contains(r#"check "pw" field `recover`"#), "{out}");
+    assert!(!out.contains("NL\\d+"), "patterns are never printed: {out}");
+}
+
+#[test]
+fn a_missing_file_is_a_usage_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_livecheck"))
+        .args(["lint", "/nonexistent/livecheck.json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
