@@ -36,6 +36,8 @@ pub struct Host {
     pub(crate) vm: Vm,
     next_stream: u64,
     vm_starts: u32,
+    /// Emulated time of the last VM load (or reload attempt): Envoy's `handle_wrapper.last_load`.
+    last_load: Duration,
 }
 
 impl Host {
@@ -56,6 +58,7 @@ impl Host {
             vm: Vm::new(module, world),
             next_stream: 0,
             vm_starts: 0,
+            last_load: Duration::ZERO,
         };
         host.start_vm()?;
         Ok(host)
@@ -65,6 +68,7 @@ impl Host {
     /// `onConfigure`).
     fn start_vm(&mut self) -> Result<(), HarnessError> {
         self.vm_starts = self.vm_starts.saturating_add(1);
+        self.last_load = self.vm.state().world.now;
         let module = self.module.clone();
         let result = self.vm.start(&module).and_then(|()| self.start_root());
         if result.is_err() {
@@ -126,11 +130,16 @@ impl Host {
     }
 
     /// A new HTTP stream (its context is created at its request headers, as Envoy does).
-    /// After a VM failure, `FAIL_RELOAD` starts a fresh VM here and `FAIL_OPEN` leaves the
-    /// filter out of the stream.
+    /// After a VM failure, `FAIL_RELOAD` starts a fresh VM here once the reload backoff has
+    /// passed since the last load (before that the stream fails closed: 503), and `FAIL_OPEN`
+    /// leaves the filter out of the stream. Envoy: `PluginConfig::maybeReloadHandleIfNeeded`,
+    /// called by `createContext` for every new filter.
     pub fn new_stream(&mut self) -> StreamId {
-        let policy = self.vm.state().world.options.failure_policy;
-        if self.vm.state().vm.failed && policy == FailurePolicy::FailReload {
+        let state = self.vm.state();
+        let policy = state.world.options.failure_policy;
+        let backoff_over =
+            state.world.now.saturating_sub(self.last_load) >= state.world.options.reload_backoff;
+        if state.vm.failed && policy == FailurePolicy::FailReload && backoff_over {
             self.reload();
         }
         let failed = self.vm.state().vm.failed;

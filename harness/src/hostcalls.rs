@@ -12,6 +12,7 @@ use crate::memory::{word, Guest};
 use crate::options::LogLevel;
 use crate::pairs;
 use crate::state::{Deferred, State};
+use crate::stream::Stream;
 
 type R = wasmtime::Result<i32>;
 
@@ -408,6 +409,7 @@ fn get_property(
         .stream()
         .and_then(|s| s.properties.get(&key).cloned())
         .or_else(|| options.properties.get(&key).cloned())
+        .or_else(|| state.stream().and_then(|s| request_property(s, &key)))
         .or_else(|| match key.as_str() {
             "plugin_name" => Some(options.plugin_name.clone().into_bytes()),
             "plugin_root_id" => Some(options.root_id.clone().into_bytes()),
@@ -419,6 +421,27 @@ fn get_property(
     };
     let ok = g.copy_out(&value, word(ptr_ptr), word(size_ptr))?;
     Ok(ok_or_fault(ok))
+}
+
+/// Envoy's `request.*` attributes that come from the request headers (`RequestWrapper` over the
+/// filter's `request_headers_`): readable while the request headers are (so not once
+/// `on_request_headers` continued), NotFound when the header is missing.
+fn request_property(stream: &Stream, key: &str) -> Option<Vec<u8>> {
+    let headers = stream.map(MapType::RequestHeaders)?;
+    let path = || headers.get(":path");
+    let value = match key {
+        "request.path" => path()?.to_owned(),
+        "request.url_path" => path()?.split('?').next()?.to_owned(),
+        "request.query" => path()?.split_once('?').map(|(_, q)| q)?.to_owned(),
+        "request.host" => headers.get(":authority")?.to_owned(),
+        "request.scheme" => headers.get(":scheme")?.to_owned(),
+        "request.method" => headers.get(":method")?.to_owned(),
+        "request.referer" => headers.get("referer")?.to_owned(),
+        "request.useragent" => headers.get("user-agent")?.to_owned(),
+        "request.id" => headers.get("x-request-id")?.to_owned(),
+        _ => return None,
+    };
+    Some(value.into_bytes())
 }
 
 fn set_property(mut caller: Caller<'_, State>, ptr: i32, len: i32, vptr: i32, vlen: i32) -> i32 {

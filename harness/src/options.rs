@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime};
 /// Envoy's `failure_policy` for a wasm plugin whose VM failed (a trap, e.g. a Rust panic).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FailurePolicy {
-    /// The in-flight stream gets a 503 (or a reset); later streams get a fresh VM.
+    /// The in-flight stream gets a 503 (or a reset); later streams get 503 during the reload
+    /// backoff ([`Options::reload_backoff`]), then a fresh VM.
     #[default]
     FailReload,
     /// The in-flight stream gets a 503 (or a reset); later streams get 503 too.
@@ -61,6 +62,11 @@ pub struct Options {
     pub buffer_limit: usize,
     /// What happens when the VM fails.
     pub failure_policy: FailurePolicy,
+    /// `FAIL_RELOAD`'s `reload_config.backoff.base_interval` (Envoy's default 1 s): a failed VM
+    /// is replaced at the first new stream once this long has passed since the VM was last
+    /// (re)loaded; streams before that get 503. Envoy jitters it (`JitteredLowerBoundBackOffStrategy`,
+    /// somewhere in [base, 1.5 base)); the harness uses the base, so it is deterministic.
+    pub reload_backoff: Duration,
     /// Properties the host answers `proxy_get_property` with, keyed by path segments joined
     /// with `.` (for example `request.path`).
     pub properties: BTreeMap<String, Vec<u8>>,
@@ -85,6 +91,7 @@ impl Default for Options {
             allow_on_headers_stop_iteration: false,
             buffer_limit: 1024 * 1024,
             failure_policy: FailurePolicy::default(),
+            reload_backoff: Duration::from_secs(1),
             properties: BTreeMap::new(),
             log_level: LogLevel::default(),
             root_id: String::new(),

@@ -11,6 +11,8 @@
 mod common;
 
 use common::{results, wat_host, GET, OK};
+use std::time::Duration;
+
 use livecheck_harness::{FailurePolicy, Host, Options};
 
 /// Traps in on_request_headers when the request has an `x-crash` header; counts VM starts.
@@ -45,7 +47,7 @@ fn crash(host: &mut Host) -> livecheck_harness::StreamId {
 }
 
 #[test]
-fn a_trap_answers_the_in_flight_stream_503_and_fail_reload_gives_the_next_stream_a_fresh_vm() {
+fn a_trap_answers_the_in_flight_stream_503_and_fail_reload_gives_a_fresh_vm_after_the_backoff() {
     let mut host = host(FailurePolicy::FailReload);
     let s = crash(&mut host);
     let caller = host.caller_received(s);
@@ -55,6 +57,15 @@ fn a_trap_answers_the_in_flight_stream_503_and_fail_reload_gives_the_next_stream
     assert!(host.vm_failed());
     assert!(host.logs_contain("proxy_on_request_headers failed"));
 
+    // Within the reload backoff (1 s since the VM was loaded) the failed VM fails closed.
+    host.advance_time(Duration::from_millis(999));
+    let early = host.new_stream();
+    assert_eq!(host.vm_starts(), 1);
+    host.send_request_headers(early, &GET, true).unwrap();
+    assert_eq!(host.caller_received(early).status(), Some(503));
+    assert!(host.caller_received(early).body.is_empty());
+
+    host.advance_time(Duration::from_millis(1));
     let next = host.new_stream();
     assert_eq!(host.vm_starts(), 2);
     assert_eq!(
@@ -65,6 +76,44 @@ fn a_trap_answers_the_in_flight_stream_503_and_fail_reload_gives_the_next_stream
     host.send_request_headers(next, &GET, true).unwrap();
     host.send_response_headers(next, &OK, true).unwrap();
     assert_eq!(host.caller_received(next).status(), Some(200));
+}
+
+#[test]
+fn the_reload_backoff_counts_from_the_last_load_not_from_the_failure() {
+    let mut host = wat_host(
+        CRASH_ON_HEADER,
+        Options {
+            reload_backoff: Duration::from_secs(5),
+            ..Options::default()
+        },
+    );
+    host.advance_time(Duration::from_secs(10));
+    crash(&mut host);
+    // Envoy's `maybeReloadHandleIfNeeded` compares now with the handle's `last_load`: a VM that
+    // ran longer than the backoff is replaced at the very next stream.
+    let next = host.new_stream();
+    assert_eq!(host.vm_starts(), 2);
+    // The fresh VM traps too: the next reload waits for the backoff from this load.
+    host.send_request_headers(
+        next,
+        &[
+            (":method", "GET"),
+            (":path", "/"),
+            (":authority", "a"),
+            ("x-crash", "1"),
+        ],
+        true,
+    )
+    .unwrap();
+    assert!(host.vm_failed());
+    host.advance_time(Duration::from_secs(4));
+    let during = host.new_stream();
+    assert_eq!(host.vm_starts(), 2);
+    host.send_request_headers(during, &GET, true).unwrap();
+    assert_eq!(host.caller_received(during).status(), Some(503));
+    host.advance_time(Duration::from_secs(1));
+    host.new_stream();
+    assert_eq!(host.vm_starts(), 3);
 }
 
 #[test]
