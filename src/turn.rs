@@ -247,6 +247,8 @@ impl Turn {
             host.set_response_header(stop::HEADER, Some(&value));
         }
         host.set_response_header("content-type", Some(withheld.content_type));
+        // The filter's own body is plain: whatever encoding upstream declared no longer applies.
+        host.set_response_header("content-encoding", None);
         if !host.replace_response_body(body.len(), &withheld.body) {
             host.log(
                 LogLevel::Error,

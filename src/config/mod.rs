@@ -135,20 +135,24 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("config:")?;
+        let mut place = Vec::new();
         if let Some(a) = &self.agent {
-            write!(f, " agent {a:?}")?;
+            place.push(format!("agent {a:?}"));
         }
         if let Some(v) = &self.version {
-            write!(f, " version {v:?}")?;
+            place.push(format!("version {v:?}"));
         }
         if let Some(c) = &self.check {
-            write!(f, " check {c:?}")?;
+            place.push(format!("check {c:?}"));
         }
         if let Some(field) = &self.field {
-            write!(f, " field `{field}`")?;
+            place.push(format!("field `{field}`"));
         }
-        write!(f, ": {}", self.message)
+        if place.is_empty() {
+            write!(f, "config: {}", self.message)
+        } else {
+            write!(f, "config: {}: {}", place.join(" "), self.message)
+        }
     }
 }
 

@@ -219,6 +219,11 @@ fn published_version_and_default_agent_must_exist() {
 }
 
 #[test]
+fn a_problem_without_a_place_reads_plainly() {
+    assert_eq!(one_error("{}"), "config: missing field `agents`");
+}
+
+#[test]
 fn bad_json_says_where() {
     let e = one_error("{\"agents\": ");
     assert!(e.contains("not valid JSON (line 1"), "{e}");

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from envoy_process import Envoy, render_config, wasm_path
+from envoy_process import SEED_CONFIG, Envoy, render_config, wasm_path
 from upstream_double import UpstreamDouble
 
 
@@ -19,8 +19,10 @@ def double():
 
 @pytest.fixture(scope="session")
 def livecheck_envoy(double, tmp_path_factory):
+    """Envoy running livecheck with the seed configuration (examples/seed.json) in front of the double."""
     wasm = wasm_path("livecheck.wasm")
-    envoy = Envoy(render_config(wasm, double.port), tmp_path_factory.mktemp("envoy-livecheck"))
+    config = render_config(wasm, double.port, plugin_configuration=SEED_CONFIG.read_text())
+    envoy = Envoy(config, tmp_path_factory.mktemp("envoy-livecheck"))
     yield envoy
     envoy.stop()
 

@@ -20,6 +20,8 @@ import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 LIVECHECK_YAML = REPO / "envoy" / "livecheck.yaml"
+# The seed livecheck configuration the tests run with (envoy/livecheck.yaml carries the same inline).
+SEED_CONFIG = REPO / "examples" / "seed.json"
 
 
 def envoy_binary() -> str:
@@ -58,13 +60,16 @@ def render_config(
     upstream_port: int,
     *,
     plugin_name: str = "livecheck",
-    plugin_configuration: str = "{}",
+    plugin_configuration: Optional[str] = None,
     allow_on_headers_stop_iteration: bool = True,
     failure_policy: str = "FAIL_RELOAD",
     buffer_limit: Optional[int] = None,
     extra_clusters: Optional[dict[str, int]] = None,
 ) -> dict:
-    """envoy/livecheck.yaml with loopback ports, the vendor cluster on the double, and the given filter."""
+    """envoy/livecheck.yaml with loopback ports, the vendor cluster on the double, and the given filter.
+
+    `plugin_configuration` replaces the shipped plugin configuration (None keeps envoy/livecheck.yaml's).
+    """
     config = copy.deepcopy(yaml.safe_load(LIVECHECK_YAML.read_text()))
     config["admin"]["address"]["socket_address"]["port_value"] = 0
     (listener,) = config["static_resources"]["listeners"]
@@ -76,7 +81,8 @@ def render_config(
     plugin["root_id"] = plugin_name
     plugin["vm_config"]["vm_id"] = plugin_name
     plugin["vm_config"]["code"]["local"]["filename"] = str(wasm)
-    plugin["configuration"]["value"] = plugin_configuration
+    if plugin_configuration is not None:
+        plugin["configuration"]["value"] = plugin_configuration
     plugin["allow_on_headers_stop_iteration"] = allow_on_headers_stop_iteration
     plugin["failure_policy"] = failure_policy
 

@@ -1,4 +1,8 @@
-"""livecheck in real Envoy, driven by the official SDKs through envoy/livecheck.yaml's shape."""
+"""livecheck in real Envoy, driven by the official SDKs through envoy/livecheck.yaml's shape.
+
+Envoy runs the seed configuration (examples/seed.json): these turns pass its checks (no "password" in
+a question, no Dutch IBAN in an answer). The rule checks themselves are in test_rule_checks.py.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,10 @@ import re
 
 import anthropic
 import openai
+import pytest
+import yaml
 
+from envoy_process import LIVECHECK_YAML, SEED_CONFIG
 from upstream_double import Answer
 
 MESSAGES_ANSWER = {
@@ -52,6 +59,21 @@ def test_envoy_loads_the_filter_and_logs_its_banner(livecheck_envoy):
     assert re.search(r"livecheck \d+\.\d+\.\d+ \(git [0-9a-f]{7,}(-dirty)?\)", livecheck_envoy.log()), livecheck_envoy.log()[-3000:]
 
 
+def test_the_shipped_config_carries_the_seed_configuration():
+    config = yaml.safe_load(LIVECHECK_YAML.read_text())
+    (listener,) = config["static_resources"]["listeners"]
+    (hcm,) = listener["filter_chains"][0]["filters"]
+    wasm = next(f for f in hcm["typed_config"]["http_filters"] if f["name"] == "envoy.filters.http.wasm")
+    shipped = wasm["typed_config"]["config"]["configuration"]["value"]
+    assert json.loads(shipped) == json.loads(SEED_CONFIG.read_text())
+
+
+def test_envoy_configured_livecheck_with_the_seed(livecheck_envoy):
+    log = livecheck_envoy.log()
+    assert "livecheck configured: 1 agent(s)" in log, log[-3000:]
+    assert "config refused" not in log
+
+
 def test_anthropic_sdk_gets_the_messages_answer_through_envoy(livecheck_envoy, double):
     double.script(default=_json_answer(MESSAGES_ANSWER))
     client = anthropic.Anthropic(base_url=livecheck_envoy.url, api_key="test-key", max_retries=0)
@@ -83,6 +105,11 @@ def test_openai_sdk_gets_the_chat_completion_through_envoy(livecheck_envoy, doub
     assert sent.headers["authorization"] == "Bearer test-key"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="streamed answers are not implemented yet: livecheck withholds them as unreadable; "
+    "drop this mark when they stream",
+)
 def test_openai_sdk_streams_the_chat_completion_through_envoy(livecheck_envoy, double):
     words = ["Hello", " from", " the", " double."]
     events = [_chat_chunk({"role": "assistant", "content": ""})]

@@ -1,0 +1,409 @@
+"""Rule checks end to end: the official SDKs -> real Envoy running livecheck with the seed config
+(examples/seed.json) -> the scripted upstream double.
+
+For each vendor API (Anthropic Messages, OpenAI Chat Completions, OpenAI Responses):
+  - a refused question (the seed's `no-passwords` input check): what the SDK hands its caller, plain
+    and streamed, and that nothing reached upstream;
+  - a withheld non-streamed answer (the seed's `no-iban` output check): the stop marker, the IBAN
+    nowhere in the raw bytes, usage kept;
+  - a clean turn: passes unchanged, no X-Core-Check.
+X-Core-Check is parsed with an independent RFC 8941 parser (http-sfv). Then the counters on the
+admin's /stats/prometheus, and Envoy refusing a bad livecheck configuration at startup.
+Streamed ANSWERS are not covered here (not implemented yet).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import re
+import subprocess
+import urllib.request
+from typing import Any, Callable
+
+import anthropic
+import http_sfv
+import openai
+import pytest
+
+from envoy_process import REPO, SEED_CONFIG, envoy_binary, render_config, wasm_path
+from upstream_double import Answer
+
+SEED = json.loads(SEED_CONFIG.read_text())
+BLOCKED_REPLY = SEED["agents"]["orders"]["versions"]["1"]["blocked_reply"]
+
+FORBIDDEN_QUESTION = "My password is hunter2. Can you remember it for my next order?"
+CLEAN_QUESTION = "Where is my order 4711?"
+IBAN = "NL91ABNA0417164300"
+FORBIDDEN_ANSWER = f"Your refund goes to {IBAN} within three days."
+CLEAN_ANSWER = "Your order 4711 left the warehouse this morning."
+
+
+# --- the three vendor APIs ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Vendor:
+    name: str
+    path: str
+    # (envoy, question, stream) -> the SDK's LegacyAPIResponse (headers + parse())
+    create: Callable[[Any, str, bool], Any]
+    # a non-streamed upstream answer saying `text`
+    answer: Callable[[str], dict]
+    # the parsed non-streamed SDK result -> (stop marker, text, usage as dict)
+    read: Callable[[Any], tuple]
+    # the iterated stream events -> (final stop marker, text)
+    read_stream: Callable[[list], tuple]
+    refused: Any  # the stop marker of a refused / withheld turn
+    ok: Any  # the stop marker of the double's clean answer
+
+
+def _anthropic(envoy) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=envoy.url, api_key="test", max_retries=0)
+
+
+def _openai(envoy) -> openai.OpenAI:
+    return openai.OpenAI(base_url=envoy.url + "/v1", api_key="test", max_retries=0)
+
+
+def _anthropic_stream(events: list) -> tuple:
+    stops = [e.delta.stop_reason for e in events if e.type == "message_delta"]
+    text = "".join(e.delta.text for e in events if e.type == "content_block_delta" and e.delta.type == "text_delta")
+    assert events[-1].type == "message_stop", [e.type for e in events]
+    return (stops[-1] if stops else None), text
+
+
+def _chat_stream(events: list) -> tuple:
+    text = "".join(c.choices[0].delta.content or "" for c in events if c.choices)
+    finishes = [c.choices[0].finish_reason for c in events if c.choices and c.choices[0].finish_reason]
+    return (finishes[-1] if finishes else None), text
+
+
+def _responses_stream(events: list) -> tuple:
+    final = events[-1]
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert final.type in ("response.completed", "response.incomplete"), [e.type for e in events]
+    details = final.response.incomplete_details
+    return (final.response.status, details.reason if details else None), text
+
+
+ANTHROPIC = Vendor(
+    name="anthropic",
+    path="/v1/messages",
+    create=lambda envoy, q, stream: _anthropic(envoy).messages.with_raw_response.create(
+        model="claude-test", max_tokens=256, messages=[{"role": "user", "content": q}], stream=stream
+    ),
+    answer=lambda text: {
+        "id": "msg_01Up",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 17, "output_tokens": 23},
+    },
+    read=lambda m: (m.stop_reason, "".join(b.text for b in m.content if b.type == "text"), m.usage.model_dump()),
+    read_stream=_anthropic_stream,
+    refused="refusal",
+    ok="end_turn",
+)
+
+CHAT = Vendor(
+    name="chat",
+    path="/v1/chat/completions",
+    create=lambda envoy, q, stream: _openai(envoy).chat.completions.with_raw_response.create(
+        model="gpt-4.1-mini", messages=[{"role": "user", "content": q}], stream=stream
+    ),
+    answer=lambda text: {
+        "id": "chatcmpl-up",
+        "object": "chat.completion",
+        "created": 1790000000,
+        "model": "gpt-4.1-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 17, "completion_tokens": 23, "total_tokens": 40},
+    },
+    read=lambda c: (c.choices[0].finish_reason, c.choices[0].message.content, c.usage.model_dump()),
+    read_stream=_chat_stream,
+    refused="content_filter",
+    ok="stop",
+)
+
+RESPONSES = Vendor(
+    name="responses",
+    path="/v1/responses",
+    create=lambda envoy, q, stream: _openai(envoy).responses.with_raw_response.create(
+        model="gpt-4.1-mini", input=q, stream=stream
+    ),
+    answer=lambda text: {
+        "id": "resp_up",
+        "object": "response",
+        "created_at": 1790000000,
+        "status": "completed",
+        "model": "gpt-4.1-mini",
+        "output": [
+            {
+                "type": "message",
+                "id": "msg_up",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {"input_tokens": 17, "output_tokens": 23, "total_tokens": 40},
+    },
+    read=lambda r: (
+        (r.status, r.incomplete_details.reason if r.incomplete_details else None),
+        r.output_text,
+        r.usage.model_dump(),
+    ),
+    read_stream=_responses_stream,
+    refused=("incomplete", "content_filter"),
+    ok=("completed", None),
+)
+
+VENDORS = [ANTHROPIC, CHAT, RESPONSES]
+vendors = pytest.mark.parametrize("vendor", VENDORS, ids=lambda v: v.name)
+
+
+def _json_answer(body: dict) -> Answer:
+    return Answer(headers={"content-type": "application/json"}, body_chunks=[json.dumps(body)], chunked=False)
+
+
+def _x_core_check(raw) -> dict:
+    """X-Core-Check parsed as an RFC 8941 dictionary by http-sfv: {key: (python type, value)}."""
+    values = raw.headers.get_list("x-core-check")
+    assert len(values) == 1, values
+    parsed = http_sfv.Dictionary()
+    parsed.parse(values[0].encode("ascii"))  # raises ValueError on anything that is not a dictionary
+    out = {}
+    for key, member in parsed.items():
+        assert isinstance(member, http_sfv.Item), f"{key} is an inner list: {values[0]}"
+        assert not member.params, f"{key} has parameters: {values[0]}"
+        out[key] = ("token" if isinstance(member.value, http_sfv.Token) else type(member.value).__name__, str(member.value))
+    return out
+
+
+def _subset(actual: dict, expected: dict) -> dict:
+    return {k: actual.get(k) for k in expected}
+
+
+# --- (a) a refused question -------------------------------------------------------------------------
+
+
+@vendors
+def test_a_refused_question_gets_the_blocked_reply_and_never_reaches_upstream(livecheck_envoy, double, vendor):
+    double.script(default=_json_answer(vendor.answer(CLEAN_ANSWER)))
+
+    raw = vendor.create(livecheck_envoy, FORBIDDEN_QUESTION, False)
+    stop, text, _usage = vendor.read(raw.parse())
+
+    assert stop == vendor.refused
+    assert text == BLOCKED_REPLY
+    assert raw.status_code == 200
+    assert _x_core_check(raw) == {
+        "stage": ("token", "input"),
+        "check": ("str", "no-passwords"),
+        "code": ("token", "input_check_failed"),
+    }
+    assert double.requests() == [], "a refused question reached upstream"
+
+
+@vendors
+def test_a_refused_streamed_question_streams_the_blocked_reply(livecheck_envoy, double, vendor):
+    double.script(default=_json_answer(vendor.answer(CLEAN_ANSWER)))
+
+    raw = vendor.create(livecheck_envoy, FORBIDDEN_QUESTION, True)
+    events = list(raw.parse())  # iterating to the end raises nothing
+    stop, text = vendor.read_stream(events)
+
+    assert raw.headers["content-type"].startswith("text/event-stream")
+    assert stop == vendor.refused
+    assert text == BLOCKED_REPLY
+    assert _x_core_check(raw) == {
+        "stage": ("token", "input"),
+        "check": ("str", "no-passwords"),
+        "code": ("token", "input_check_failed"),
+    }
+    assert double.requests() == [], "a refused question reached upstream"
+
+
+# --- (b) a withheld answer ---------------------------------------------------------------------------
+
+
+@vendors
+def test_an_answer_with_an_iban_is_withheld_with_usage_kept(livecheck_envoy, double, vendor):
+    upstream = vendor.answer(FORBIDDEN_ANSWER)
+    double.script(default=_json_answer(upstream))
+
+    raw = vendor.create(livecheck_envoy, CLEAN_QUESTION, False)
+    body = raw.http_response.read()
+    stop, text, usage = vendor.read(raw.parse())
+
+    assert len(double.requests()) == 1  # the question was clean: it went upstream
+    assert IBAN.encode() not in body and b"NL91" not in body, body
+    assert stop == vendor.refused
+    assert text == BLOCKED_REPLY
+    assert _subset(usage, upstream["usage"]) == upstream["usage"]
+    assert _x_core_check(raw) == {
+        "stage": ("token", "output"),
+        "check": ("str", "no-iban"),
+        "code": ("token", "output_check_failed"),
+    }
+
+
+@vendors
+def test_an_answer_livecheck_cannot_read_is_withheld_as_errored(livecheck_envoy, double, vendor):
+    # Upstream ignored `accept-encoding: identity` and compressed: livecheck cannot read the answer.
+    body = gzip.compress(json.dumps(vendor.answer(FORBIDDEN_ANSWER)).encode())
+    double.script(
+        default=Answer(headers={"content-type": "application/json", "content-encoding": "gzip"}, body_chunks=[body], chunked=False)
+    )
+
+    raw = vendor.create(livecheck_envoy, CLEAN_QUESTION, False)
+    stop, text, _usage = vendor.read(raw.parse())
+
+    assert stop == vendor.refused
+    assert text == BLOCKED_REPLY
+    assert raw.headers.get("content-encoding", "identity") == "identity"
+    assert _x_core_check(raw) == {
+        "stage": ("token", "output"),
+        "check": ("str", "no-iban"),
+        "code": ("token", "check_errored"),
+    }
+
+
+# --- (c) a clean turn --------------------------------------------------------------------------------
+
+
+@vendors
+def test_a_clean_turn_passes_unchanged(livecheck_envoy, double, vendor):
+    upstream = json.dumps(vendor.answer(CLEAN_ANSWER))
+    double.script(default=Answer(headers={"content-type": "application/json"}, body_chunks=[upstream], chunked=False))
+
+    raw = vendor.create(livecheck_envoy, CLEAN_QUESTION, False)
+    body = raw.http_response.read()
+    stop, text, usage = vendor.read(raw.parse())
+
+    assert body == upstream.encode()  # byte for byte
+    assert (stop, text) == (vendor.ok, CLEAN_ANSWER)
+    assert "x-core-check" not in raw.headers
+    (sent,) = double.requests()
+    assert (sent.method, sent.path) == ("POST", vendor.path)
+    assert CLEAN_QUESTION in sent.body.decode()
+
+
+# --- counters on /stats/prometheus --------------------------------------------------------------------
+
+# Envoy's name for wasmcustom.livecheck.orders.<check>.<outcome> on /stats/prometheus: the
+# `wasmcustom.` namespace is dropped (no `envoy_` prefix either) and every other character that is not
+# [a-zA-Z0-9_] becomes `_`, e.g. `# TYPE livecheck_orders_no_passwords_failed counter` and the sample
+# line `livecheck_orders_no_passwords_failed{} 1`. A counter appears once the filter defined it.
+PROMETHEUS_NAME = "livecheck_orders_{check}_{outcome}"
+
+
+def _prometheus(envoy) -> dict[str, float]:
+    with urllib.request.urlopen(envoy.admin + "/stats/prometheus", timeout=2) as r:
+        text = r.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name.removesuffix("{}")] = float(value)  # an unlabelled sample reads `name{} 1`
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
+    return {"samples": samples, "types": types}
+
+
+COUNTED = [(c, o) for c in ("no-passwords", "no-iban") for o in ("passed", "failed")]
+
+
+def test_counters_are_on_the_prometheus_endpoint(livecheck_envoy, double):
+    before = _prometheus(livecheck_envoy)["samples"]
+    double.script(default=_json_answer(ANTHROPIC.answer(FORBIDDEN_ANSWER)))
+    ANTHROPIC.create(livecheck_envoy, FORBIDDEN_QUESTION, False).parse()  # no-passwords failed
+    ANTHROPIC.create(livecheck_envoy, CLEAN_QUESTION, False).parse()  # no-passwords passed, no-iban failed
+    double.script(default=_json_answer(ANTHROPIC.answer(CLEAN_ANSWER)))
+    ANTHROPIC.create(livecheck_envoy, CLEAN_QUESTION, False).parse()  # no-passwords passed, no-iban passed
+
+    after = _prometheus(livecheck_envoy)
+    json_stats = livecheck_envoy.stats("wasmcustom.livecheck.")
+    expected_delta = {
+        ("no-passwords", "passed"): 2,
+        ("no-passwords", "failed"): 1,
+        ("no-iban", "passed"): 1,
+        ("no-iban", "failed"): 1,
+    }
+    for (check, outcome), delta in expected_delta.items():
+        name = PROMETHEUS_NAME.format(check=check.replace("-", "_"), outcome=outcome)
+        assert name in after["samples"], sorted(n for n in after["samples"] if "livecheck" in n)
+        assert after["types"][name] == "counter"
+        assert after["samples"][name] - before.get(name, 0) == delta, name
+        # the same counter as Envoy's own stats name it
+        assert after["samples"][name] == json_stats[f"wasmcustom.livecheck.orders.{check}.{outcome}"]
+    assert after["samples"]["livecheck_orders_no_passwords_failed"] >= 1
+
+
+# --- a bad configuration ----------------------------------------------------------------------------
+
+BAD_CONFIG = {
+    "default_agent": "orders",
+    "agents": {
+        "orders": {
+            "published": "1",
+            "versions": {
+                "1": {
+                    "blocked_reply": "No.",
+                    "live_checks": [
+                        {"name": "fast", "stage": "output", "kind": "response_time", "expected": "2s"},
+                        {"name": "words", "stage": "output", "kind": "matches_pattern", "pattern": "\\w+"},
+                    ],
+                }
+            },
+        }
+    },
+}
+
+
+def test_envoy_refuses_to_start_with_a_bad_livecheck_configuration(double, tmp_path):
+    config = render_config(wasm_path("livecheck.wasm"), double.port, plugin_configuration=json.dumps(BAD_CONFIG))
+    config_path = tmp_path / "envoy.json"
+    config_path.write_text(json.dumps(config))
+    admin_path = tmp_path / "admin-address"
+    process = subprocess.Popen(
+        [
+            envoy_binary(),
+            "-c", str(config_path),
+            "--admin-address-path", str(admin_path),
+            "--disable-hot-restart",
+            "--concurrency", "1",
+            "--log-level", "info",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        log, _ = process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()  # our own Envoy, by its handle
+        log, _ = process.communicate(timeout=5)
+        pytest.fail(f"Envoy kept running with a refused livecheck configuration:\n{log[-4000:]}")
+
+    # Envoy 1.40 exits 1 at startup: the plugin's on_configure returned false, so the plugin
+    # "failed to load" and the listener's filter chain cannot be created.
+    assert process.returncode == 1, log[-4000:]
+    assert "Unable to create Wasm plugin livecheck" in log, log[-4000:]
+    # (the admin listener comes up before the configuration is loaded, so its address may be written)
+    assert "starting main dispatch loop" not in log, "Envoy started serving"
+
+    # One log line per problem, each naming agent, check and field, in any order.
+    problems = sorted(m.group(1) for m in re.finditer(r"wasm log livecheck livecheck: (config: .*)$", log, re.M))
+    assert len(problems) == 2, problems
+    assert re.fullmatch(r'config: agent "orders" version "1" check "fast" field `kind`: .*not yet supported.*', problems[0]), problems
+    assert re.fullmatch(r'config: agent "orders" version "1" check "words" field `pattern`: .+', problems[1]), problems
+    assert "config refused: 2 problem(s)" in log
