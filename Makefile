@@ -14,7 +14,7 @@ WBG_RUNNER  := $(TOOLS)/bin/wasm-bindgen-test-runner
 
 export LIVECHECK_WASM_DIR := $(abspath $(WASM_DIR))
 
-.PHONY: test toolchain wasm fmt-check clippy native-tests wasm-unit envoy-validate e2e venv clean
+.PHONY: test bench toolchain wasm fmt-check clippy native-tests wasm-unit envoy-validate e2e venv clean
 
 test: fmt-check clippy native-tests wasm-unit envoy-validate e2e
 	@echo "make test: all green"
@@ -61,6 +61,10 @@ envoy-validate: venv wasm
 
 e2e: venv wasm
 	$(PYTHON) -m pytest -q tests/e2e
+
+# What checks cost, measured side by side in one run (not part of `make test`: timings are noisy).
+bench: wasm
+	cargo bench --locked --bench rule_cost
 
 clean:
 	cargo clean
