@@ -26,8 +26,47 @@ pub(crate) fn wall_nanos(world: &World) -> u64 {
 }
 
 /// Compiles a module once, to start many hosts from it cheaply.
+///
+/// Cranelift takes seconds on a filter-sized module and every test process compiles its own, so
+/// the machine code is kept in a cache directory (`$LIVECHECK_HARNESS_CACHE`, else the system
+/// temporary directory), keyed by the module's bytes and the engine's compatibility hash; a cache that
+/// cannot be read or written only costs the compile.
 pub fn compile(wasm: &[u8]) -> Result<Module, HarnessError> {
-    Module::new(vm::engine()?, wasm).map_err(|e| HarnessError::Compile(format!("{e:#}")))
+    let engine = vm::engine()?;
+    let cached = cache_path(engine, wasm);
+    if let Some(path) = &cached {
+        if path.is_file() {
+            // SAFETY: the file was written by `Module::serialize` below for this exact module and
+            // wasmtime version (both in its name); wasmtime also checks its own header and engine
+            // compatibility, and we fall back to compiling on any error.
+            if let Ok(module) = unsafe { Module::deserialize_file(engine, path) } {
+                return Ok(module);
+            }
+        }
+    }
+    let module = Module::new(engine, wasm).map_err(|e| HarnessError::Compile(format!("{e:#}")))?;
+    if let (Some(path), Ok(bytes)) = (&cached, module.serialize()) {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, path).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    Ok(module)
+}
+
+fn cache_path(engine: &wasmtime::Engine, wasm: &[u8]) -> Option<std::path::PathBuf> {
+    use std::hash::{Hash, Hasher};
+    let dir = std::env::var_os("LIVECHECK_HARNESS_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("livecheck-harness-cache"));
+    std::fs::create_dir_all(&dir).ok()?;
+    // Two independent 64-bit digests of the bytes: a collision would need both to collide.
+    let mut a = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut a);
+    wasm.hash(&mut a);
+    let mut b = std::collections::hash_map::DefaultHasher::new();
+    (wasm.len(), wasm.iter().rev().step_by(7).collect::<Vec<_>>()).hash(&mut b);
+    Some(dir.join(format!("{:016x}{:016x}.cwasm", a.finish(), b.finish())))
 }
 
 /// One wasm VM with its root context, like one Envoy worker running the plugin.
