@@ -19,8 +19,13 @@ const NO_CHECKS: &str =
 /// A Chat request of about 4 KiB of ordinary text, which passes the seed's checks.
 fn body_4k() -> String {
     let sentence = "Where is my order 17 and when will it arrive at the depot near the station? ";
-    let text: String = sentence.repeat(4096 / sentence.len() + 1).chars().take(4030).collect();
-    serde_json::json!({"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": text}]}).to_string()
+    let text: String = sentence
+        .repeat(4096 / sentence.len() + 1)
+        .chars()
+        .take(4030)
+        .collect();
+    serde_json::json!({"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": text}]})
+        .to_string()
 }
 
 fn median(mut xs: Vec<Duration>) -> Duration {
@@ -45,7 +50,11 @@ fn turn(host: &mut Host, body: &str) {
     let s = host.new_stream();
     host.send_request_headers(
         s,
-        &[(":method", "POST"), (":path", "/v1/chat/completions"), (":authority", "api")],
+        &[
+            (":method", "POST"),
+            (":path", "/v1/chat/completions"),
+            (":authority", "api"),
+        ],
         false,
     )
     .ok();
@@ -57,22 +66,36 @@ fn main() {
     let body = body_4k();
     assert!((4096..4200).contains(&body.len()), "{}", body.len());
     let policy = Policy::from_json(SEED.as_bytes()).unwrap_or_else(|e| panic!("{e:?}"));
-    let version = policy.select(None, None, None).unwrap_or_else(|e| panic!("{e}"));
+    let version = policy
+        .select(None, None, None)
+        .unwrap_or_else(|e| panic!("{e}"));
 
     let parse = measure(15, 2000, || {
         black_box(vendor::parse_request(Api::ChatCompletions, black_box(body.as_bytes())).ok());
     });
-    let request = vendor::parse_request(Api::ChatCompletions, body.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    let request = vendor::parse_request(Api::ChatCompletions, body.as_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
     let scan = measure(15, 2000, || {
-        let reading = Reading { rule_text: black_box(&request.input_text), judged_apply: true, readable: true };
+        let reading = Reading {
+            rule_text: black_box(&request.input_text),
+            judged_apply: true,
+            readable: true,
+        };
         black_box(decide(&version, Stage::Input, &reading, 1));
     });
 
-    let wasm = read_fresh_wasm(Path::new(env!("CARGO_MANIFEST_DIR")), "livecheck").unwrap_or_else(|e| panic!("{e}"));
+    let wasm = read_fresh_wasm(Path::new(env!("CARGO_MANIFEST_DIR")), "livecheck")
+        .unwrap_or_else(|e| panic!("{e}"));
     let module = compile(&wasm).unwrap_or_else(|e| panic!("{e}"));
     let host_with = |config: &str| {
-        Host::from_module(&module, Options { plugin_config: config.as_bytes().to_vec(), ..Options::default() })
-            .unwrap_or_else(|e| panic!("{e}"))
+        Host::from_module(
+            &module,
+            Options {
+                plugin_config: config.as_bytes().to_vec(),
+                ..Options::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
     };
     let (mut checked, mut unchecked) = (host_with(SEED), host_with(NO_CHECKS));
     // Interleave the two so machine noise hits both alike.
@@ -84,7 +107,10 @@ fn main() {
     }
     let (with, without) = (median(with), median(without));
 
-    println!("rule-check cost per 4 KiB request body ({} bytes; seed: 1 input rule, 1 output rule)", body.len());
+    println!(
+        "rule-check cost per 4 KiB request body ({} bytes; seed: 1 input rule, 1 output rule)",
+        body.len()
+    );
     println!("| where | per request |");
     println!("| --- | --- |");
     println!("| native: parse the vendor request | {parse:.2?} |");

@@ -5,9 +5,9 @@
 
 pub mod build_info;
 pub mod config;
+pub mod host;
 pub mod pattern;
 pub mod scan;
-pub mod host;
 pub mod stop;
 pub mod turn;
 pub mod vendor;

@@ -94,6 +94,9 @@ mod tests {
         let value = stop.header_value().unwrap();
         let dict: sfv::Dictionary = sfv::Parser::new(&value).parse().unwrap();
         assert_eq!(dict.len(), 3);
-        assert_eq!(Code::failed_at(Stage::Output).as_str(), "output_check_failed");
+        assert_eq!(
+            Code::failed_at(Stage::Output).as_str(),
+            "output_check_failed"
+        );
     }
 }

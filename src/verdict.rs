@@ -116,7 +116,10 @@ mod tests {
         let json = format!(
             r#"{{"default_agent": "a", "agents": {{"a": {{"published": "1", "versions": {{"1": {{"live_checks": [{checks}]}}}}}}}}}}"#
         );
-        Policy::from_json(json.as_bytes()).unwrap().select(None, None, None).unwrap()
+        Policy::from_json(json.as_bytes())
+            .unwrap()
+            .select(None, None, None)
+            .unwrap()
     }
 
     const TWO_RULES: &str = r#"
@@ -136,10 +139,17 @@ mod tests {
     fn every_check_of_the_stage_gets_a_result_and_the_first_failure_stops() {
         let v = version(TWO_RULES);
         let verdict = decide(&v, Stage::Input, &read("card 1234567812345678 password"), 1);
-        let outcomes: Vec<_> = verdict.results.iter().map(|r| (r.check, r.outcome)).collect();
+        let outcomes: Vec<_> = verdict
+            .results
+            .iter()
+            .map(|r| (r.check, r.outcome))
+            .collect();
         assert_eq!(outcomes, vec![(0, Outcome::Failed), (1, Outcome::Failed)]);
         let stop = verdict.stop.unwrap();
-        assert_eq!((stop.check.as_str(), stop.code), ("no-pw", Code::InputCheckFailed));
+        assert_eq!(
+            (stop.check.as_str(), stop.code),
+            ("no-pw", Code::InputCheckFailed)
+        );
     }
 
     #[test]
@@ -176,16 +186,25 @@ mod tests {
         );
         let verdict = decide(&v, Stage::Input, &read("hi"), 1);
         assert_eq!(verdict.stop.unwrap().code, Code::CheckErrored);
-        assert!(verdict.results.iter().all(|r| r.outcome == Outcome::Errored));
+        assert!(verdict
+            .results
+            .iter()
+            .all(|r| r.outcome == Outcome::Errored));
         assert_eq!(
-            verdict.results.iter().map(|r| r.passed_on_error).collect::<Vec<_>>(),
+            verdict
+                .results
+                .iter()
+                .map(|r| r.passed_on_error)
+                .collect::<Vec<_>>(),
             vec![false, true]
         );
     }
 
     #[test]
     fn on_error_pass_lets_the_turn_go_on() {
-        let v = version(r#"{"name": "tone", "stage": "output", "kind": "polite_tone", "on_error": "pass"}"#);
+        let v = version(
+            r#"{"name": "tone", "stage": "output", "kind": "polite_tone", "on_error": "pass"}"#,
+        );
         let verdict = decide(&v, Stage::Output, &read("hi"), 1);
         assert_eq!(verdict.stop, None);
         assert!(verdict.results[0].passed_on_error);
@@ -204,12 +223,20 @@ mod tests {
             },
             1,
         );
-        assert_eq!(verdict, Verdict { results: vec![], stop: None });
+        assert_eq!(
+            verdict,
+            Verdict {
+                results: vec![],
+                stop: None
+            }
+        );
     }
 
     #[test]
     fn background_checks_never_decide_in_the_filter() {
-        let v = version(r#"{"name": "tone", "stage": "output", "kind": "polite_tone", "mode": "background"}"#);
+        let v = version(
+            r#"{"name": "tone", "stage": "output", "kind": "polite_tone", "mode": "background"}"#,
+        );
         assert!(decide(&v, Stage::Output, &read("x"), 1).results.is_empty());
     }
 }

@@ -187,9 +187,16 @@ fn an_answer_that_cannot_be_read_is_withheld_as_errored() {
             "{vendor:?}"
         );
         assert!(!caller.body_text().contains("not really"));
-        assert!(caller.header("content-encoding").is_none(), "the refusal is not gzip");
+        assert!(
+            caller.header("content-encoding").is_none(),
+            "the refusal is not gzip"
+        );
         let reply = json(&caller.body);
-        assert_eq!(vendor.stop_marker(&reply), vendor.refused_marker(), "{reply}");
+        assert_eq!(
+            vendor.stop_marker(&reply),
+            vendor.refused_marker(),
+            "{reply}"
+        );
         assert_eq!(host.metric("livecheck.orders.no-iban.errored"), Some(1));
     }
 }
