@@ -7,7 +7,7 @@ pub mod fixtures;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use livecheck_harness::{compile, read_fresh_wasm, Host, Module, Options, StreamId};
+use livecheck_harness::{compile, read_fresh_wasm, HarnessError, Host, Module, Options, StreamId};
 
 /// The filter built for wasm32-wasip1, refused when missing or stale, compiled once.
 fn module() -> &'static Module {
@@ -21,6 +21,11 @@ fn module() -> &'static Module {
 
 /// A host (one Envoy worker) running livecheck with `config` as its plugin configuration.
 pub fn livecheck(config: &str) -> Host {
+    try_livecheck(config).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Like [`livecheck`], for configurations the filter may refuse.
+pub fn try_livecheck(config: &str) -> Result<Host, HarnessError> {
     Host::from_module(
         module(),
         Options {
@@ -29,7 +34,6 @@ pub fn livecheck(config: &str) -> Host {
             ..Options::default()
         },
     )
-    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// How a body is cut into body callbacks.
