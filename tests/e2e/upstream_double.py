@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import http.server
+import select
+import socket
 import threading
 import time
 from typing import Optional
@@ -28,6 +30,25 @@ class Answer:
     hang: bool = False
     # Answer only after the default (upstream) answer was fully written, plus this many seconds.
     after_upstream_end: Optional[float] = None
+    # Before each chunk, check whether the peer (Envoy) closed the connection; if so stop writing.
+    # What happened is recorded in `UpstreamDouble.writes` either way.
+    watch_peer: bool = False
+    # Record when the first chunk containing this text was written (`Written.marked_at`).
+    mark: Optional[bytes] = None
+
+
+@dataclasses.dataclass
+class Written:
+    """How the double's answer to one request went out (times are `time.monotonic()`)."""
+
+    path: str
+    started: float
+    chunks_written: int = 0
+    last_write: Optional[float] = None
+    marked_at: Optional[float] = None
+    # When the double saw the peer go away (closed or reset) before it finished; None if it never did.
+    gone_at: Optional[float] = None
+    completed: bool = False
 
 
 @dataclasses.dataclass
@@ -44,6 +65,7 @@ class UpstreamDouble:
         self.by_path: dict[str, Answer] = {}
         self.received: list[Received] = []
         self.incomplete: list[str] = []  # paths of requests whose body never completed
+        self.writes: list[Written] = []  # one per answered request, in arrival order
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._upstream_done = threading.Event()
@@ -72,9 +94,13 @@ class UpstreamDouble:
                     answer = double.by_path.get(path.split("?", 1)[0])
                     is_upstream = answer is None
                     answer = answer or double.default
+                written = Written(path, time.monotonic())
+                with double._lock:
+                    double.writes.append(written)
                 try:
-                    self._answer(answer)
+                    self._answer(answer, written)
                 except (BrokenPipeError, ConnectionResetError):
+                    written.gone_at = written.gone_at or time.monotonic()
                     self.close_connection = True
                 finally:
                     if is_upstream:
@@ -96,7 +122,15 @@ class UpstreamDouble:
                 length = int(self.headers.get("content-length", "0") or 0)
                 return self.rfile.read(length) if length else b""
 
-            def _answer(self, answer: Answer) -> None:
+            def _peer_closed(self) -> bool:
+                sock = self.connection
+                try:
+                    readable, _, _ = select.select([sock], [], [], 0)
+                    return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+                except (ConnectionResetError, OSError):
+                    return True
+
+            def _answer(self, answer: Answer, written: Written) -> None:
                 if answer.hang:
                     double._stopping.wait(10)
                     self.close_connection = True
@@ -117,9 +151,14 @@ class UpstreamDouble:
                 if not (answer.chunked and chunks):
                     self.wfile.write(b"".join(chunks))
                     self.wfile.flush()
+                    written.completed = True
                     return
                 for i, chunk in enumerate(chunks):
                     time.sleep(answer.chunk_delay)
+                    if answer.watch_peer and self._peer_closed():
+                        written.gone_at = time.monotonic()
+                        self.close_connection = True
+                        return
                     data = b"%x\r\n%s\r\n" % (len(chunk), chunk)
                     if i == len(chunks) - 1:
                         # The last chunk and the terminator in one write: Envoy delivers them as
@@ -127,6 +166,11 @@ class UpstreamDouble:
                         data += b"0\r\n\r\n"
                     self.wfile.write(data)
                     self.wfile.flush()
+                    written.chunks_written += 1
+                    written.last_write = time.monotonic()
+                    if answer.mark is not None and written.marked_at is None and answer.mark in chunk:
+                        written.marked_at = written.last_write
+                written.completed = True
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -149,7 +193,18 @@ class UpstreamDouble:
             self.by_path = dict(by_path or {})
             self.received = []
             self.incomplete = []
+            self.writes = []
             self._upstream_done.clear()
+
+    def add_path(self, path: str, answer: Answer) -> None:
+        """Script one more path without forgetting anything (for concurrent streams, one path each)."""
+        with self._lock:
+            self.by_path[path] = answer
+
+    def written(self, path: str) -> Optional[Written]:
+        """How the (first) answer to `path` went out, if it was requested."""
+        with self._lock:
+            return next((w for w in self.writes if w.path.split("?", 1)[0] == path), None)
 
     def requests(self, callouts: bool = False) -> list[Received]:
         """What the double received: upstream requests, or (callouts=True) requests to scripted paths."""

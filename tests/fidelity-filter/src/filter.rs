@@ -6,6 +6,7 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType};
 
+use crate::cut::{self, Cut};
 use crate::raw;
 
 /// The callout cluster every Envoy config for this filter defines.
@@ -26,8 +27,15 @@ impl RootContext for Root {
         true
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(Filter::default()))
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(Filter {
+            context_id,
+            ..Filter::default()
+        }))
+    }
+
+    fn on_tick(&mut self) {
+        cut::on_tick();
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -74,6 +82,8 @@ enum Case {
     Properties,
     /// Shared data round trip under the key `x-fidelity-key`.
     SharedData,
+    /// End a streamed answer early at a `CUT_HERE` chunk (see `cut.rs`).
+    Cut,
 }
 
 impl Case {
@@ -96,6 +106,7 @@ impl Case {
             "panic" => Case::Panic,
             "properties" => Case::Properties,
             "shared_data" => Case::SharedData,
+            "cut" => Case::Cut,
             _ => return None,
         })
     }
@@ -152,6 +163,9 @@ struct Filter {
     callout_token: Option<u32>,
     /// `x-fidelity-resume-callout`, read in the request phase.
     resume_callout: Option<String>,
+    context_id: u32,
+    /// The `cut` case's state.
+    cut: Option<Cut>,
 }
 
 impl Filter {
@@ -282,6 +296,41 @@ impl HttpContext for Filter {
                 Action::Pause
             }
             Case::Callout => self.dispatch_callout(),
+            Case::Cut => {
+                let vendor = self
+                    .header("x-fidelity-cut-vendor")
+                    .as_deref()
+                    .and_then(cut::Vendor::parse);
+                let how = self
+                    .header("x-fidelity-cut-how")
+                    .as_deref()
+                    .and_then(cut::How::parse);
+                let delay = self
+                    .header("x-fidelity-cut-delay-ms")
+                    .and_then(|d| d.parse().ok())
+                    .unwrap_or(50);
+                match (vendor, how) {
+                    (Some(vendor), Some(how)) => {
+                        let mut cut = Cut::new(vendor, how, Duration::from_millis(delay));
+                        if let Some(n) = self
+                            .header("x-fidelity-cut-pad-to")
+                            .and_then(|n| n.parse().ok())
+                        {
+                            cut.pad_to = n;
+                        }
+                        cut.keep_alive = self.header("x-fidelity-cut-keep-alive").is_some();
+                        self.cut = Some(cut);
+                        Action::Continue
+                    }
+                    _ => {
+                        self.reply(
+                            400,
+                            "x-fidelity-cut-vendor or x-fidelity-cut-how is missing or unknown",
+                        );
+                        Action::Pause
+                    }
+                }
+            }
             Case::Metrics => {
                 let name = self.header("x-fidelity-metric").unwrap_or_default();
                 let by = self
@@ -429,6 +478,12 @@ impl HttpContext for Filter {
                 );
                 Action::Continue
             }
+            Case::Cut => {
+                if let Some(cut) = self.cut.as_mut() {
+                    cut.on_headers();
+                }
+                Action::Continue
+            }
             Case::LocalReplyInResponseHeaders => {
                 self.reply(502, "replaced in response headers");
                 Action::Pause
@@ -493,6 +548,13 @@ impl HttpContext for Filter {
                 if end_of_stream {
                     let text = format!(";response_body={}", self.record_text());
                     raw::set_buffer(BufferType::HttpResponseBody, body_size, 0, text.as_bytes());
+                }
+                Action::Continue
+            }
+            Case::Cut => {
+                let context_id = self.context_id;
+                if let Some(cut) = self.cut.as_mut() {
+                    cut.on_body(context_id, body_size, end_of_stream);
                 }
                 Action::Continue
             }

@@ -7,6 +7,8 @@
 //! e.g. `5,10,15:eos`.
 
 #[cfg(target_os = "wasi")]
+mod cut;
+#[cfg(target_os = "wasi")]
 mod filter;
 #[cfg(target_os = "wasi")]
 mod raw;

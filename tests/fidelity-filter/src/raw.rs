@@ -35,6 +35,7 @@ extern "C" {
         return_value_data: *mut *mut u8,
         return_value_size: *mut usize,
     ) -> u32;
+    fn proxy_close_stream(stream_type: u32) -> u32;
     fn proxy_replace_header_map_value(
         map_type: MapType,
         key_data: *const u8,
@@ -137,4 +138,11 @@ fn serialize_map(map: &[(&str, &str)]) -> Vec<u8> {
 
 fn len_u32(len: usize) -> u32 {
     u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+/// `proxy_close_stream(stream)`: 0 Request (HttpRequest), 1 Response (HttpResponse), 2 Downstream,
+/// 3 Upstream (the ABI's `WasmStreamType`); returns the status name.
+pub fn close_stream(stream_type: u32) -> &'static str {
+    // SAFETY: a plain integer argument.
+    status_name(unsafe { proxy_close_stream(stream_type) })
 }
