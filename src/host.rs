@@ -30,6 +30,9 @@ pub trait Host {
     /// Answers the caller from the filter. From the request phase the reply runs back through
     /// this filter's response callbacks.
     fn send_local_reply(&mut self, status: u32, headers: &[(&str, &str)], body: &[u8]);
+    /// Resets the response stream (Envoy's `proxy_close_stream(HttpResponse)`); the upstream
+    /// request goes with it. Takes effect after the current callback returns.
+    fn close_response(&mut self);
     fn increment_counter(&mut self, name: &str);
     /// Never called with request or response text, keys or patterns.
     fn log(&mut self, level: LogLevel, message: &str);
@@ -62,6 +65,7 @@ pub mod fake {
         pub counters: BTreeMap<String, u64>,
         pub logs: Vec<(LogLevel, String)>,
         pub seed: u64,
+        pub closed: bool,
     }
 
     impl FakeHost {
@@ -123,6 +127,9 @@ pub mod fake {
                     .collect(),
                 body: body.to_vec(),
             });
+        }
+        fn close_response(&mut self) {
+            self.closed = true;
         }
         fn increment_counter(&mut self, name: &str) {
             *self.counters.entry(name.to_owned()).or_default() += 1;

@@ -5,10 +5,13 @@
 
 pub mod build_info;
 pub mod config;
+pub mod frame;
 pub mod host;
 pub mod pattern;
 pub mod scan;
+pub mod sse;
 pub mod stop;
+pub mod stream;
 pub mod turn;
 pub mod vendor;
 pub mod verdict;

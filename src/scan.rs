@@ -79,6 +79,21 @@ impl RuleSet {
         })
     }
 
+    /// The leftmost match starting at or after byte `from` of `haystack`. The text before `from`
+    /// is context only: look-around assertions (`\b`, `^`) read it, so a window of a longer text
+    /// scans as the whole text would.
+    pub fn first_hit_in(&self, haystack: &str, from: usize) -> Option<Hit> {
+        let regex = self.regex.as_ref()?;
+        // `range` panics past the end; `from` is clamped first.
+        let input = Input::new(haystack).range(from.min(haystack.len())..);
+        let m = regex.find(input)?;
+        let check = *self.checks.get(m.pattern().as_usize())?;
+        Some(Hit {
+            check,
+            start: m.start(),
+        })
+    }
+
     /// Every check with a match anywhere in `text`, in check order.
     pub fn failed_checks(&self, text: &str) -> Vec<usize> {
         let Some(regex) = self.every.as_ref() else {
@@ -130,6 +145,18 @@ mod tests {
     fn hold_back_is_the_longest_rule() {
         assert_eq!(iban_and_password().longest(), 18);
         assert_eq!(RuleSet::new(&[]).unwrap().longest(), 0);
+    }
+
+    #[test]
+    fn context_before_the_window_is_read_by_assertions_only() {
+        let rules = RuleSet::new(&[(1, compile_pattern(r"\bcat\b", 3).unwrap())]).unwrap();
+        assert_eq!(rules.first_hit_in("bobcat", 3), None);
+        assert_eq!(
+            rules.first_hit_in("a cat", 2),
+            Some(Hit { check: 1, start: 2 })
+        );
+        let start = RuleSet::new(&[(0, compile_pattern("^x", 1).unwrap())]).unwrap();
+        assert_eq!(start.first_hit_in("ax", 1), None);
     }
 
     #[test]

@@ -8,10 +8,12 @@
 use std::rc::Rc;
 
 use crate::config::{Policy, Stage, Version};
+use crate::frame::Frame;
 use crate::host::{Flow, Host, LogLevel};
 use crate::stop::{self, Stop};
+use crate::stream::{CutWhy, Hold, Rewriter, Step};
 use crate::vendor::{self, Api, Ids, Request};
-use crate::verdict::{decide, Reading, Verdict};
+use crate::verdict::{decide, CheckResult, Outcome, Reading, Verdict};
 
 pub struct Turn {
     policy: Rc<Policy>,
@@ -27,6 +29,8 @@ enum State {
     AwaitingAnswer(Asked),
     /// A non-streamed answer: headers held, body buffered until it is complete.
     HoldingAnswer { asked: Asked, readable: bool },
+    /// A streamed answer: headers sent at once, each chunk rewritten as it passes.
+    Streaming(Box<Streamed>),
     /// Decided: everything left passes as it is.
     Done,
 }
@@ -36,6 +40,22 @@ struct Asked {
     version: Rc<Version>,
     request: Request,
 }
+
+struct Streamed {
+    asked: Asked,
+    rewriter: Rewriter,
+    frame: Option<Frame>,
+    /// The stream was cut or ended: later upstream bytes are dropped.
+    ended: bool,
+    /// Bytes decided before any upstream chunk (a refusal for an unreadable stream).
+    pending: Vec<u8>,
+    /// After a cut, the stream is closed at the next upstream chunk (closing in the cut's own
+    /// callback would reset the caller before the closing events reach it).
+    close_pending: bool,
+}
+
+/// Room kept in a frame for the closing events of a cut.
+const CLOSING_RESERVE: usize = 16 * 1024;
 
 impl Turn {
     pub fn new(policy: Rc<Policy>) -> Self {
@@ -156,8 +176,9 @@ impl Turn {
         let streamed = host
             .response_header("content-type")
             .is_some_and(|t| t.trim_start().starts_with("text/event-stream"));
-        // A streamed answer is not yet read event by event: it is held whole and, since this
-        // reader does not parse events, withheld as unreadable rather than let through unchecked.
+        if streamed && !end_of_stream {
+            return self.start_stream(host, asked, identity);
+        }
         let readable = identity && !streamed;
         if end_of_stream {
             // An empty answer has nothing to check but cannot be read as the vendor's shape either.
@@ -175,6 +196,9 @@ impl Turn {
         body_size: usize,
         end_of_stream: bool,
     ) -> Flow {
+        if let State::Streaming(streamed) = &mut self.state {
+            return stream_chunk(host, streamed, body_size, end_of_stream);
+        }
         let State::HoldingAnswer { .. } = &self.state else {
             return Flow::Continue;
         };
@@ -200,6 +224,59 @@ impl Turn {
         // Too large to hold: the answer is withheld and what remains of it dropped.
         let _ = host.replace_response_body(body_size, b"");
         flow
+    }
+
+    /// A streamed answer's headers: they go out at once (the first token must not wait), framed
+    /// to a fixed length when the policy says so; an answer that cannot be read is replaced by a
+    /// refusal stream right away.
+    fn start_stream(&mut self, host: &mut dyn Host, asked: Asked, identity: bool) -> Flow {
+        let Some(hold) = Hold::for_version(&asked.version) else {
+            return Flow::Continue;
+        };
+        host.set_response_header("content-length", None);
+        let frame = self.policy.stream_frame_bytes.map(Frame::new);
+        if let Some(frame) = &frame {
+            host.set_response_header("transfer-encoding", None);
+            host.set_response_header("content-length", Some(&frame.length().to_string()));
+        }
+        let rewriter = Rewriter::new(
+            asked.api,
+            Rc::clone(&asked.version),
+            &asked.request,
+            hold,
+            self.policy.max_body_bytes,
+        );
+        let mut streamed = Box::new(Streamed {
+            asked,
+            rewriter,
+            frame,
+            ended: false,
+            pending: Vec::new(),
+            close_pending: false,
+        });
+        if !identity {
+            // Compressed despite `accept-encoding: identity`: nothing can be read, so the turn is
+            // refused now, in the shape the caller asked for, and says so in its header.
+            if let Some(check) = first_blocking_output_check(&streamed.asked.version) {
+                let stop = stop_errored(&streamed.asked.version, check);
+                if let Some(value) = stop.header_value() {
+                    host.set_response_header(stop::HEADER, Some(&value));
+                }
+                host.set_response_header("content-encoding", None);
+                count_one(host, &streamed.asked.version, check, Outcome::Errored);
+            }
+            let ids = fresh_ids(host);
+            let mut request = streamed.asked.request.clone();
+            request.stream = true;
+            let reply = &streamed.asked.version.blocked_reply;
+            streamed.pending = vendor::refusal(streamed.asked.api, reply, &request, &ids).body;
+            streamed.ended = true;
+            streamed.close_pending = true;
+            self.state = State::Streaming(streamed);
+            return Flow::Continue;
+        }
+        self.state = State::Streaming(streamed);
+        Flow::Continue
     }
 
     /// Decides a complete non-streamed answer and rewrites it when a check stopped it.
@@ -282,15 +359,195 @@ impl Turn {
     }
 
     fn count(&self, host: &mut dyn Host, version: &Version, verdict: &Verdict) {
-        for result in &verdict.results {
-            if let Some(check) = version.checks.get(result.check) {
-                host.increment_counter(&format!(
-                    "livecheck.{}.{}.{}",
-                    version.agent,
-                    check.name,
-                    result.outcome.as_str()
-                ));
+        count(host, version, verdict);
+    }
+}
+
+fn count(host: &mut dyn Host, version: &Version, verdict: &Verdict) {
+    for result in &verdict.results {
+        if let Some(check) = version.checks.get(result.check) {
+            host.increment_counter(&format!(
+                "livecheck.{}.{}.{}",
+                version.agent,
+                check.name,
+                result.outcome.as_str()
+            ));
+        }
+    }
+}
+
+/// One upstream chunk of a streamed answer: rewritten, framed, and after a cut dropped.
+fn stream_chunk(
+    host: &mut dyn Host,
+    s: &mut Streamed,
+    body_size: usize,
+    end_of_stream: bool,
+) -> Flow {
+    if s.ended {
+        let mut out = std::mem::take(&mut s.pending);
+        // The close waits for a callback after the one that carried the closing events.
+        if out.is_empty() && s.close_pending && s.frame.is_some() && !end_of_stream {
+            s.close_pending = false;
+            host.close_response();
+        }
+        finish_frame(s, &mut out);
+        replace_chunk(host, body_size, &out);
+        return Flow::Continue;
+    }
+    let chunk = host.response_body(body_size).unwrap_or_default();
+    let mut step = s.rewriter.feed(&chunk);
+    decide_round(host, s, &mut step);
+    if end_of_stream && step.cut.is_none() {
+        let mut last = s.rewriter.finish();
+        decide_round(host, s, &mut last);
+        step.out.append(&mut last.out);
+        step.cut = last.cut;
+        if step.cut.is_none() {
+            count_passed(host, &s.asked.version);
+        }
+    }
+    let mut out = step.out;
+    if let Some(cut) = step.cut {
+        if cut.why != CutWhy::Decided {
+            let outcome = match cut.why {
+                CutWhy::Unreadable => Outcome::Errored,
+                _ => Outcome::Failed,
+            };
+            count_one(host, &s.asked.version, cut.check, outcome);
+        }
+        s.ended = true;
+    } else if s.frame.is_some_and(|f| !f.fits(out.len(), CLOSING_RESERVE)) {
+        // The answer outgrew its frame: it cannot be checked to its end, so the first blocking
+        // output check could not decide, and the stream ends here.
+        if let Some(check) = first_blocking_output_check(&s.asked.version) {
+            let mut closing = s.rewriter.cut(check);
+            if !s
+                .frame
+                .is_some_and(|f| f.fits(out.len() + closing.len(), 0))
+            {
+                out.clear();
             }
+            out.append(&mut closing);
+            count_one(host, &s.asked.version, check, Outcome::Errored);
+        }
+        s.ended = true;
+    }
+    if s.ended || end_of_stream {
+        s.ended = true;
+        s.close_pending = !end_of_stream;
+        finish_frame(s, &mut out);
+    } else if let Some(frame) = &mut s.frame {
+        frame.sent(out.len());
+    }
+    replace_chunk(host, body_size, &out);
+    Flow::Continue
+}
+
+/// Whole-text modes: a round the rewriter handed back is decided here, then released or cut.
+fn decide_round(host: &mut dyn Host, s: &mut Streamed, step: &mut Step) {
+    let Some(round) = step.round_end.take() else {
+        return;
+    };
+    let verdict = decide(
+        &s.asked.version,
+        Stage::Output,
+        &Reading {
+            rule_text: &round.rule_text,
+            judged_apply: !round.asks_for_tool,
+            readable: true,
+        },
+        1,
+    );
+    count(host, &s.asked.version, &verdict);
+    let mut more = match verdict
+        .stop
+        .as_ref()
+        .and_then(|stop| check_index(&s.asked.version, &stop.check))
+    {
+        Some(check) => {
+            step.cut = Some(crate::stream::Cut {
+                check,
+                why: CutWhy::Decided,
+            });
+            s.rewriter.cut(check)
+        }
+        None => s.rewriter.release(),
+    };
+    step.out.append(&mut more);
+}
+
+/// Adds the frame's padding once the stream is over (cut, or ended by upstream).
+fn finish_frame(s: &mut Streamed, out: &mut Vec<u8>) {
+    if let Some(frame) = &mut s.frame {
+        frame.sent(out.len());
+        out.append(&mut frame.pad());
+    }
+}
+
+fn replace_chunk(host: &mut dyn Host, body_size: usize, out: &[u8]) {
+    if !host.replace_response_body(body_size, out) {
+        host.log(
+            LogLevel::Error,
+            "livecheck: could not rewrite a streamed chunk",
+        );
+    }
+}
+
+fn check_index(version: &Version, name: &str) -> Option<usize> {
+    version.checks.iter().position(|c| c.name == name)
+}
+
+fn first_blocking_output_check(version: &Version) -> Option<usize> {
+    version
+        .checks
+        .iter()
+        .position(|c| {
+            c.stage == Stage::Output && c.mode == crate::config::Mode::Block && !c.on_error_pass
+        })
+        .or_else(|| {
+            version
+                .checks
+                .iter()
+                .position(|c| c.stage == Stage::Output && c.mode == crate::config::Mode::Block)
+        })
+}
+
+fn stop_errored(version: &Version, check: usize) -> Stop {
+    Stop {
+        stage: Stage::Output,
+        check: version
+            .checks
+            .get(check)
+            .map(|c| c.name.clone())
+            .unwrap_or_default(),
+        code: stop::Code::CheckErrored,
+    }
+}
+
+fn count_one(host: &mut dyn Host, version: &Version, check: usize, outcome: Outcome) {
+    count(
+        host,
+        version,
+        &Verdict {
+            results: vec![CheckResult {
+                check,
+                outcome,
+                passed_on_error: false,
+                attempt: 1,
+            }],
+            stop: None,
+        },
+    );
+}
+
+/// A stream that ended without a cut: every blocking output rule check passed.
+fn count_passed(host: &mut dyn Host, version: &Version) {
+    for (i, check) in version.checks.iter().enumerate() {
+        if check.stage == Stage::Output
+            && check.mode == crate::config::Mode::Block
+            && check.kind.is_rule()
+        {
+            count_one(host, version, i, Outcome::Passed);
         }
     }
 }

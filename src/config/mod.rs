@@ -18,6 +18,9 @@ use raw::{RawAgent, RawCheck, RawMode, RawOnError, RawPolicy, RawStage, RawVersi
 pub const DEFAULT_AGENT_HEADER: &str = "x-core-agent";
 pub const DEFAULT_VERSION_HEADER: &str = "x-core-version";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+pub const DEFAULT_STREAM_FRAME_BYTES: usize = 4 * 1024 * 1024;
+/// The smallest frame worth having: room for a short answer and the closing events.
+pub const MIN_STREAM_FRAME_BYTES: usize = 64 * 1024;
 pub const DEFAULT_BLOCKED_REPLY: &str = "I can't help with that.";
 pub const DEFAULT_RECOVER_ATTEMPTS: u32 = 2;
 pub const DEFAULT_SAMPLE: f64 = 0.1;
@@ -30,6 +33,9 @@ pub struct Policy {
     pub default_agent: Option<String>,
     pub hosts: BTreeMap<String, String>,
     pub max_body_bytes: usize,
+    /// `content-length` of a streamed answer that may be cut; `None`: streamed as it comes, and a
+    /// cut stream ends when upstream ends (see `frame`).
+    pub stream_frame_bytes: Option<usize>,
     pub agents: HashMap<String, Agent>,
 }
 
@@ -332,12 +338,25 @@ impl Compiler<'_> {
             self.errors
                 .push(at.error(Some("max_body_bytes"), "must be above 0"));
         }
+        let stream_frame_bytes = match raw.stream_frame_bytes {
+            None => Some(DEFAULT_STREAM_FRAME_BYTES),
+            Some(0) => None,
+            Some(n) if n < MIN_STREAM_FRAME_BYTES => {
+                self.errors.push(at.error(
+                    Some("stream_frame_bytes"),
+                    format!("must be 0 (unframed) or at least {MIN_STREAM_FRAME_BYTES}"),
+                ));
+                None
+            }
+            Some(n) => Some(n),
+        };
         Some(Policy {
             agent_header,
             version_header,
             default_agent: raw.default_agent,
             hosts: raw.hosts,
             max_body_bytes,
+            stream_frame_bytes,
             agents,
         })
     }

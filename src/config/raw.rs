@@ -18,6 +18,8 @@ pub struct RawPolicy {
     pub hosts: BTreeMap<String, String>,
     /// Largest request or answer body the filter reads (default 1 MiB); larger ones are refused.
     pub max_body_bytes: Option<usize>,
+    /// Length a streamed answer is framed to so a cut ends it cleanly (default 4 MiB; 0 = unframed).
+    pub stream_frame_bytes: Option<usize>,
     /// The agents, by id. Checks are read from them per check, so one bad check is one error.
     pub agents: BTreeMap<String, serde_json::Value>,
 }

@@ -44,6 +44,7 @@ fn defaults_fill_what_the_operator_left_out() {
     assert_eq!(policy.agent_header, DEFAULT_AGENT_HEADER);
     assert_eq!(policy.version_header, DEFAULT_VERSION_HEADER);
     assert_eq!(policy.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
+    assert_eq!(policy.stream_frame_bytes, Some(DEFAULT_STREAM_FRAME_BYTES));
     let v = policy.select(Some("a"), None, None).unwrap();
     assert_eq!(v.recover_attempts, DEFAULT_RECOVER_ATTEMPTS);
     assert_eq!(v.blocked_reply, DEFAULT_BLOCKED_REPLY);
@@ -278,4 +279,20 @@ fn host_ports_are_ignored() {
     assert_eq!(strip_port("a.example:443"), "a.example");
     assert_eq!(strip_port("a.example"), "a.example");
     assert_eq!(strip_port("[::1]:80"), "::1");
+}
+
+#[test]
+fn stream_framing_can_be_turned_off_but_not_made_tiny() {
+    let with = |n: usize| {
+        format!(
+            r#"{{"stream_frame_bytes": {n}, "agents": {{"a": {{"published": "1", "versions": {{"1": {{}}}}}}}}}}"#
+        )
+    };
+    assert_eq!(
+        Policy::from_json(with(0).as_bytes())
+            .unwrap()
+            .stream_frame_bytes,
+        None
+    );
+    assert!(one_error(&with(100)).contains("field `stream_frame_bytes`"));
 }

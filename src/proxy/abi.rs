@@ -20,6 +20,7 @@ pub const REQUEST_BODY: u32 = 0;
 pub const RESPONSE_BODY: u32 = 1;
 pub const PLUGIN_CONFIGURATION: u32 = 7;
 pub const COUNTER: u32 = 0;
+pub const HTTP_RESPONSE_STREAM: u32 = 1;
 
 #[allow(clashing_extern_declarations)]
 #[link(wasm_import_module = "env")]
@@ -72,6 +73,7 @@ extern "C" {
         return_id: *mut u32,
     ) -> u32;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
+    fn proxy_close_stream(stream_type: u32) -> u32;
 }
 
 fn ok(code: u32) -> Result<(), Refused> {
@@ -204,4 +206,9 @@ fn serialize_pairs(pairs: &[(&str, &str)]) -> Vec<u8> {
         out.push(0);
     }
     out
+}
+
+pub fn close_stream(stream: u32) -> Result<(), Refused> {
+    // SAFETY: a plain value.
+    ok(unsafe { proxy_close_stream(stream) })
 }

@@ -215,6 +215,10 @@ impl Host for WasmHost {
         }
     }
 
+    fn close_response(&mut self) {
+        let _ = abi::close_stream(abi::HTTP_RESPONSE_STREAM);
+    }
+
     fn increment_counter(&mut self, name: &str) {
         let id = {
             let known = self.counters.borrow().get(name).copied();

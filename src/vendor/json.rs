@@ -173,14 +173,8 @@ pub(super) fn to_vec(value: &Value) -> Vec<u8> {
 
 /// Appends one SSE event: an `event:` line when named, then the JSON as one `data:` line.
 pub(super) fn push_event(out: &mut Vec<u8>, event: Option<&str>, data: &Value) {
-    if let Some(event) = event {
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(event.as_bytes());
-        out.push(b'\n');
-    }
-    out.extend_from_slice(b"data: ");
-    out.extend_from_slice(&to_vec(data));
-    out.extend_from_slice(b"\n\n");
+    let data = serde_json::to_string(data).unwrap_or_default();
+    crate::sse::encode(out, event, &data);
 }
 
 /// A string field of an object, if it is a string.

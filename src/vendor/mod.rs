@@ -85,6 +85,12 @@ pub struct Answer {
     pub id: Option<String>,
 }
 
+/// Whether a Responses output item of this type ends the round asking the caller to act (hosted
+/// tools already ran at the vendor). Shared with the stream reader.
+pub(crate) fn asks_for_tool_item(kind: &str) -> bool {
+    responses::CALLER_TOOL_CALLS.contains(&kind)
+}
+
 /// Ids and time for a body the filter writes on its own (a refused question).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ids {

@@ -16,7 +16,7 @@ const TEXT_PARTS: &[&str] = &["input_text", "text", "output_text"];
 /// Output items that end the round asking the caller to act. Hosted tools (`web_search_call`,
 /// `file_search_call`, `code_interpreter_call`, `mcp_call`, …) already ran at the vendor, so the
 /// answer beside them is final and judged checks must read it.
-const CALLER_TOOL_CALLS: &[&str] = &[
+pub(super) const CALLER_TOOL_CALLS: &[&str] = &[
     "function_call",
     "custom_tool_call",
     "computer_call",

@@ -131,3 +131,176 @@ impl Vendor {
         }
     }
 }
+
+/// A streamed answer as the vendor sends it, one text delta per piece, then the vendor's end.
+pub fn stream(vendor: Vendor, pieces: &[&str]) -> Vec<String> {
+    let mut events = Vec::new();
+    let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    match vendor {
+        Vendor::Anthropic => {
+            events.push(ev("message_start", json!({"type": "message_start", "message": {
+                "id": "msg_01Up", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 11, "output_tokens": 1}}})));
+            events.push(ev(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}}),
+            ));
+            for p in pieces {
+                events.push(ev(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": p}}),
+                ));
+            }
+            events.push(ev(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": 0}),
+            ));
+            events.push(ev("message_delta", json!({"type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 7}})));
+            events.push(ev("message_stop", json!({"type": "message_stop"})));
+        }
+        Vendor::Chat => {
+            let chunk = |delta: Value, finish: Value| {
+                format!(
+                    "data: {}\n\n",
+                    json!({"id": "chatcmpl-up", "object": "chat.completion.chunk",
+                    "created": 1790000000, "model": "gpt-4.1-mini",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                )
+            };
+            events.push(chunk(
+                json!({"role": "assistant", "content": ""}),
+                Value::Null,
+            ));
+            for p in pieces {
+                events.push(chunk(json!({"content": p}), Value::Null));
+            }
+            events.push(chunk(json!({}), json!("stop")));
+            events.push("data: [DONE]\n\n".to_owned());
+        }
+        Vendor::Responses => {
+            let mut seq = 0;
+            let mut push = |name: &str, mut data: Value| {
+                data["type"] = json!(name);
+                data["sequence_number"] = json!(seq);
+                seq += 1;
+                events.push(ev(name, data));
+            };
+            let response = |status: &str, output: Value| {
+                json!({"id": "resp_up", "object": "response",
+                "created_at": 1790000000, "status": status, "model": "gpt-4.1-mini", "output": output,
+                "usage": if status == "completed" { json!({"input_tokens": 11, "output_tokens": 7, "total_tokens": 18}) } else { Value::Null }})
+            };
+            push(
+                "response.created",
+                json!({"response": response("in_progress", json!([]))}),
+            );
+            let item = |status: &str, text: &str| {
+                json!({"type": "message", "id": "msg_up", "status": status,
+                "role": "assistant", "content": if status == "completed" { json!([{"type": "output_text", "text": text, "annotations": []}]) } else { json!([]) }})
+            };
+            push(
+                "response.output_item.added",
+                json!({"output_index": 0, "item": item("in_progress", "")}),
+            );
+            push(
+                "response.content_part.added",
+                json!({"item_id": "msg_up", "output_index": 0, "content_index": 0,
+                "part": {"type": "output_text", "text": "", "annotations": []}}),
+            );
+            for p in pieces {
+                push(
+                    "response.output_text.delta",
+                    json!({"item_id": "msg_up", "output_index": 0, "content_index": 0, "delta": p}),
+                );
+            }
+            let full: String = pieces.concat();
+            push(
+                "response.output_text.done",
+                json!({"item_id": "msg_up", "output_index": 0, "content_index": 0, "text": full}),
+            );
+            push(
+                "response.content_part.done",
+                json!({"item_id": "msg_up", "output_index": 0, "content_index": 0,
+                "part": {"type": "output_text", "text": full, "annotations": []}}),
+            );
+            push(
+                "response.output_item.done",
+                json!({"output_index": 0, "item": item("completed", &full)}),
+            );
+            push(
+                "response.completed",
+                json!({"response": response("completed", json!([item("completed", &full)]))}),
+            );
+        }
+    }
+    events
+}
+
+/// Reads what a caller got from a stream: the answer text, how it ended, and whether its events
+/// were well formed (every `data:` JSON parses).
+#[derive(Debug, Default)]
+pub struct Streamed {
+    pub text: String,
+    pub end: String,
+    pub events: usize,
+}
+
+pub fn read_stream(vendor: Vendor, body: &str) -> Streamed {
+    let mut out = Streamed::default();
+    for block in body.split("\n\n") {
+        let data: Vec<&str> = block
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+            .collect();
+        if data.is_empty() {
+            continue;
+        }
+        out.events += 1;
+        let data = data.join("\n");
+        if data == "[DONE]" {
+            out.end.push_str("+[DONE]");
+            continue;
+        }
+        let v: Value = serde_json::from_str(&data).unwrap_or_else(|e| panic!("{e}: {data}"));
+        match vendor {
+            Vendor::Anthropic => match v["type"].as_str().unwrap_or_default() {
+                "content_block_delta" if v["delta"]["type"] == "text_delta" => {
+                    out.text.push_str(v["delta"]["text"].as_str().unwrap())
+                }
+                "message_delta" => {
+                    out.end = v["delta"]["stop_reason"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned()
+                }
+                _ => {}
+            },
+            Vendor::Chat => {
+                if let Some(c) = v["choices"][0]["delta"]["content"].as_str() {
+                    out.text.push_str(c);
+                }
+                if let Some(f) = v["choices"][0]["finish_reason"].as_str() {
+                    out.end = f.to_owned();
+                }
+            }
+            Vendor::Responses => match v["type"].as_str().unwrap_or_default() {
+                "response.output_text.delta" => out.text.push_str(v["delta"].as_str().unwrap()),
+                "response.completed" => out.end = "completed".into(),
+                "response.incomplete" => {
+                    out.end = format!(
+                        "incomplete/{}",
+                        v["response"]["incomplete_details"]["reason"]
+                            .as_str()
+                            .unwrap_or_default()
+                    )
+                }
+                _ => {}
+            },
+        }
+    }
+    out
+}

@@ -105,11 +105,6 @@ def test_openai_sdk_gets_the_chat_completion_through_envoy(livecheck_envoy, doub
     assert sent.headers["authorization"] == "Bearer test-key"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="streamed answers are not implemented yet: livecheck withholds them as unreadable; "
-    "drop this mark when they stream",
-)
 def test_openai_sdk_streams_the_chat_completion_through_envoy(livecheck_envoy, double):
     words = ["Hello", " from", " the", " double."]
     events = [_chat_chunk({"role": "assistant", "content": ""})]

@@ -1,0 +1,99 @@
+//! Length framing for streamed answers, so that a cut ends the caller's response cleanly.
+//!
+//! Envoy's wasm ABI cannot end a response early: resetting the stream makes the Anthropic SDK and
+//! the OpenAI Responses clients raise (they read to the end), and dropping the rest keeps them
+//! waiting until the model stops. So a streamed answer the filter may cut goes out with a fixed
+//! `content-length`; a cut writes the vendor's closing events and pads the body to that length
+//! with SSE comment lines, which every client skips, and the stream is closed at the next upstream
+//! chunk so the model stops generating. An answer that ends on its own is padded the same way.
+//! Measured with the official SDKs in `tests/e2e/test_cut_mechanism.py`.
+
+/// The longest padding line: `:` then dots then a newline.
+const LINE: usize = 1024;
+
+/// How many bytes of a framed stream went out, against the length its headers announced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    length: usize,
+    sent: usize,
+}
+
+impl Frame {
+    pub fn new(length: usize) -> Self {
+        Self { length, sent: 0 }
+    }
+
+    /// The `content-length` the response headers announce.
+    pub fn length(&self) -> usize {
+        self.length
+    }
+
+    /// Whether `more` bytes, plus `reserve` kept for closing events, still fit.
+    pub fn fits(&self, more: usize, reserve: usize) -> bool {
+        self.sent
+            .checked_add(more)
+            .and_then(|n| n.checked_add(reserve))
+            .is_some_and(|n| n <= self.length)
+    }
+
+    /// Records bytes sent.
+    pub fn sent(&mut self, n: usize) {
+        self.sent = self.sent.saturating_add(n);
+    }
+
+    /// SSE comment lines filling the frame to its length; records them as sent.
+    pub fn pad(&mut self) -> Vec<u8> {
+        let mut left = self.length.saturating_sub(self.sent);
+        let mut out = Vec::with_capacity(left);
+        while left > 0 {
+            let line = left.min(LINE);
+            match line {
+                // A lone newline is an empty line: it ends an event with no data, which SSE
+                // clients skip.
+                1 => out.push(b'\n'),
+                n => {
+                    out.push(b':');
+                    out.resize(out.len() + n - 2, b'.');
+                    out.push(b'\n');
+                }
+            }
+            left -= line;
+        }
+        self.sent(out.len());
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+
+    #[test]
+    fn padding_fills_the_frame_exactly_with_comment_lines() {
+        for (length, sent) in [(4096, 100), (10, 7), (10, 8), (10, 9), (10, 10), (3000, 0)] {
+            let mut frame = Frame::new(length);
+            frame.sent(sent);
+            let pad = frame.pad();
+            assert_eq!(pad.len(), length - sent, "{length} {sent}");
+            let text = std::str::from_utf8(&pad).unwrap();
+            assert!(
+                text.lines().all(|l| l.is_empty() || l.starts_with(':')),
+                "{text:?}"
+            );
+            assert!(pad.is_empty() || pad.ends_with(b"\n"));
+            assert!(frame.pad().is_empty(), "a full frame pads nothing more");
+        }
+    }
+
+    #[test]
+    fn fits_keeps_room_for_the_closing_events() {
+        let mut frame = Frame::new(100);
+        frame.sent(60);
+        assert!(frame.fits(30, 10));
+        assert!(!frame.fits(31, 10));
+        assert!(!frame.fits(usize::MAX, 1));
+    }
+}

@@ -1,0 +1,266 @@
+//! Server-sent events: an incremental decoder that survives any chunk split, and the encoder.
+//!
+//! Reference: <https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation>.
+//! Bytes are cut into lines before any decoding, so a chunk that ends inside a UTF-8 character or
+//! between `\r` and `\n` is never mangled; only a complete line is decoded. `id` and `retry` fields
+//! are dropped (no vendor this filter reads uses them), as are comments (`: keep-alive`).
+
+/// One dispatched event.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Event {
+    /// The `event:` field, when the event had one.
+    pub event: Option<String>,
+    /// The `data:` lines joined with `"\n"`.
+    pub data: String,
+}
+
+/// Why a stream cannot be read. Never quotes the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SseError {
+    /// A line, or an event's data, is longer than the decoder's limit.
+    TooLong,
+    /// A complete line is not UTF-8.
+    NotUtf8,
+}
+
+impl std::fmt::Display for SseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::TooLong => f.write_str("an event stream line is longer than the limit"),
+            Self::NotUtf8 => f.write_str("an event stream line is not UTF-8"),
+        }
+    }
+}
+
+impl std::error::Error for SseError {}
+
+/// Decodes an event stream pushed in chunks of any size.
+#[derive(Debug)]
+pub struct Decoder {
+    /// The incomplete line (bytes, not yet decoded).
+    line: Vec<u8>,
+    /// The previous chunk ended in `\r`: a `\n` that starts the next one ends nothing.
+    after_cr: bool,
+    /// Nothing decoded yet: a leading byte order mark is skipped.
+    at_start: bool,
+    event: Option<String>,
+    data: String,
+    has_data: bool,
+    limit: usize,
+}
+
+impl Decoder {
+    /// A decoder refusing any line (and any event's data) longer than `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            line: Vec::new(),
+            after_cr: false,
+            at_start: true,
+            event: None,
+            data: String::new(),
+            has_data: false,
+            limit,
+        }
+    }
+
+    /// Feeds a chunk; appends every event it completes to `out`.
+    pub fn push(&mut self, mut bytes: &[u8], out: &mut Vec<Event>) -> Result<(), SseError> {
+        if self.after_cr && !bytes.is_empty() {
+            self.after_cr = false;
+            if let Some(rest) = bytes.strip_prefix(b"\n") {
+                bytes = rest;
+            }
+        }
+        while let Some(end) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
+            let (head, tail) = bytes.split_at(end);
+            self.extend_line(head)?;
+            let (cr, tail) = match tail.split_first() {
+                Some((&b, rest)) => (b == b'\r', rest),
+                None => (false, tail),
+            };
+            bytes = tail;
+            if cr {
+                match bytes.first() {
+                    Some(b'\n') => bytes = bytes.get(1..).unwrap_or_default(),
+                    Some(_) => {}
+                    None => self.after_cr = true,
+                }
+            }
+            let line = std::mem::take(&mut self.line);
+            self.line_done(&line, out)?;
+        }
+        self.extend_line(bytes)
+    }
+
+    /// The end of the stream: an event not followed by a blank line is still dispatched.
+    pub fn finish(&mut self, out: &mut Vec<Event>) -> Result<(), SseError> {
+        if !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            self.line_done(&line, out)?;
+        }
+        self.line_done(b"", out)
+    }
+
+    fn extend_line(&mut self, bytes: &[u8]) -> Result<(), SseError> {
+        if self.line.len().saturating_add(bytes.len()) > self.limit {
+            return Err(SseError::TooLong);
+        }
+        self.line.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn line_done(&mut self, line: &[u8], out: &mut Vec<Event>) -> Result<(), SseError> {
+        let mut line = std::str::from_utf8(line).map_err(|_| SseError::NotUtf8)?;
+        if std::mem::take(&mut self.at_start) {
+            line = line.strip_prefix('\u{feff}').unwrap_or(line);
+        }
+        if line.is_empty() {
+            if std::mem::take(&mut self.has_data) {
+                out.push(Event {
+                    event: self.event.take(),
+                    data: std::mem::take(&mut self.data),
+                });
+            } else {
+                self.event = None;
+            }
+            return Ok(());
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => self.event = Some(value.to_owned()),
+            "data" => {
+                let extra = value.len() + usize::from(self.has_data);
+                if self.data.len().saturating_add(extra) > self.limit {
+                    return Err(SseError::TooLong);
+                }
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            // Comments (empty field name), `id`, `retry` and unknown fields.
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Appends one event: an `event:` line when named, one `data:` line per line of `data`, and the
+/// blank line that dispatches it.
+pub fn encode(out: &mut Vec<u8>, event: Option<&str>, data: &str) {
+    if let Some(event) = event {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(event.as_bytes());
+        out.push(b'\n');
+    }
+    for line in data.split('\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+
+    fn decode_in(chunks: &[&[u8]]) -> Result<Vec<Event>, SseError> {
+        let mut decoder = Decoder::new(1024);
+        let mut out = Vec::new();
+        for chunk in chunks {
+            decoder.push(chunk, &mut out)?;
+        }
+        decoder.finish(&mut out)?;
+        Ok(out)
+    }
+
+    fn ev(event: Option<&str>, data: &str) -> Event {
+        Event {
+            event: event.map(str::to_owned),
+            data: data.to_owned(),
+        }
+    }
+
+    const STREAM: &[u8] = "\u{feff}: hello\r\nevent: a\r\ndata: {\"t\": \"é日本😀\"}\r\n\r\nid: 3\nretry: 10\ndata:x\ndata\ndata:  y\n\nevent: lonely\n\ndata: last\rdata: cr\r\r".as_bytes();
+
+    #[test]
+    fn every_split_of_a_stream_gives_the_same_events() {
+        let whole = decode_in(&[STREAM]).unwrap();
+        assert_eq!(
+            whole,
+            vec![
+                ev(Some("a"), "{\"t\": \"é日本😀\"}"),
+                ev(None, "x\n\n y"),
+                ev(None, "last\ncr"),
+            ]
+        );
+        for i in 0..=STREAM.len() {
+            let (a, b) = STREAM.split_at(i);
+            assert_eq!(decode_in(&[a, b]).unwrap(), whole, "split at {i}");
+        }
+        let bytes: Vec<&[u8]> = STREAM.chunks(1).flat_map(|b| [b, &b""[..]]).collect();
+        assert_eq!(decode_in(&bytes).unwrap(), whole);
+    }
+
+    #[test]
+    fn a_last_event_without_a_blank_line_is_dispatched_at_the_end() {
+        assert_eq!(
+            decode_in(&[b"event: e\ndata: 1"]).unwrap(),
+            vec![ev(Some("e"), "1")]
+        );
+        assert_eq!(
+            decode_in(&[b"data: [DONE]\n"]).unwrap(),
+            vec![ev(None, "[DONE]")]
+        );
+    }
+
+    #[test]
+    fn an_empty_data_line_still_dispatches() {
+        assert_eq!(decode_in(&[b"data:\n\n"]).unwrap(), vec![ev(None, "")]);
+    }
+
+    #[test]
+    fn invalid_utf8_in_a_complete_line_is_an_error() {
+        assert_eq!(decode_in(&[b"data: \xff\n\n"]), Err(SseError::NotUtf8));
+    }
+
+    #[test]
+    fn lines_and_events_are_bounded() {
+        let mut decoder = Decoder::new(16);
+        let mut out = Vec::new();
+        assert_eq!(decoder.push(&[b'a'; 17], &mut out), Err(SseError::TooLong));
+        let mut decoder = Decoder::new(16);
+        let many = b"data: 0123456789\ndata: 0123456789\n\n";
+        assert_eq!(decoder.push(many, &mut out), Err(SseError::TooLong));
+    }
+
+    #[test]
+    fn encoder_writes_what_the_decoder_reads() {
+        let mut out = Vec::new();
+        encode(
+            &mut out,
+            Some("message_stop"),
+            "{\"type\":\"message_stop\"}",
+        );
+        encode(&mut out, None, "two\nlines");
+        assert_eq!(
+            out,
+            b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\ndata: two\ndata: lines\n\n"
+        );
+        assert_eq!(
+            decode_in(&[&out]).unwrap(),
+            vec![
+                ev(Some("message_stop"), "{\"type\":\"message_stop\"}"),
+                ev(None, "two\nlines"),
+            ]
+        );
+    }
+}

@@ -1,0 +1,239 @@
+//! Anthropic Messages events: <https://docs.anthropic.com/en/docs/build-with-claude/streaming>.
+//!
+//! One channel (0): the text deltas of every text block and the `partial_json` of every tool-use
+//! block, in stream order. Content block indexes are renumbered in the order blocks are written,
+//! so a text block released after a tool call keeps the SDK's `content[index]` valid. A cut closes
+//! the open blocks, then `message_delta` with `stop_reason: "refusal"` and `usage.output_tokens`,
+//! then `message_stop`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{json, Value};
+
+use super::util::{self, str_at, u64_at};
+use super::{Ev, Format, Lane, TextIn, TextKind, Unit, Unreadable};
+use crate::sse;
+use crate::vendor::Request;
+
+pub(super) struct Anthropic {
+    model: Option<String>,
+    /// `message_start`'s message, to start a stream the caller has not seen start.
+    message: Option<Value>,
+    /// Upstream block index → its lane.
+    lanes: BTreeMap<u64, Lane>,
+    /// Output tokens: the most the upstream reported, or one per delta read if more.
+    reported_tokens: u64,
+    deltas: u64,
+    started: bool,
+    next_index: u64,
+    /// Upstream block index → the index the caller sees.
+    indexes: BTreeMap<u64, u64>,
+    open: BTreeSet<u64>,
+    message_ended: bool,
+    stopped: bool,
+}
+
+impl Anthropic {
+    pub(super) fn new(request: &Request) -> Self {
+        Self {
+            model: request.model.clone(),
+            message: None,
+            lanes: BTreeMap::new(),
+            reported_tokens: 0,
+            deltas: 0,
+            started: false,
+            next_index: 0,
+            indexes: BTreeMap::new(),
+            open: BTreeSet::new(),
+            message_ended: false,
+            stopped: false,
+        }
+    }
+
+    fn emit(&mut self, data: Value, out: &mut Vec<u8>) {
+        let name = str_at(&data, "/type").map(str::to_owned);
+        self.write(Ev { name, data }, out);
+    }
+}
+
+fn index_of(data: &Value) -> Result<u64, Unreadable> {
+    u64_at(data, "/index").ok_or(Unreadable)
+}
+
+impl Format for Anthropic {
+    fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
+        let data = util::parse(&event)?;
+        let kind = str_at(&data, "/type").unwrap_or_default().to_owned();
+        let mut texts = Vec::new();
+        let mut unit_lane = Lane::Side;
+        let (mut ends, mut terminal, mut asks) = (Vec::new(), false, false);
+        match kind.as_str() {
+            "message_start" => {
+                self.message = data.get("message").cloned();
+                if let Some(n) = u64_at(&data, "/message/usage/output_tokens") {
+                    self.reported_tokens = self.reported_tokens.max(n);
+                }
+            }
+            "content_block_start" => {
+                let index = index_of(&data)?;
+                let lane = match str_at(&data, "/content_block/type") {
+                    Some("text") => Lane::Answer,
+                    _ => Lane::Side,
+                };
+                if lane == Lane::Answer
+                    && str_at(&data, "/content_block/text").is_some_and(|t| !t.is_empty())
+                {
+                    texts.push(text("/content_block/text", TextKind::Answer));
+                }
+                self.lanes.insert(index, lane);
+                unit_lane = lane;
+            }
+            "content_block_delta" => {
+                let index = index_of(&data)?;
+                self.deltas += 1;
+                unit_lane = self.lanes.get(&index).copied().unwrap_or(Lane::Side);
+                match str_at(&data, "/delta/type") {
+                    Some("text_delta") => texts.push(text("/delta/text", TextKind::Answer)),
+                    Some("input_json_delta") => texts.push(text(
+                        "/delta/partial_json",
+                        TextKind::Tool {
+                            call: index,
+                            json: true,
+                        },
+                    )),
+                    _ => {}
+                }
+            }
+            "content_block_stop" => {
+                let index = index_of(&data)?;
+                unit_lane = self.lanes.get(&index).copied().unwrap_or(Lane::Side);
+            }
+            "message_delta" => {
+                unit_lane = Lane::End;
+                asks = str_at(&data, "/delta/stop_reason") == Some("tool_use");
+                if let Some(n) = u64_at(&data, "/usage/output_tokens") {
+                    self.reported_tokens = self.reported_tokens.max(n);
+                }
+                ends.push(0);
+            }
+            "message_stop" => {
+                unit_lane = Lane::End;
+                terminal = true;
+            }
+            "error" => unit_lane = Lane::End,
+            _ => {}
+        }
+        // Text fields that are empty carry nothing to check.
+        texts.retain(|t: &TextIn| str_at(&data, &t.pointer) != Some(""));
+        let mut unit = Unit::new(
+            Ev {
+                name: event.event,
+                data,
+            },
+            unit_lane,
+        );
+        unit.texts = texts;
+        unit.ends = ends;
+        unit.terminal = terminal;
+        unit.asks_for_tool = asks;
+        Ok(unit)
+    }
+
+    fn write(&mut self, mut ev: Ev, out: &mut Vec<u8>) {
+        match str_at(&ev.data, "/type") {
+            Some("message_start") => self.started = true,
+            Some("content_block_start") => {
+                if let Some(upstream) = u64_at(&ev.data, "/index") {
+                    let index = self.next_index;
+                    self.next_index += 1;
+                    self.indexes.insert(upstream, index);
+                    self.open.insert(index);
+                    set_index(&mut ev.data, index);
+                }
+            }
+            Some(kind @ ("content_block_delta" | "content_block_stop")) => {
+                let stop = kind == "content_block_stop";
+                if let Some(&index) = u64_at(&ev.data, "/index").and_then(|i| self.indexes.get(&i))
+                {
+                    set_index(&mut ev.data, index);
+                    if stop {
+                        self.open.remove(&index);
+                    }
+                }
+            }
+            Some("message_delta") => self.message_ended = true,
+            Some("message_stop") => self.stopped = true,
+            _ => {}
+        }
+        util::write(&ev, out);
+    }
+
+    fn close(&mut self, reply: Option<&str>, out: &mut Vec<u8>) {
+        if self.stopped {
+            return;
+        }
+        if !self.started {
+            let mut message = self.message.clone().unwrap_or_else(|| {
+                json!({
+                    "id": "msg_livecheck",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": self.model.as_deref().unwrap_or_default(),
+                    "stop_reason": null,
+                    "stop_sequence": null,
+                    "usage": {"input_tokens": 0, "output_tokens": 0},
+                })
+            });
+            if let Value::Object(m) = &mut message {
+                m.insert("content".into(), json!([]));
+            }
+            self.emit(json!({"type": "message_start", "message": message}), out);
+        }
+        for index in std::mem::take(&mut self.open) {
+            self.emit(json!({"type": "content_block_stop", "index": index}), out);
+        }
+        if let Some(reply) = reply {
+            let index = self.next_index;
+            self.next_index += 1;
+            for event in [
+                json!({"type": "content_block_start", "index": index,
+                       "content_block": {"type": "text", "text": ""}}),
+                json!({"type": "content_block_delta", "index": index,
+                       "delta": {"type": "text_delta", "text": reply}}),
+                json!({"type": "content_block_stop", "index": index}),
+            ] {
+                util::write(
+                    &Ev {
+                        name: str_at(&event, "/type").map(str::to_owned),
+                        data: event,
+                    },
+                    out,
+                );
+            }
+        }
+        if !self.message_ended {
+            let tokens = self.reported_tokens.max(self.deltas);
+            self.emit(
+                json!({"type": "message_delta",
+                       "delta": {"stop_reason": "refusal", "stop_sequence": null},
+                       "usage": {"output_tokens": tokens}}),
+                out,
+            );
+        }
+        self.emit(json!({"type": "message_stop"}), out);
+    }
+}
+
+fn text(pointer: &str, kind: TextKind) -> TextIn {
+    TextIn {
+        pointer: pointer.to_owned(),
+        channel: 0,
+        kind,
+    }
+}
+
+fn set_index(data: &mut Value, index: u64) {
+    if let Value::Object(m) = data {
+        m.insert("index".into(), json!(index));
+    }
+}

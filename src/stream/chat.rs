@@ -1,0 +1,328 @@
+//! OpenAI Chat Completions chunks: <https://platform.openai.com/docs/api-reference/chat-streaming>.
+//!
+//! Each choice index is a channel: its `delta.content`, then its tool calls'
+//! `function.arguments`, in stream order. A chunk split in two keeps everything but the unsent
+//! text in the first part (`finish_reason` moves to the second); the second is a bare chunk with
+//! only the rest of the text, since the SDKs concatenate every string they are sent again. A cut
+//! ends every unfinished choice with `finish_reason: "content_filter"`, then a usage chunk when the
+//! request set `stream_options.include_usage`, then `data: [DONE]`.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Map, Value};
+
+use super::util::{self, str_at, u64_at};
+use super::{Ev, Format, Lane, TextIn, TextKind, Unit, Unreadable};
+use crate::sse;
+use crate::vendor::Request;
+
+/// Top-level fields of a chunk that a bare chunk repeats.
+const HEAD_FIELDS: &[&str] = &[
+    "id",
+    "object",
+    "created",
+    "model",
+    "system_fingerprint",
+    "service_tier",
+];
+
+pub(super) struct Chat {
+    model: Option<String>,
+    include_usage: bool,
+    /// The first chunk's identity (`id`, `created`, `model`, …), for chunks the filter writes.
+    head: Option<Map<String, Value>>,
+    deltas: u64,
+    prompt_tokens: u64,
+    written_any: bool,
+    seen: BTreeSet<u64>,
+    finished: BTreeSet<u64>,
+    done: bool,
+}
+
+impl Chat {
+    pub(super) fn new(request: &Request) -> Self {
+        Self {
+            model: request.model.clone(),
+            include_usage: request.include_usage,
+            head: None,
+            deltas: 0,
+            prompt_tokens: 0,
+            written_any: false,
+            seen: BTreeSet::new(),
+            finished: BTreeSet::new(),
+            done: false,
+        }
+    }
+
+    fn chunk(&self, choices: Value) -> Value {
+        let mut chunk = self.head.clone().unwrap_or_else(|| {
+            let mut head = Map::new();
+            head.insert("id".into(), json!("chatcmpl-livecheck"));
+            head.insert("object".into(), json!("chat.completion.chunk"));
+            head.insert("created".into(), json!(0));
+            head.insert(
+                "model".into(),
+                json!(self.model.as_deref().unwrap_or_default()),
+            );
+            head
+        });
+        chunk.insert("choices".into(), choices);
+        if self.include_usage {
+            chunk.insert("usage".into(), Value::Null);
+        }
+        Value::Object(chunk)
+    }
+}
+
+/// Choice and tool-call index together: one call key per channel.
+fn call_key(choice: u64, call: u64) -> u64 {
+    (choice << 32) | (call & 0xffff_ffff)
+}
+
+impl Format for Chat {
+    fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
+        if event.data.trim() == "[DONE]" {
+            let mut unit = Unit::new(
+                Ev {
+                    name: event.event,
+                    data: Value::Null,
+                },
+                Lane::End,
+            );
+            unit.terminal = true;
+            return Ok(unit);
+        }
+        let data = util::parse(&event)?;
+        if data.get("error").is_some() {
+            return Ok(Unit::new(
+                Ev {
+                    name: event.event,
+                    data,
+                },
+                Lane::End,
+            ));
+        }
+        if self.head.is_none() {
+            if let Value::Object(chunk) = &data {
+                let head: Map<String, Value> = HEAD_FIELDS
+                    .iter()
+                    .filter_map(|k| chunk.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+                    .collect();
+                self.head = Some(head);
+            }
+        }
+        if let Some(n) = u64_at(&data, "/usage/prompt_tokens") {
+            self.prompt_tokens = n;
+        }
+        let (mut texts, mut ends, mut asks) = (Vec::new(), Vec::new(), false);
+        let (mut content, mut finish) = (false, false);
+        let choices = match data.get("choices") {
+            Some(Value::Array(choices)) => choices.as_slice(),
+            None | Some(Value::Null) => &[],
+            Some(_) => return Err(Unreadable),
+        };
+        for (k, choice) in choices.iter().enumerate() {
+            let index = u64_at(choice, "/index").unwrap_or(k as u64);
+            let channel = usize::try_from(index).map_err(|_| Unreadable)?;
+            let at = format!("/choices/{k}");
+            if str_at(choice, "/delta/content").is_some_and(|t| !t.is_empty()) {
+                texts.push(TextIn {
+                    pointer: format!("{at}/delta/content"),
+                    channel,
+                    kind: TextKind::Answer,
+                });
+                content = true;
+            }
+            if let Some(Value::Array(calls)) = choice.pointer("/delta/tool_calls") {
+                asks |= !calls.is_empty();
+                for (j, call) in calls.iter().enumerate() {
+                    let n = u64_at(call, "/index").unwrap_or(j as u64);
+                    if str_at(call, "/function/arguments").is_some_and(|t| !t.is_empty()) {
+                        texts.push(TextIn {
+                            pointer: format!("{at}/delta/tool_calls/{j}/function/arguments"),
+                            channel,
+                            kind: TextKind::Tool {
+                                call: call_key(index, n),
+                                json: true,
+                            },
+                        });
+                    }
+                }
+            }
+            if str_at(choice, "/delta/function_call/arguments").is_some_and(|t| !t.is_empty()) {
+                asks = true;
+                texts.push(TextIn {
+                    pointer: format!("{at}/delta/function_call/arguments"),
+                    channel,
+                    kind: TextKind::Tool {
+                        call: call_key(index, 0xffff_ffff),
+                        json: true,
+                    },
+                });
+            }
+            if let Some(reason) = str_at(choice, "/finish_reason") {
+                asks |= matches!(reason, "tool_calls" | "function_call");
+                ends.push(channel);
+                finish = true;
+            }
+        }
+        if !texts.is_empty() {
+            self.deltas += 1;
+        }
+        let usage_only = choices.is_empty() && data.get("usage").is_some_and(|u| !u.is_null());
+        let lane = if content {
+            Lane::Answer
+        } else if finish || usage_only {
+            Lane::End
+        } else {
+            Lane::Side
+        };
+        let mut unit = Unit::new(
+            Ev {
+                name: event.event,
+                data,
+            },
+            lane,
+        );
+        unit.texts = texts;
+        unit.ends = ends;
+        unit.asks_for_tool = asks;
+        Ok(unit)
+    }
+
+    fn write(&mut self, ev: Ev, out: &mut Vec<u8>) {
+        if ev.data.is_null() {
+            self.done = true;
+            out.extend_from_slice(b"data: [DONE]\n\n");
+            return;
+        }
+        if let Some(Value::Array(choices)) = ev.data.get("choices") {
+            self.written_any = true;
+            for (k, choice) in choices.iter().enumerate() {
+                let index = u64_at(choice, "/index").unwrap_or(k as u64);
+                self.seen.insert(index);
+                if str_at(choice, "/finish_reason").is_some() {
+                    self.finished.insert(index);
+                }
+            }
+        }
+        util::write(&ev, out);
+    }
+
+    fn part(&self, ev: &mut Ev) {
+        if let Some(Value::Array(choices)) = ev.data.get_mut("choices") {
+            for choice in choices {
+                if let Value::Object(choice) = choice {
+                    choice.insert("finish_reason".into(), Value::Null);
+                }
+            }
+        }
+    }
+
+    fn rest(&self, ev: &mut Ev) {
+        let Value::Object(chunk) = &mut ev.data else {
+            return;
+        };
+        let Some(Value::Array(choices)) = chunk.get_mut("choices") else {
+            return;
+        };
+        for choice in choices.iter_mut() {
+            let mut delta = Map::new();
+            if let Some(content) = choice.pointer("/delta/content").filter(|c| c.is_string()) {
+                delta.insert("content".into(), content.clone());
+            }
+            if let Some(Value::Array(calls)) = choice.pointer("/delta/tool_calls") {
+                let calls: Vec<Value> = calls
+                    .iter()
+                    .map(|call| {
+                        let mut bare = Map::new();
+                        if let Some(index) = call.get("index") {
+                            bare.insert("index".into(), index.clone());
+                        }
+                        if let Some(arguments) = call.pointer("/function/arguments") {
+                            bare.insert("function".into(), json!({"arguments": arguments}));
+                        }
+                        Value::Object(bare)
+                    })
+                    .collect();
+                delta.insert("tool_calls".into(), Value::Array(calls));
+            }
+            if let Some(arguments) = choice.pointer("/delta/function_call/arguments") {
+                delta.insert("function_call".into(), json!({"arguments": arguments}));
+            }
+            *choice = json!({
+                "index": choice.get("index").cloned().unwrap_or(Value::Null),
+                "delta": delta,
+                "logprobs": null,
+                "finish_reason": choice.get("finish_reason").cloned().unwrap_or(Value::Null),
+            });
+        }
+    }
+
+    fn close(&mut self, reply: Option<&str>, out: &mut Vec<u8>) {
+        if self.done {
+            return;
+        }
+        let mut open: Vec<u64> = self.seen.difference(&self.finished).copied().collect();
+        if self.seen.is_empty() {
+            open.push(0);
+        }
+        if let Some(reply) = reply {
+            let role = !self.written_any;
+            let choices: Vec<Value> = open
+                .iter()
+                .map(|&index| {
+                    let delta = if role {
+                        json!({"role": "assistant", "content": reply})
+                    } else {
+                        json!({"content": reply})
+                    };
+                    json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": null})
+                })
+                .collect();
+            util::write(
+                &Ev {
+                    name: None,
+                    data: self.chunk(Value::Array(choices)),
+                },
+                out,
+            );
+        }
+        let choices: Vec<Value> = open
+            .iter()
+            .map(|&index| {
+                json!({"index": index, "delta": {}, "logprobs": null,
+                       "finish_reason": "content_filter"})
+            })
+            .collect();
+        util::write(
+            &Ev {
+                name: None,
+                data: self.chunk(Value::Array(choices)),
+            },
+            out,
+        );
+        if self.include_usage {
+            let mut last = self.chunk(json!([]));
+            if let Value::Object(last) = &mut last {
+                last.insert(
+                    "usage".into(),
+                    json!({
+                        "prompt_tokens": self.prompt_tokens,
+                        "completion_tokens": self.deltas,
+                        "total_tokens": self.prompt_tokens.saturating_add(self.deltas),
+                    }),
+                );
+            }
+            util::write(
+                &Ev {
+                    name: None,
+                    data: last,
+                },
+                out,
+            );
+        }
+        out.extend_from_slice(b"data: [DONE]\n\n");
+        self.done = true;
+    }
+}

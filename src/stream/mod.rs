@@ -1,0 +1,704 @@
+//! A streamed answer, rewritten as it passes: upstream SSE bytes in, the bytes the caller may see
+//! out. Pure logic; the turn feeds it body chunks and sends what it returns.
+//!
+//! Every upstream event becomes one [`Piece`]: the event, and the fields of it that carry checked
+//! text (answer text, tool-call arguments). Checked text goes to its channel's [`Holdback`] (a
+//! channel is the text of one answer: Chat's `n > 1` choices each have one). Pieces leave in
+//! upstream order, each as soon as the text in it is confirmed; a piece whose text is confirmed
+//! only in part is cut in two valid events of the vendor's format (the part now, the rest later).
+//! Events without checked text wait for the text before them, so the order never changes in
+//! [`Hold::Rules`]. In the whole-text modes the answer's pieces and the round's last events are set
+//! aside until the caller of [`Rewriter::release`] or [`Rewriter::cut`] decided.
+//!
+//! Decisions are taken after every upstream event, never per chunk, so what the caller receives is
+//! the same however the upstream body was split.
+
+mod anthropic;
+mod args;
+mod chat;
+mod holdback;
+mod responses;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+
+use serde_json::Value;
+
+use crate::config::{Mode, Stage, Version};
+use crate::sse;
+use crate::vendor::{Api, Request};
+use args::ArgsReader;
+use holdback::Holdback;
+
+/// The most text channels (Chat choices) a stream may open; more is unreadable.
+const MAX_CHANNELS: usize = 128;
+
+/// How a streamed answer is held, from the version's blocking output checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Only rule checks block: the text streams, held back by exactly `output_rules.longest()`
+    /// characters per channel.
+    Rules,
+    /// Another blocking output check: the round's answer text is held whole until
+    /// [`Rewriter::release`] or [`Rewriter::cut`]; reasoning and tool-call events keep streaming
+    /// (tool-call arguments held back as in `Rules`). A rule match still cuts at once.
+    WholeText,
+    /// A check asks for recovery: nothing of the round, reasoning included, is shown until
+    /// released. Rules are decided by the caller on [`RoundEnd::rule_text`], so a failed rule can
+    /// still be recovered.
+    Everything,
+}
+
+impl Hold {
+    /// The hold a version's blocking output checks need; `None` when none blocks.
+    pub fn for_version(version: &Version) -> Option<Hold> {
+        let blocking: Vec<_> = version
+            .checks
+            .iter()
+            .filter(|c| c.stage == Stage::Output && c.mode == Mode::Block)
+            .collect();
+        if blocking.is_empty() {
+            None
+        } else if blocking.iter().any(|c| c.recover) {
+            Some(Hold::Everything)
+        } else if blocking.iter().all(|c| c.kind.is_rule()) {
+            Some(Hold::Rules)
+        } else {
+            Some(Hold::WholeText)
+        }
+    }
+}
+
+/// What one call gave.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Step {
+    /// Bytes to send the caller now (possibly none).
+    pub out: Vec<u8>,
+    /// The stream was cut: `out` ends with the vendor's closing events and every later call
+    /// returns nothing.
+    pub cut: Option<Cut>,
+    /// The round ended (whole-text modes only): decide it, then call `release` or `cut`.
+    pub round_end: Option<RoundEnd>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    /// Index of the check that stopped the stream, in its version.
+    pub check: usize,
+    pub why: CutWhy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutWhy {
+    /// The check's rule matched the text.
+    Matched,
+    /// The stream could not be read (not SSE, not UTF-8, not JSON, a line over the limit): the
+    /// check is errored. It is the first blocking output check without `on_error: "pass"`, else the
+    /// first blocking output check.
+    Unreadable,
+    /// The caller cut it ([`Rewriter::cut`]).
+    Decided,
+}
+
+/// A held round, complete: what its checks read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoundEnd {
+    /// The answer text: each channel's text deltas concatenated, channels in order.
+    pub answer_text: String,
+    /// What rule checks read: per channel, the text and tool-call values in stream order, each
+    /// tool-call value after a `"\n"`; channels joined by `"\n"`.
+    pub rule_text: String,
+    pub asks_for_tool: bool,
+}
+
+/// Rewrites one streamed answer.
+pub struct Rewriter {
+    format: Box<dyn Format>,
+    version: Rc<Version>,
+    hold: Hold,
+    decoder: sse::Decoder,
+    channels: BTreeMap<usize, Channel>,
+    queue: VecDeque<Piece>,
+    held: Vec<Piece>,
+    phase: Phase,
+    asks_for_tool: bool,
+    /// `finish` was called: what is queued goes as it is (a tool call cut mid-escape included).
+    upstream_done: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Open,
+    /// Whole-text modes: waiting for `release` or `cut`.
+    Decide,
+    /// Released: what is left streams in order.
+    Released,
+    Done,
+}
+
+#[derive(Debug, Default)]
+struct Channel {
+    holdback: Holdback,
+    readers: BTreeMap<u64, ArgsReader>,
+    /// The tool call text was last pushed for.
+    last_call: Option<u64>,
+    /// Whole-text modes: the round's texts, for [`RoundEnd`].
+    answer: String,
+    rule: String,
+}
+
+impl Rewriter {
+    /// `limit` bounds one SSE line and one event's data (the policy's `max_body_bytes`).
+    pub fn new(
+        api: Api,
+        version: Rc<Version>,
+        request: &Request,
+        hold: Hold,
+        limit: usize,
+    ) -> Self {
+        let format: Box<dyn Format> = match api {
+            Api::AnthropicMessages => Box::new(anthropic::Anthropic::new(request)),
+            Api::ChatCompletions => Box::new(chat::Chat::new(request)),
+            Api::Responses => Box::new(responses::Responses::new(request)),
+        };
+        Self {
+            format,
+            version,
+            hold,
+            decoder: sse::Decoder::new(limit),
+            channels: BTreeMap::new(),
+            queue: VecDeque::new(),
+            held: Vec::new(),
+            phase: Phase::Open,
+            asks_for_tool: false,
+            upstream_done: false,
+        }
+    }
+
+    /// One upstream body chunk.
+    pub fn feed(&mut self, chunk: &[u8]) -> Step {
+        let mut step = Step::default();
+        if self.phase == Phase::Done {
+            return step;
+        }
+        let mut events = Vec::new();
+        let decoded = self.decoder.push(chunk, &mut events);
+        self.events(events, &mut step);
+        if decoded.is_err() {
+            self.unreadable(&mut step);
+        }
+        step
+    }
+
+    /// The end of the upstream body: the held tail is checked, then sent or cut. In whole-text
+    /// modes a round the upstream never ended is handed back as ended here.
+    pub fn finish(&mut self) -> Step {
+        let mut step = Step::default();
+        if self.phase == Phase::Done {
+            return step;
+        }
+        let mut events = Vec::new();
+        let decoded = self.decoder.finish(&mut events);
+        self.events(events, &mut step);
+        if decoded.is_err() {
+            self.unreadable(&mut step);
+        }
+        self.upstream_done = true;
+        self.round_end(&mut step);
+        if matches!(self.phase, Phase::Open | Phase::Released) {
+            self.release_queue(None, &mut step.out);
+            self.phase = Phase::Done;
+        }
+        step
+    }
+
+    /// Whole-text modes: the round passed; sends what was held, in upstream order.
+    pub fn release(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if matches!(self.phase, Phase::Done | Phase::Released) {
+            return out;
+        }
+        for piece in std::mem::take(&mut self.held) {
+            self.write_whole(piece, &mut out);
+        }
+        self.phase = if self.upstream_done {
+            Phase::Done
+        } else {
+            Phase::Released
+        };
+        self.release_queue(None, &mut out);
+        out
+    }
+
+    /// Ends the stream now because `check` stopped it. In whole-text modes the caller saw none of
+    /// the answer, so it says the version's `blocked_reply` instead.
+    pub fn cut(&mut self, check: usize) -> Vec<u8> {
+        let mut step = Step::default();
+        if self.phase != Phase::Done {
+            self.cut_now(check, CutWhy::Decided, None, &mut step);
+        }
+        step.out
+    }
+
+    fn events(&mut self, events: Vec<sse::Event>, step: &mut Step) {
+        for event in events {
+            if self.phase == Phase::Done {
+                return;
+            }
+            if self.event(event, step).is_err() {
+                self.unreadable(step);
+            }
+        }
+    }
+
+    fn event(&mut self, event: sse::Event, step: &mut Step) -> Result<(), Unreadable> {
+        let unit = self.format.read(event)?;
+        self.asks_for_tool |= unit.asks_for_tool;
+        let ev = unit.ev;
+        let mut fields = Vec::new();
+        let mut touched = Vec::new();
+        for text in unit.texts {
+            let raw = match ev.data.pointer(&text.pointer) {
+                Some(Value::String(s)) => s.clone(),
+                _ => return Err(Unreadable),
+            };
+            touched.push(text.channel);
+            fields.push(self.push_text(&text, raw)?);
+        }
+        let piece = Piece { ev, fields };
+        let aside = match (self.phase, self.hold) {
+            (Phase::Released, _) | (_, Hold::Rules) => false,
+            (_, Hold::Everything) => true,
+            (_, Hold::WholeText) => unit.lane != Lane::Side,
+        };
+        if aside {
+            self.held.push(piece);
+        } else {
+            self.queue.push_back(piece);
+        }
+        for channel in unit.ends {
+            self.channel(channel)?.holdback.end();
+            touched.push(channel);
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for channel in touched {
+            if self.scan(channel, step) {
+                return Ok(());
+            }
+        }
+        self.release_queue(None, &mut step.out);
+        if unit.terminal {
+            self.round_end(step);
+        }
+        Ok(())
+    }
+
+    fn channel(&mut self, channel: usize) -> Result<&mut Channel, Unreadable> {
+        if !self.channels.contains_key(&channel) && self.channels.len() >= MAX_CHANNELS {
+            return Err(Unreadable);
+        }
+        let passive = self.hold == Hold::Everything;
+        Ok(self.channels.entry(channel).or_insert_with(|| Channel {
+            holdback: if passive {
+                Holdback::passive()
+            } else {
+                Holdback::default()
+            },
+            ..Channel::default()
+        }))
+    }
+
+    /// Adds a field's text to its channel; the field learns where its characters are.
+    fn push_text(&mut self, text: &TextIn, raw: String) -> Result<Field, Unreadable> {
+        let whole = self.hold != Hold::Rules;
+        let ch = self.channel(text.channel)?;
+        let map = match text.kind {
+            TextKind::Answer => {
+                if ch.last_call.take().is_some() {
+                    ch.push("\n", whole);
+                }
+                let start = ch.holdback.len();
+                ch.push(&raw, whole);
+                if whole {
+                    ch.answer.push_str(&raw);
+                }
+                FieldMap::Plain {
+                    start,
+                    end: ch.holdback.len(),
+                }
+            }
+            TextKind::Tool { call, json: false } => {
+                if ch.last_call.replace(call) != Some(call) {
+                    ch.push("\n", whole);
+                }
+                let start = ch.holdback.len();
+                ch.push(&raw, whole);
+                FieldMap::Plain {
+                    start,
+                    end: ch.holdback.len(),
+                }
+            }
+            TextKind::Tool { call, json: true } => {
+                ch.last_call = Some(call);
+                let decoded = ch.readers.entry(call).or_default().read(&raw);
+                let base = ch.holdback.len();
+                ch.push(&decoded.text, whole);
+                FieldMap::Json {
+                    starts: decoded
+                        .starts
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &at)| (base + i, at))
+                        .collect(),
+                    end: ch.holdback.len(),
+                    pending: decoded.pending,
+                }
+            }
+        };
+        Ok(Field {
+            pointer: text.pointer.clone(),
+            channel: text.channel,
+            raw,
+            map,
+        })
+    }
+
+    /// Scans a channel; on certain forbidden text cuts there. Returns whether it cut.
+    fn scan(&mut self, channel: usize, step: &mut Step) -> bool {
+        if self.hold == Hold::Everything && self.phase != Phase::Released {
+            return false;
+        }
+        let found = match self.channels.get_mut(&channel) {
+            Some(ch) => ch.holdback.scan(&self.version.output_rules),
+            None => None,
+        };
+        match found {
+            Some(found) => {
+                self.cut_now(
+                    found.check,
+                    CutWhy::Matched,
+                    Some((channel, found.pos)),
+                    step,
+                );
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sends the queued pieces whose text is confirmed, cutting the first one that is confirmed
+    /// only in part. `cut_at`: a channel whose text ends at a position (forbidden text starts there).
+    fn release_queue(&mut self, cut_at: Option<(usize, usize)>, out: &mut Vec<u8>) {
+        while let Some(mut piece) = self.queue.pop_front() {
+            let bounds: Vec<usize> = piece
+                .fields
+                .iter()
+                .map(|f| match cut_at {
+                    Some((channel, pos)) if channel == f.channel => pos,
+                    _ => self
+                        .channels
+                        .get(&f.channel)
+                        .map_or(0, |c| c.holdback.confirmed()),
+                })
+                .collect();
+            let whole = (self.upstream_done && cut_at.is_none())
+                || piece
+                    .fields
+                    .iter()
+                    .zip(&bounds)
+                    .all(|(f, &bound)| f.needs() <= bound);
+            if whole {
+                self.write_whole(piece, out);
+                continue;
+            }
+            let mut now = piece.ev.clone();
+            let mut any = false;
+            for (field, &bound) in piece.fields.iter_mut().zip(&bounds) {
+                let part = field.split_at(bound);
+                any |= !part.is_empty();
+                set_text(&mut now, &field.pointer, part);
+            }
+            if any {
+                self.format.part(&mut now);
+                self.format.write(now, out);
+                self.format.rest(&mut piece.ev);
+            }
+            self.queue.push_front(piece);
+            return;
+        }
+    }
+
+    fn write_whole(&mut self, mut piece: Piece, out: &mut Vec<u8>) {
+        for field in piece.fields {
+            set_text(&mut piece.ev, &field.pointer, field.raw);
+        }
+        self.format.write(piece.ev, out);
+    }
+
+    fn round_end(&mut self, step: &mut Step) {
+        if self.phase != Phase::Open {
+            return;
+        }
+        let channels: Vec<usize> = self.channels.keys().copied().collect();
+        for channel in channels {
+            if let Some(ch) = self.channels.get_mut(&channel) {
+                ch.holdback.end();
+            }
+            if self.scan(channel, step) {
+                return;
+            }
+        }
+        self.release_queue(None, &mut step.out);
+        if self.hold == Hold::Rules {
+            return;
+        }
+        self.phase = Phase::Decide;
+        let mut end = RoundEnd {
+            asks_for_tool: self.asks_for_tool,
+            ..RoundEnd::default()
+        };
+        let mut rules = Vec::new();
+        for ch in self.channels.values_mut() {
+            end.answer_text.push_str(&std::mem::take(&mut ch.answer));
+            rules.push(std::mem::take(&mut ch.rule));
+        }
+        end.rule_text = rules.join("\n");
+        step.round_end = Some(end);
+    }
+
+    fn unreadable(&mut self, step: &mut Step) {
+        if self.phase == Phase::Done {
+            return;
+        }
+        let blocking = || {
+            self.version
+                .checks
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.stage == Stage::Output && c.mode == Mode::Block)
+        };
+        let check = blocking()
+            .find(|(_, c)| !c.on_error_pass)
+            .or_else(|| blocking().next())
+            .map_or(0, |(i, _)| i);
+        self.cut_now(check, CutWhy::Unreadable, None, step);
+    }
+
+    fn cut_now(&mut self, check: usize, why: CutWhy, at: Option<(usize, usize)>, step: &mut Step) {
+        if at.is_some() {
+            self.release_queue(at, &mut step.out);
+        }
+        self.queue.clear();
+        self.held.clear();
+        let reply = match (self.hold, self.phase) {
+            (Hold::Rules, _) | (_, Phase::Released) => None,
+            _ => Some(self.version.blocked_reply.as_str()),
+        };
+        self.format.close(reply, &mut step.out);
+        self.phase = Phase::Done;
+        step.cut = Some(Cut { check, why });
+    }
+}
+
+impl Channel {
+    fn push(&mut self, text: &str, whole: bool) {
+        self.holdback.push(text);
+        if whole {
+            self.rule.push_str(text);
+        }
+    }
+}
+
+fn set_text(ev: &mut Ev, pointer: &str, text: String) {
+    if let Some(slot) = ev.data.pointer_mut(pointer) {
+        *slot = Value::String(text);
+    }
+}
+
+/// An event that cannot be read: the stream is unreadable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unreadable;
+
+/// One event, as read and as written.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Ev {
+    pub name: Option<String>,
+    pub data: Value,
+}
+
+/// Which part of a round an event belongs to (what whole-text modes hold).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// The answer text and the events around it (its block, item or chunk).
+    Answer,
+    /// Reasoning, tool calls, pings, the start of the message: they stream in `WholeText`.
+    Side,
+    /// The round's ending events, and errors: after the answer.
+    End,
+}
+
+/// A checked text field of an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TextIn {
+    /// JSON pointer to the string field.
+    pub pointer: String,
+    pub channel: usize,
+    pub kind: TextKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TextKind {
+    Answer,
+    /// A tool call's input: JSON arguments, or free text (a custom tool's input, code).
+    Tool {
+        call: u64,
+        json: bool,
+    },
+}
+
+/// One upstream event, read.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Unit {
+    pub ev: Ev,
+    pub lane: Lane,
+    pub texts: Vec<TextIn>,
+    /// Channels whose text is complete after this event.
+    pub ends: Vec<usize>,
+    /// The round's last event.
+    pub terminal: bool,
+    pub asks_for_tool: bool,
+}
+
+impl Unit {
+    pub(crate) fn new(ev: Ev, lane: Lane) -> Self {
+        Self {
+            ev,
+            lane,
+            texts: Vec::new(),
+            ends: Vec::new(),
+            terminal: false,
+            asks_for_tool: false,
+        }
+    }
+}
+
+/// A vendor's stream format.
+pub(crate) trait Format {
+    /// Reads one upstream event.
+    fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable>;
+    /// Writes one event for the caller, renumbering what the vendor numbers in emission order,
+    /// and remembers what the caller has seen (for `close`).
+    fn write(&mut self, ev: Ev, out: &mut Vec<u8>);
+    /// The first part of a split event (its text fields already cut): what must not be repeated
+    /// in the rest, or belongs at the end, is adjusted.
+    fn part(&self, _ev: &mut Ev) {}
+    /// The rest of a split event, after a first part was written.
+    fn rest(&self, _ev: &mut Ev) {}
+    /// Ends the stream for the caller: closes what is open, says `reply` as the answer when
+    /// given, and stops the way the vendor stops a filtered answer, with the usage known so far.
+    fn close(&mut self, reply: Option<&str>, out: &mut Vec<u8>);
+}
+
+/// An event on its way out, and its checked fields.
+#[derive(Debug)]
+struct Piece {
+    ev: Ev,
+    fields: Vec<Field>,
+}
+
+#[derive(Debug)]
+struct Field {
+    pointer: String,
+    channel: usize,
+    /// What is left to send of the field's string.
+    raw: String,
+    map: FieldMap,
+}
+
+#[derive(Debug)]
+enum FieldMap {
+    /// Each character of `raw` is one character of checked text, from `start` to `end`.
+    Plain { start: usize, end: usize },
+    /// `raw` is JSON text: `(position, byte)` where each checked character's JSON starts.
+    Json {
+        starts: Vec<(usize, usize)>,
+        end: usize,
+        pending: Option<usize>,
+    },
+}
+
+impl Field {
+    /// The position the channel must be confirmed to for the whole field to go.
+    fn needs(&self) -> usize {
+        match &self.map {
+            FieldMap::Plain { end, .. } => *end,
+            FieldMap::Json { end, pending, .. } => end + usize::from(pending.is_some()),
+        }
+    }
+
+    /// Takes the part of the field before position `bound`.
+    fn split_at(&mut self, bound: usize) -> String {
+        let byte = match &mut self.map {
+            FieldMap::Plain { start, .. } => {
+                let n = bound.saturating_sub(*start);
+                let byte = self
+                    .raw
+                    .char_indices()
+                    .nth(n)
+                    .map_or(self.raw.len(), |(i, _)| i);
+                *start += self.raw.get(..byte).unwrap_or_default().chars().count();
+                byte
+            }
+            FieldMap::Json {
+                starts, pending, ..
+            } => {
+                let byte = starts
+                    .iter()
+                    .find(|(pos, _)| *pos >= bound)
+                    .map(|&(_, byte)| byte)
+                    .or(*pending)
+                    .unwrap_or(self.raw.len());
+                starts.retain(|(pos, _)| *pos >= bound);
+                for (_, b) in starts.iter_mut() {
+                    *b = b.saturating_sub(byte);
+                }
+                *pending = pending.map(|p| p.saturating_sub(byte));
+                byte
+            }
+        };
+        let rest = self.raw.get(byte..).unwrap_or_default().to_owned();
+        self.raw.truncate(byte);
+        std::mem::replace(&mut self.raw, rest)
+    }
+}
+
+/// Helpers the vendor formats share.
+pub(crate) mod util {
+    use serde_json::Value;
+
+    use super::{Ev, Unreadable};
+    use crate::sse;
+
+    pub(crate) fn parse(event: &sse::Event) -> Result<Value, Unreadable> {
+        serde_json::from_str(&event.data).map_err(|_| Unreadable)
+    }
+
+    pub(crate) fn write(ev: &Ev, out: &mut Vec<u8>) {
+        let data = serde_json::to_string(&ev.data).unwrap_or_default();
+        sse::encode(out, ev.name.as_deref(), &data);
+    }
+
+    pub(crate) fn str_at<'a>(value: &'a Value, pointer: &str) -> Option<&'a str> {
+        value.pointer(pointer).and_then(Value::as_str)
+    }
+
+    pub(crate) fn u64_at(value: &Value, pointer: &str) -> Option<u64> {
+        value.pointer(pointer).and_then(Value::as_u64)
+    }
+}
+
+#[cfg(test)]
+mod fixtures;
+#[cfg(test)]
+mod tests;

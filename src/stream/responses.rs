@@ -1,0 +1,373 @@
+//! OpenAI Responses events:
+//! <https://platform.openai.com/docs/api-reference/responses-streaming>.
+//!
+//! One channel (0): output text deltas and tool-call inputs (`function_call_arguments`,
+//! `mcp_call_arguments` as JSON; `custom_tool_call_input` and `code_interpreter_call_code` as
+//! text), in stream order. Every written event is renumbered: `sequence_number` counts what the
+//! caller receives, and `output_index` follows the order items are written. A cut closes the open
+//! items with what the caller saw of them (`status: "incomplete"`), then `response.incomplete` with
+//! `incomplete_details.reason: "content_filter"` and the response so far. To write that output,
+//! the text the caller was sent is kept: memory here grows with the answer, not the hold-back.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{json, Value};
+
+use super::util::{self, str_at, u64_at};
+use super::{Ev, Format, Lane, TextIn, TextKind, Unit, Unreadable};
+use crate::sse;
+use crate::vendor::{self, Request};
+
+pub(super) struct Responses {
+    model: Option<String>,
+    /// The upstream's response object (`response.created` / `in_progress`).
+    response: Option<Value>,
+    lanes: BTreeMap<u64, Lane>,
+    deltas: u64,
+    sequence: u64,
+    created: bool,
+    next_index: u64,
+    indexes: BTreeMap<u64, u64>,
+    /// What the caller was sent of each item, by the index it sees.
+    items: BTreeMap<u64, Item>,
+    ended: bool,
+}
+
+#[derive(Default)]
+struct Item {
+    item: Value,
+    done: bool,
+    texts: BTreeMap<u64, String>,
+    open_parts: BTreeSet<u64>,
+    arguments: String,
+}
+
+impl Responses {
+    pub(super) fn new(request: &Request) -> Self {
+        Self {
+            model: request.model.clone(),
+            response: None,
+            lanes: BTreeMap::new(),
+            deltas: 0,
+            sequence: 0,
+            created: false,
+            next_index: 0,
+            indexes: BTreeMap::new(),
+            items: BTreeMap::new(),
+            ended: false,
+        }
+    }
+
+    fn emit(&mut self, data: Value, out: &mut Vec<u8>) {
+        let name = str_at(&data, "/type").map(str::to_owned);
+        self.write(Ev { name, data }, out);
+    }
+
+    /// Writes an event the filter made, already numbered by output index.
+    fn emit_numbered(&mut self, mut data: Value, out: &mut Vec<u8>) {
+        set(&mut data, "sequence_number", json!(self.sequence));
+        self.sequence += 1;
+        let name = str_at(&data, "/type").map(str::to_owned);
+        util::write(&Ev { name, data }, out);
+    }
+
+    fn base(&self) -> Value {
+        self.response.clone().unwrap_or_else(|| {
+            json!({
+                "id": "resp_livecheck",
+                "object": "response",
+                "created_at": 0,
+                "status": "in_progress",
+                "error": null,
+                "incomplete_details": null,
+                "model": self.model.as_deref().unwrap_or_default(),
+                "output": [],
+                "usage": null,
+            })
+        })
+    }
+
+    /// Closes an item the caller saw open, with what it saw of it.
+    fn close_item(&mut self, index: u64, out: &mut Vec<u8>) {
+        let Some(item) = self.items.get(&index) else {
+            return;
+        };
+        let mut final_item = item.item.clone();
+        let item_id = str_at(&final_item, "/id").unwrap_or_default().to_owned();
+        let mut events = Vec::new();
+        match str_at(&final_item, "/type") {
+            Some("message") => {
+                let mut parts = Vec::new();
+                for (&part, text) in &item.texts {
+                    let part_json = json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
+                    if item.open_parts.contains(&part) {
+                        events.push(json!({"type": "response.output_text.done", "item_id": item_id,
+                            "output_index": index, "content_index": part, "text": text, "logprobs": []}));
+                        events.push(
+                            json!({"type": "response.content_part.done", "item_id": item_id,
+                            "output_index": index, "content_index": part, "part": part_json}),
+                        );
+                    }
+                    parts.push(part_json);
+                }
+                set(&mut final_item, "content", Value::Array(parts));
+            }
+            Some("function_call") => {
+                events.push(json!({"type": "response.function_call_arguments.done",
+                    "item_id": item_id, "output_index": index, "arguments": item.arguments}));
+                set(&mut final_item, "arguments", json!(item.arguments));
+            }
+            _ => {}
+        }
+        set(&mut final_item, "status", json!("incomplete"));
+        events.push(
+            json!({"type": "response.output_item.done", "output_index": index,
+                           "item": final_item}),
+        );
+        for event in events {
+            self.emit(event, out);
+        }
+    }
+}
+
+fn set(value: &mut Value, key: &str, field: Value) {
+    if let Value::Object(m) = value {
+        m.insert(key.into(), field);
+    }
+}
+
+impl Format for Responses {
+    fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
+        let data = util::parse(&event)?;
+        let kind = str_at(&data, "/type").unwrap_or_default().to_owned();
+        let output_index = u64_at(&data, "/output_index");
+        let mut lane = output_index
+            .and_then(|i| self.lanes.get(&i).copied())
+            .unwrap_or(Lane::Side);
+        let mut texts = Vec::new();
+        let (mut ends, mut terminal, mut asks) = (Vec::new(), false, false);
+        let tool = |json| TextKind::Tool {
+            call: output_index.unwrap_or(u64::MAX),
+            json,
+        };
+        match kind.as_str() {
+            "response.created" | "response.in_progress" => {
+                self.response = data.get("response").cloned();
+            }
+            "response.output_item.added" => {
+                let index = output_index.ok_or(Unreadable)?;
+                lane = match str_at(&data, "/item/type") {
+                    Some("message") => Lane::Answer,
+                    _ => Lane::Side,
+                };
+                self.lanes.insert(index, lane);
+            }
+            "response.output_text.delta" => texts.push(TextKind::Answer),
+            "response.function_call_arguments.delta" | "response.mcp_call_arguments.delta" => {
+                texts.push(tool(true));
+            }
+            "response.custom_tool_call_input.delta"
+            | "response.code_interpreter_call_code.delta" => {
+                texts.push(tool(false));
+            }
+            "response.output_item.done" => {
+                asks = str_at(&data, "/item/type").is_some_and(vendor::asks_for_tool_item);
+            }
+            "response.completed" | "response.incomplete" | "response.failed" => {
+                lane = Lane::End;
+                terminal = true;
+                ends.push(0);
+            }
+            "error" => lane = Lane::End,
+            _ => {}
+        }
+        if kind.ends_with(".delta") {
+            self.deltas += 1;
+        }
+        let texts = if str_at(&data, "/delta").is_some_and(|d| !d.is_empty()) {
+            texts
+                .into_iter()
+                .map(|kind| TextIn {
+                    pointer: "/delta".into(),
+                    channel: 0,
+                    kind,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut unit = Unit::new(
+            Ev {
+                name: event.event,
+                data,
+            },
+            lane,
+        );
+        unit.texts = texts;
+        unit.ends = ends;
+        unit.terminal = terminal;
+        unit.asks_for_tool = asks;
+        Ok(unit)
+    }
+
+    fn write(&mut self, mut ev: Ev, out: &mut Vec<u8>) {
+        let kind = str_at(&ev.data, "/type").unwrap_or_default().to_owned();
+        let index = match (kind.as_str(), u64_at(&ev.data, "/output_index")) {
+            ("response.output_item.added", Some(upstream)) => {
+                let index = self.next_index;
+                self.next_index += 1;
+                self.indexes.insert(upstream, index);
+                let item = ev.data.get("item").cloned().unwrap_or(Value::Null);
+                self.items.insert(
+                    index,
+                    Item {
+                        item,
+                        ..Item::default()
+                    },
+                );
+                Some(index)
+            }
+            (_, Some(upstream)) => self.indexes.get(&upstream).copied(),
+            _ => None,
+        };
+        if let Some(index) = index {
+            set(&mut ev.data, "output_index", json!(index));
+        }
+        let part = u64_at(&ev.data, "/content_index").unwrap_or(0);
+        let delta = str_at(&ev.data, "/delta").unwrap_or_default().to_owned();
+        if let Some(item) = index.and_then(|i| self.items.get_mut(&i)) {
+            match kind.as_str() {
+                "response.content_part.added" => {
+                    item.open_parts.insert(part);
+                    item.texts.entry(part).or_default();
+                }
+                "response.output_text.delta" => {
+                    item.texts.entry(part).or_default().push_str(&delta)
+                }
+                "response.function_call_arguments.delta" => item.arguments.push_str(&delta),
+                "response.content_part.done" => {
+                    item.open_parts.remove(&part);
+                }
+                "response.output_item.done" => {
+                    item.done = true;
+                    item.item = ev.data.get("item").cloned().unwrap_or(Value::Null);
+                }
+                _ => {}
+            }
+        }
+        match kind.as_str() {
+            "response.created" => self.created = true,
+            "response.completed" | "response.incomplete" | "response.failed" => self.ended = true,
+            _ => {}
+        }
+        set(&mut ev.data, "sequence_number", json!(self.sequence));
+        self.sequence += 1;
+        util::write(&ev, out);
+    }
+
+    fn part(&self, ev: &mut Ev) {
+        // Log probabilities belong to whole tokens: they go with the last part.
+        if ev.data.get("logprobs").is_some_and(Value::is_array) {
+            set(&mut ev.data, "logprobs", json!([]));
+        }
+    }
+
+    fn close(&mut self, reply: Option<&str>, out: &mut Vec<u8>) {
+        if self.ended {
+            return;
+        }
+        let base = self.base();
+        if !self.created {
+            let mut started = base.clone();
+            set(&mut started, "status", json!("in_progress"));
+            self.emit(
+                json!({"type": "response.created", "response": started}),
+                out,
+            );
+            self.emit(
+                json!({"type": "response.in_progress", "response": started}),
+                out,
+            );
+        }
+        let open: Vec<u64> = self
+            .items
+            .iter()
+            .filter(|(_, item)| !item.done)
+            .map(|(&i, _)| i)
+            .collect();
+        for index in open {
+            self.close_item(index, out);
+        }
+        if let Some(reply) = reply {
+            let index = self.next_index;
+            let id = format!(
+                "msg_{}",
+                str_at(&base, "/id")
+                    .map(|id| id.strip_prefix("resp_").unwrap_or(id))
+                    .unwrap_or("livecheck")
+            );
+            let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
+            let item = |status: &str, content: Value| {
+                json!({"type": "message", "id": id,
+                "status": status, "role": "assistant", "content": content})
+            };
+            let at = json!({"item_id": id, "output_index": index, "content_index": 0});
+            let with_at = |mut event: Value| {
+                if let (Value::Object(e), Value::Object(at)) = (&mut event, &at) {
+                    e.extend(at.clone());
+                }
+                event
+            };
+            let events = [
+                json!({"type": "response.output_item.added", "output_index": index,
+                       "item": item("in_progress", json!([]))}),
+                with_at(json!({"type": "response.content_part.added", "part": part("")})),
+                with_at(
+                    json!({"type": "response.output_text.delta", "delta": reply, "logprobs": []}),
+                ),
+                with_at(
+                    json!({"type": "response.output_text.done", "text": reply, "logprobs": []}),
+                ),
+                with_at(json!({"type": "response.content_part.done", "part": part(reply)})),
+                json!({"type": "response.output_item.done", "output_index": index,
+                       "item": item("incomplete", json!([part(reply)]))}),
+            ];
+            self.next_index += 1;
+            self.items.insert(
+                index,
+                Item {
+                    item: item("incomplete", json!([part(reply)])),
+                    done: true,
+                    ..Item::default()
+                },
+            );
+            for event in events {
+                self.emit_numbered(event, out);
+            }
+        }
+        let output: Vec<Value> = self.items.values().map(|i| i.item.clone()).collect();
+        let mut response = base;
+        set(&mut response, "status", json!("incomplete"));
+        set(
+            &mut response,
+            "incomplete_details",
+            json!({"reason": "content_filter"}),
+        );
+        set(&mut response, "output", Value::Array(output));
+        set(
+            &mut response,
+            "usage",
+            json!({
+                "input_tokens": 0,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": self.deltas,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": self.deltas,
+            }),
+        );
+        self.emit(
+            json!({"type": "response.incomplete", "response": response}),
+            out,
+        );
+    }
+}

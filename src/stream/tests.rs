@@ -1,0 +1,651 @@
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use serde_json::Value;
+
+use super::args::ArgsReader;
+use super::fixtures::*;
+use super::*;
+use crate::config::Policy;
+
+const IBAN: usize = 0;
+const PASSWORD: usize = 1;
+
+fn version(policy: &str) -> Rc<Version> {
+    Policy::from_json(policy.as_bytes())
+        .unwrap()
+        .select(None, None, None)
+        .unwrap()
+}
+
+fn request(include_usage: bool) -> Request {
+    Request {
+        stream: true,
+        include_usage,
+        model: Some("test-model".into()),
+        ..Request::default()
+    }
+}
+
+/// Feeds `chunks`, then the end of the stream; everything the caller receives.
+fn run(api: Api, version: &Rc<Version>, hold: Hold, chunks: &[&[u8]]) -> (Vec<u8>, Option<Cut>) {
+    let mut rw = Rewriter::new(api, Rc::clone(version), &request(true), hold, 1 << 20);
+    let (mut out, mut cut) = (Vec::new(), None);
+    for chunk in chunks {
+        let step = rw.feed(chunk);
+        out.extend(step.out);
+        cut = cut.or(step.cut);
+    }
+    let step = rw.finish();
+    out.extend(step.out);
+    (out, cut.or(step.cut))
+}
+
+/// What a caller's SDK makes of a stream: each channel's checked text (answer text, and tool
+/// call values after `"\n"`, as the filter reads them), and how it ended. Asserts the stream is
+/// valid in the vendor's format on the way.
+#[derive(Debug, Default)]
+struct Seen {
+    texts: BTreeMap<usize, String>,
+    readers: BTreeMap<(usize, u64), ArgsReader>,
+    last_call: BTreeMap<usize, u64>,
+    answer: String,
+    filtered: bool,
+}
+
+impl Seen {
+    fn text(&mut self, channel: usize, text: &str) {
+        let t = self.texts.entry(channel).or_default();
+        if self.last_call.remove(&channel).is_some() {
+            t.push('\n');
+        }
+        t.push_str(text);
+        self.answer.push_str(text);
+    }
+
+    fn args(&mut self, channel: usize, call: u64, json: &str) {
+        self.last_call.insert(channel, call);
+        let decoded = self.readers.entry((channel, call)).or_default().read(json);
+        self.texts
+            .entry(channel)
+            .or_default()
+            .push_str(&decoded.text);
+    }
+
+    fn channel(&self, channel: usize) -> &str {
+        self.texts.get(&channel).map_or("", String::as_str)
+    }
+}
+
+fn events(bytes: &[u8]) -> Vec<sse::Event> {
+    let mut decoder = sse::Decoder::new(1 << 20);
+    let mut events = Vec::new();
+    decoder.push(bytes, &mut events).unwrap();
+    decoder.finish(&mut events).unwrap();
+    events
+}
+
+fn read(api: Api, bytes: &[u8]) -> Seen {
+    match api {
+        Api::AnthropicMessages => read_anthropic(bytes),
+        Api::ChatCompletions => read_chat(bytes),
+        Api::Responses => read_responses(bytes),
+    }
+}
+
+fn read_anthropic(bytes: &[u8]) -> Seen {
+    let mut seen = Seen::default();
+    let events = events(bytes);
+    let mut blocks: Vec<(String, bool)> = Vec::new();
+    let mut stop_reason = None;
+    for (i, event) in events.iter().enumerate() {
+        let data: Value = serde_json::from_str(&event.data).unwrap();
+        let kind = data["type"].as_str().unwrap();
+        assert_eq!(event.event.as_deref(), Some(kind));
+        assert_eq!(i == 0, kind == "message_start", "message_start comes first");
+        let index = data["index"].as_u64().map(|i| i as usize);
+        match kind {
+            "content_block_start" => {
+                assert_eq!(index, Some(blocks.len()), "blocks are numbered in order");
+                blocks.push((data["content_block"]["type"].as_str().unwrap().into(), true));
+            }
+            "content_block_delta" => {
+                let index = index.unwrap();
+                assert!(blocks[index].1, "a delta for an open block");
+                match data["delta"]["type"].as_str().unwrap() {
+                    "text_delta" => seen.text(0, data["delta"]["text"].as_str().unwrap()),
+                    "input_json_delta" => seen.args(
+                        0,
+                        index as u64,
+                        data["delta"]["partial_json"].as_str().unwrap(),
+                    ),
+                    _ => {}
+                }
+            }
+            "content_block_stop" => blocks[index.unwrap()].1 = false,
+            "message_delta" => {
+                assert!(blocks.iter().all(|b| !b.1), "every block closed");
+                assert!(data["usage"]["output_tokens"].is_u64());
+                stop_reason = data["delta"]["stop_reason"].as_str().map(str::to_owned);
+            }
+            "message_stop" => assert_eq!(i, events.len() - 1, "message_stop comes last"),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        events.last().unwrap().event.as_deref(),
+        Some("message_stop")
+    );
+    seen.filtered = stop_reason.as_deref() == Some("refusal");
+    seen
+}
+
+fn read_chat(bytes: &[u8]) -> Seen {
+    let mut seen = Seen::default();
+    let events = events(bytes);
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+    let (mut roles, mut names) = (
+        std::collections::BTreeSet::new(),
+        std::collections::BTreeSet::new(),
+    );
+    for event in &events[..events.len() - 1] {
+        assert_eq!(event.event, None);
+        let data: Value = serde_json::from_str(&event.data).unwrap();
+        assert_eq!(data["object"], "chat.completion.chunk");
+        for choice in data["choices"].as_array().unwrap() {
+            let channel = choice["index"].as_u64().unwrap() as usize;
+            if let Some(text) = choice["delta"]["content"].as_str() {
+                if !text.is_empty() {
+                    seen.text(channel, text);
+                }
+            }
+            if choice["delta"].get("role").is_some() {
+                assert!(roles.insert(channel), "a role is sent once per choice");
+            }
+            if let Some(calls) = choice["delta"]["tool_calls"].as_array() {
+                for call in calls {
+                    // The SDKs concatenate every string they receive twice.
+                    if call.get("id").is_some() || call["function"].get("name").is_some() {
+                        assert!(
+                            names.insert((channel, call["index"].as_u64())),
+                            "a call is named once"
+                        );
+                    }
+                    if let Some(args) = call["function"]["arguments"].as_str() {
+                        if !args.is_empty() {
+                            seen.args(channel, call["index"].as_u64().unwrap(), args);
+                        }
+                    }
+                }
+            }
+            if choice["finish_reason"] == "content_filter" {
+                seen.filtered = true;
+            }
+        }
+    }
+    seen
+}
+
+fn read_responses(bytes: &[u8]) -> Seen {
+    let mut seen = Seen::default();
+    let events = events(bytes);
+    let mut items = 0;
+    for (i, event) in events.iter().enumerate() {
+        let data: Value = serde_json::from_str(&event.data).unwrap();
+        let kind = data["type"].as_str().unwrap();
+        assert_eq!(event.event.as_deref(), Some(kind));
+        assert_eq!(
+            data["sequence_number"].as_u64(),
+            Some(i as u64),
+            "renumbered"
+        );
+        let index = data["output_index"].as_u64();
+        match kind {
+            "response.output_item.added" => {
+                assert_eq!(index, Some(items), "items are numbered in order");
+                items += 1;
+            }
+            "response.output_text.delta" => {
+                assert!(index.unwrap() < items);
+                seen.text(0, data["delta"].as_str().unwrap());
+            }
+            "response.function_call_arguments.delta" => {
+                seen.args(0, index.unwrap(), data["delta"].as_str().unwrap());
+            }
+            "response.incomplete" => {
+                assert_eq!(
+                    data["response"]["incomplete_details"]["reason"],
+                    "content_filter"
+                );
+                assert_eq!(
+                    data["response"]["output"].as_array().unwrap().len() as u64,
+                    items
+                );
+                seen.filtered = true;
+            }
+            _ => {}
+        }
+        let last = i == events.len() - 1;
+        let terminal = matches!(kind, "response.completed" | "response.incomplete");
+        assert_eq!(last, terminal, "the stream ends with its terminal event");
+    }
+    seen
+}
+
+const EXAMPLES: &[(Api, &str, &str)] = &[
+    (
+        Api::AnthropicMessages,
+        "iban across events",
+        ANTHROPIC_IBAN_ACROSS_EVENTS,
+    ),
+    (
+        Api::AnthropicMessages,
+        "word beside a tool",
+        ANTHROPIC_WORD_BESIDE_TOOL,
+    ),
+    (
+        Api::AnthropicMessages,
+        "iban in a tool",
+        ANTHROPIC_IBAN_IN_TOOL,
+    ),
+    (Api::AnthropicMessages, "clean", ANTHROPIC_CLEAN),
+    (
+        Api::ChatCompletions,
+        "iban across events",
+        CHAT_IBAN_ACROSS_EVENTS,
+    ),
+    (
+        Api::ChatCompletions,
+        "word beside a tool",
+        CHAT_WORD_BESIDE_TOOL,
+    ),
+    (Api::ChatCompletions, "iban in a tool", CHAT_IBAN_IN_TOOL),
+    (Api::ChatCompletions, "clean", CHAT_CLEAN),
+    (
+        Api::Responses,
+        "iban across events",
+        RESPONSES_IBAN_ACROSS_EVENTS,
+    ),
+    (
+        Api::Responses,
+        "word beside a tool",
+        RESPONSES_WORD_BESIDE_TOOL,
+    ),
+    (Api::Responses, "iban in a tool", RESPONSES_IBAN_IN_TOOL),
+    (Api::Responses, "clean", RESPONSES_CLEAN),
+];
+
+/// The caller's text is the unfiltered text up to the first match, never a match, whatever the
+/// split; and every split gives the same bytes.
+#[test]
+fn every_example_split_at_every_byte_never_sends_a_match() {
+    let version = version(POLICY);
+    let rules = &version.output_rules;
+    for &(api, name, stream) in EXAMPLES {
+        let stream = stream.as_bytes();
+        let upstream = read(api, stream);
+        let unfiltered = upstream.channel(0);
+        let hit = rules.first_hit(unfiltered);
+        let (whole, cut) = run(api, &version, Hold::Rules, &[stream]);
+        let seen = read(api, &whole);
+        let expected = &unfiltered[..hit.map_or(unfiltered.len(), |h| h.start)];
+        assert_eq!(seen.channel(0), expected, "{api:?} {name}");
+        assert_eq!(rules.first_hit(seen.channel(0)), None, "{api:?} {name}");
+        assert_eq!(seen.filtered, hit.is_some(), "{api:?} {name}");
+        assert_eq!(cut.map(|c| c.check), hit.map(|h| h.check), "{api:?} {name}");
+        if let Some(cut) = cut {
+            assert_eq!(cut.why, CutWhy::Matched);
+        }
+        for i in 0..=stream.len() {
+            let (a, b) = stream.split_at(i);
+            let (out, _) = run(api, &version, Hold::Rules, &[a, b]);
+            assert!(out == whole, "{api:?} {name}: split at {i} differs");
+        }
+        for i in (0..stream.len()).step_by(61) {
+            for j in (i..stream.len()).step_by(89) {
+                let (out, _) = run(
+                    api,
+                    &version,
+                    Hold::Rules,
+                    &[&stream[..i], &stream[i..j], &stream[j..]],
+                );
+                assert!(out == whole, "{api:?} {name}: split at {i}, {j} differs");
+            }
+        }
+        let bytes: Vec<&[u8]> = stream.chunks(1).collect();
+        assert!(
+            run(api, &version, Hold::Rules, &bytes).0 == whole,
+            "{api:?} {name}: bytes"
+        );
+    }
+}
+
+#[test]
+fn the_examples_stop_where_expected() {
+    let version = version(POLICY);
+    let cases: &[(Api, &str, &str, usize)] = &[
+        (
+            Api::AnthropicMessages,
+            ANTHROPIC_IBAN_ACROSS_EVENTS,
+            "Pay é日本 to ",
+            IBAN,
+        ),
+        (
+            Api::ChatCompletions,
+            CHAT_WORD_BESIDE_TOOL,
+            "Setting 日本 your ",
+            PASSWORD,
+        ),
+        (Api::Responses, RESPONSES_IBAN_IN_TOOL, "\né日本\n", IBAN),
+    ];
+    for &(api, stream, text, check) in cases {
+        let (out, cut) = run(api, &version, Hold::Rules, &[stream.as_bytes()]);
+        assert_eq!(read(api, &out).channel(0), text);
+        assert_eq!(
+            cut,
+            Some(Cut {
+                check,
+                why: CutWhy::Matched
+            })
+        );
+    }
+}
+
+#[test]
+fn chat_choices_are_separate_texts() {
+    let version = version(POLICY);
+    let stream = CHAT_TWO_CHOICES.as_bytes();
+    let (whole, cut) = run(Api::ChatCompletions, &version, Hold::Rules, &[stream]);
+    let seen = read(Api::ChatCompletions, &whole);
+    // "NL91" in the first choice and "AB…" in the second never join; the cut waits for nothing
+    // else, so the first choice ends where the stream stopped.
+    assert_eq!(seen.channel(0), "First: NL91");
+    assert_eq!(seen.channel(1), "Second: ");
+    assert_eq!(cut.map(|c| c.check), Some(IBAN));
+    for i in 0..=stream.len() {
+        let (a, b) = stream.split_at(i);
+        assert!(run(Api::ChatCompletions, &version, Hold::Rules, &[a, b]).0 == whole);
+    }
+}
+
+#[test]
+fn text_streams_exactly_the_longest_match_behind() {
+    let version = version(POLICY);
+    let mut rw = Rewriter::new(
+        Api::AnthropicMessages,
+        version,
+        &request(false),
+        Hold::Rules,
+        4096,
+    );
+    let start = r#"event: message_start
+data: {"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"x","content":[],"usage":{"input_tokens":1,"output_tokens":1}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}
+
+"#;
+    let out = rw.feed(start.as_bytes()).out;
+    assert_eq!(events(&out).len(), 2);
+    let delta = |t: &str| {
+        format!(
+            "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{t}\"}}}}\n\n"
+        )
+    };
+    // 20 characters: 2 go out (the hold-back is 18), in a valid event of their own.
+    let step = rw.feed(delta("é日本45678901234567890").as_bytes());
+    let sent = events(&step.out);
+    assert_eq!(sent.len(), 1);
+    let data: Value = serde_json::from_str(&sent[0].data).unwrap();
+    assert_eq!(data["delta"]["text"], "é日");
+    let step = rw.feed(delta("x").as_bytes());
+    assert!(String::from_utf8(step.out)
+        .unwrap()
+        .contains("\"text\":\"本\""));
+}
+
+#[test]
+fn unreadable_json_cuts_with_the_first_blocking_check_errored() {
+    let version = version(POLICY);
+    let stream = format!(
+        "{}data: {{not json\n\n",
+        &CHAT_CLEAN[..CHAT_CLEAN.find("\n\n").unwrap() + 2]
+    );
+    let (out, cut) = run(
+        Api::ChatCompletions,
+        &version,
+        Hold::Rules,
+        &[stream.as_bytes()],
+    );
+    assert_eq!(
+        cut,
+        Some(Cut {
+            check: IBAN,
+            why: CutWhy::Unreadable
+        })
+    );
+    assert!(read_chat(&out).filtered);
+    let (_, cut) = run(
+        Api::AnthropicMessages,
+        &version,
+        Hold::Rules,
+        &[b"data: \xff\n\n"],
+    );
+    assert_eq!(cut.map(|c| c.why), Some(CutWhy::Unreadable));
+}
+
+#[test]
+fn an_upstream_error_event_passes_through() {
+    let version = version(POLICY);
+    let stream = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+    let (out, cut) = run(
+        Api::AnthropicMessages,
+        &version,
+        Hold::Rules,
+        &[stream.as_bytes()],
+    );
+    assert_eq!(cut, None);
+    let out = events(&out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].event.as_deref(), Some("error"));
+    let data: Value = serde_json::from_str(&out[0].data).unwrap();
+    assert_eq!(data["error"]["type"], "overloaded_error");
+}
+
+#[test]
+fn whole_text_holds_the_answer_while_tool_calls_stream() {
+    let version = version(POLICY_JUDGED);
+    assert_eq!(Hold::for_version(&version), Some(Hold::WholeText));
+    let mut rw = Rewriter::new(
+        Api::AnthropicMessages,
+        version,
+        &request(false),
+        Hold::WholeText,
+        4096,
+    );
+    let stream = ANTHROPIC_CLEAN.replace("no pass\\u0077d.", "thanks.");
+    let step = rw.feed(stream.as_bytes());
+    let round = step.round_end.clone().unwrap();
+    assert_eq!(
+        round.answer_text,
+        "Your IBAN NL91 is é日本 safe 😀, thanks."
+    );
+    assert_eq!(
+        round.rule_text,
+        "Your IBAN NL91 is é日本 safe 😀, thanks.\npass\n1"
+    );
+    assert!(round.asks_for_tool);
+    // Before the decision: the message start and the tool call, renumbered to index 0.
+    let shown: Vec<Value> = events(&step.out)
+        .iter()
+        .map(|e| serde_json::from_str(&e.data).unwrap())
+        .collect();
+    // The tool call's arguments were held back by the rules like answer text in `Rules`, then
+    // flushed when the round ended: two deltas.
+    assert_eq!(shown.len(), 5, "{shown:?}");
+    assert_eq!(shown[1]["content_block"]["type"], "tool_use");
+    assert_eq!(shown[1]["index"], 0);
+    let released = rw.release();
+    let all = read_anthropic(&[step.out, released].concat());
+    assert_eq!(all.answer, round.answer_text);
+    assert!(!all.filtered);
+}
+
+#[test]
+fn whole_text_cut_says_the_blocked_reply() {
+    let version = version(POLICY_JUDGED);
+    for api in [Api::AnthropicMessages, Api::ChatCompletions, Api::Responses] {
+        let stream = match api {
+            Api::AnthropicMessages => ANTHROPIC_CLEAN,
+            Api::ChatCompletions => CHAT_CLEAN,
+            Api::Responses => RESPONSES_CLEAN,
+        };
+        let mut rw = Rewriter::new(
+            api,
+            Rc::clone(&version),
+            &request(true),
+            Hold::WholeText,
+            4096,
+        );
+        let step = rw.feed(stream.as_bytes());
+        assert!(step.round_end.is_some(), "{api:?}");
+        let cut = rw.cut(1);
+        let seen = read(api, &[step.out, cut].concat());
+        assert_eq!(seen.answer, "Sorry, I can't share that.", "{api:?}");
+        assert!(seen.filtered, "{api:?}");
+        assert!(rw.feed(b"data: more\n\n").out.is_empty());
+    }
+}
+
+#[test]
+fn everything_shows_nothing_until_released_and_recovers_from_rules() {
+    let version = version(POLICY);
+    for (api, stream) in [
+        (Api::AnthropicMessages, ANTHROPIC_IBAN_ACROSS_EVENTS),
+        (Api::ChatCompletions, CHAT_IBAN_ACROSS_EVENTS),
+        (Api::Responses, RESPONSES_IBAN_ACROSS_EVENTS),
+    ] {
+        let mut rw = Rewriter::new(
+            api,
+            Rc::clone(&version),
+            &request(true),
+            Hold::Everything,
+            4096,
+        );
+        let mut round = None;
+        for chunk in stream.as_bytes().chunks(5) {
+            let step = rw.feed(chunk);
+            assert!(step.out.is_empty() && step.cut.is_none(), "{api:?}");
+            round = round.or(step.round_end);
+        }
+        let round = round.unwrap();
+        assert_eq!(
+            round.answer_text,
+            "Pay é日本 to NL91ABNA0417164300 😀 today."
+        );
+        assert_eq!(
+            version.output_rules.failed_checks(&round.rule_text),
+            vec![IBAN]
+        );
+        // Released as it came (here only to show the bytes are intact).
+        let released = rw.release();
+        let seen = read(api, &released);
+        assert_eq!(seen.answer, round.answer_text, "{api:?}");
+        assert!(rw.finish().out.is_empty());
+    }
+}
+
+#[test]
+fn a_cut_before_anything_was_sent_still_starts_the_stream() {
+    let version = version(POLICY_JUDGED);
+    for api in [Api::AnthropicMessages, Api::ChatCompletions, Api::Responses] {
+        let mut rw = Rewriter::new(
+            api,
+            Rc::clone(&version),
+            &request(false),
+            Hold::Everything,
+            4096,
+        );
+        let seen = read(api, &rw.cut(0));
+        assert_eq!(seen.answer, "Sorry, I can't share that.", "{api:?}");
+        assert!(seen.filtered);
+    }
+}
+
+#[test]
+fn a_stream_without_its_last_blank_line_is_flushed_at_the_end() {
+    let version = version(POLICY);
+    let stream = CHAT_CLEAN.trim_end();
+    let (out, cut) = run(
+        Api::ChatCompletions,
+        &version,
+        Hold::Rules,
+        &[stream.as_bytes()],
+    );
+    assert_eq!(cut, None);
+    assert_eq!(
+        read_chat(&out).channel(0),
+        "Your IBAN NL91 is é日本 safe 😀, no passwd."
+    );
+}
+
+#[test]
+fn a_cut_reports_the_usage_and_output_so_far() {
+    let version = version(POLICY);
+    let (out, _) = run(
+        Api::ChatCompletions,
+        &version,
+        Hold::Rules,
+        &[CHAT_IBAN_ACROSS_EVENTS.as_bytes()],
+    );
+    let chunks = events(&out);
+    let usage: Value = serde_json::from_str(&chunks[chunks.len() - 2].data).unwrap();
+    assert_eq!(usage["choices"], serde_json::json!([]));
+    assert_eq!(usage["usage"]["completion_tokens"], 3);
+    let filtered: Value = serde_json::from_str(&chunks[chunks.len() - 3].data).unwrap();
+    assert_eq!(filtered["choices"][0]["finish_reason"], "content_filter");
+    assert_eq!(filtered["id"], "chatcmpl-1");
+
+    let (out, _) = run(
+        Api::Responses,
+        &version,
+        Hold::Rules,
+        &[RESPONSES_IBAN_ACROSS_EVENTS.as_bytes()],
+    );
+    let last: Value = serde_json::from_str(&events(&out).last().unwrap().data).unwrap();
+    let response = &last["response"];
+    assert_eq!(response["id"], "resp_1");
+    assert_eq!(response["status"], "incomplete");
+    assert_eq!(response["output"][0]["type"], "reasoning");
+    assert_eq!(response["output"][1]["status"], "incomplete");
+    assert_eq!(response["output"][1]["content"][0]["text"], "Pay é日本 to ");
+
+    let (out, _) = run(
+        Api::AnthropicMessages,
+        &version,
+        Hold::Rules,
+        &[ANTHROPIC_IBAN_ACROSS_EVENTS.as_bytes()],
+    );
+    let all = events(&out);
+    let delta: Value = serde_json::from_str(&all[all.len() - 2].data).unwrap();
+    assert_eq!(delta["delta"]["stop_reason"], "refusal");
+    assert_eq!(delta["usage"]["output_tokens"], 5);
+}
+
+#[test]
+fn a_line_over_the_limit_is_unreadable() {
+    let version = version(POLICY);
+    let mut rw = Rewriter::new(
+        Api::ChatCompletions,
+        version,
+        &request(false),
+        Hold::Rules,
+        64,
+    );
+    let step = rw.feed(format!("data: {}", "x".repeat(100)).as_bytes());
+    assert_eq!(step.cut.map(|c| c.why), Some(CutWhy::Unreadable));
+    assert!(read_chat(&step.out).filtered);
+}

@@ -1,0 +1,276 @@
+//! Streaming properties over random texts and random chunkings, for the three vendors: the text
+//! the caller decodes never contains a match, equals the unfiltered text up to where the first
+//! match starts (all of it without one), and does not depend on how the upstream body was split.
+
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+use std::rc::Rc;
+
+use livecheck::config::{Policy, Version};
+use livecheck::sse;
+use livecheck::stream::{Hold, Rewriter};
+use livecheck::vendor::{Api, Request};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+const POLICY: &str = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {
+  "live_checks": [
+    {"name": "no-iban", "stage": "output", "kind": "matches_pattern",
+     "pattern": "NL\\d{2}[A-Z]{4}\\d{10}", "max_match": 18},
+    {"name": "no-passwords", "stage": "output", "kind": "not_contains", "expected": "password"}
+  ]}}}}}"#;
+
+/// The IBAN as a whole word: `\b` reads the character after the match, so the scanner must too.
+const POLICY_WORDS: &str = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {
+  "live_checks": [
+    {"name": "no-iban", "stage": "output", "kind": "matches_pattern",
+     "pattern": "\\bNL\\d{2}[A-Z]{4}\\d{10}\\b", "max_match": 18},
+    {"name": "no-passwords", "stage": "output", "kind": "not_contains", "expected": "password"}
+  ]}}}}}"#;
+
+const APIS: [Api; 3] = [Api::AnthropicMessages, Api::ChatCompletions, Api::Responses];
+
+fn version() -> Rc<Version> {
+    version_of(POLICY)
+}
+
+fn version_of(policy: &str) -> Rc<Version> {
+    Policy::from_json(policy.as_bytes())
+        .unwrap()
+        .select(None, None, None)
+        .unwrap()
+}
+
+fn event(out: &mut String, data: Value) {
+    if let Some(name) = data.get("type").and_then(Value::as_str) {
+        out.push_str(&format!("event: {name}\n"));
+    }
+    out.push_str(&format!("data: {data}\n\n"));
+}
+
+/// An upstream stream whose answer text arrives in `deltas`.
+fn upstream(api: Api, deltas: &[String]) -> Vec<u8> {
+    let mut out = String::new();
+    match api {
+        Api::AnthropicMessages => {
+            event(
+                &mut out,
+                json!({"type": "message_start", "message": {"id": "msg_1",
+                "type": "message", "role": "assistant", "model": "m", "content": [],
+                "usage": {"input_tokens": 1, "output_tokens": 1}}}),
+            );
+            event(
+                &mut out,
+                json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}}),
+            );
+            for d in deltas {
+                event(
+                    &mut out,
+                    json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": d}}),
+                );
+                event(&mut out, json!({"type": "ping"}));
+            }
+            event(&mut out, json!({"type": "content_block_stop", "index": 0}));
+            event(
+                &mut out,
+                json!({"type": "message_delta",
+                "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}}),
+            );
+            event(&mut out, json!({"type": "message_stop"}));
+        }
+        Api::ChatCompletions => {
+            let chunk = |delta: Value, finish: Value| {
+                json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                       "choices": [{"index": 0, "delta": delta, "logprobs": null,
+                                    "finish_reason": finish}]})
+            };
+            for d in deltas {
+                out.push_str(&format!(
+                    "data: {}\n\n",
+                    chunk(json!({"content": d}), Value::Null)
+                ));
+            }
+            out.push_str(&format!("data: {}\n\n", chunk(json!({}), json!("stop"))));
+            out.push_str("data: [DONE]\n\n");
+        }
+        Api::Responses => {
+            let response = json!({"id": "resp_1", "object": "response", "status": "in_progress",
+                                  "model": "m", "output": []});
+            event(
+                &mut out,
+                json!({"type": "response.created", "sequence_number": 0,
+                "response": response}),
+            );
+            event(
+                &mut out,
+                json!({"type": "response.output_item.added", "sequence_number": 1,
+                "output_index": 0, "item": {"id": "msg_1", "type": "message",
+                "status": "in_progress", "role": "assistant", "content": []}}),
+            );
+            for (i, d) in deltas.iter().enumerate() {
+                event(
+                    &mut out,
+                    json!({"type": "response.output_text.delta",
+                    "sequence_number": i + 2, "item_id": "msg_1", "output_index": 0,
+                    "content_index": 0, "delta": d}),
+                );
+            }
+            event(
+                &mut out,
+                json!({"type": "response.completed",
+                "sequence_number": deltas.len() + 2, "response": response}),
+            );
+        }
+    }
+    out.into_bytes()
+}
+
+/// The answer text a caller decodes from what it received.
+fn caller_text(api: Api, bytes: &[u8]) -> String {
+    let mut decoder = sse::Decoder::new(1 << 20);
+    let mut events = Vec::new();
+    decoder.push(bytes, &mut events).unwrap();
+    decoder.finish(&mut events).unwrap();
+    let mut text = String::new();
+    for e in events {
+        if e.data == "[DONE]" {
+            continue;
+        }
+        let data: Value = serde_json::from_str(&e.data).unwrap();
+        let piece = match api {
+            Api::AnthropicMessages => data.pointer("/delta/text"),
+            Api::ChatCompletions => data.pointer("/choices/0/delta/content"),
+            Api::Responses if data["type"] == "response.output_text.delta" => data.get("delta"),
+            Api::Responses => None,
+        };
+        text.push_str(piece.and_then(Value::as_str).unwrap_or_default());
+    }
+    text
+}
+
+fn run(api: Api, version: &Rc<Version>, body: &[u8], cuts: &[usize]) -> Vec<u8> {
+    let request = Request {
+        stream: true,
+        ..Request::default()
+    };
+    let mut rw = Rewriter::new(api, Rc::clone(version), &request, Hold::Rules, 1 << 20);
+    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
+    cuts.sort_unstable();
+    let mut out = Vec::new();
+    let mut from = 0;
+    for cut in cuts.into_iter().chain([body.len()]) {
+        out.extend(rw.feed(&body[from..cut]).out);
+        from = cut;
+    }
+    out.extend(rw.finish().out);
+    out
+}
+
+/// Text near the rules: digits, capitals, `NL`, pieces of "password", multi-byte characters and
+/// what JSON escapes.
+fn text() -> impl Strategy<Value = String> {
+    let atom = prop_oneof![
+        Just("NL".to_owned()),
+        Just("NL91ABNA0417164300".to_owned()),
+        Just("pass".to_owned()),
+        Just("word".to_owned()),
+        Just("PassWord".to_owned()),
+        "[0-9]{1,4}",
+        "[A-Z]{1,4}",
+        "[a-z ]{1,6}",
+        Just("é".to_owned()),
+        Just("日本".to_owned()),
+        Just("😀".to_owned()),
+        Just("\"\\\n\t".to_owned()),
+    ];
+    prop::collection::vec(atom, 0..24).prop_map(|atoms| atoms.concat())
+}
+
+/// `text` cut into deltas of 1 to 12 characters.
+fn deltas(text: &str, sizes: &[usize]) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut at = 0;
+    let mut sizes = sizes.iter().cycle();
+    while at < chars.len() {
+        let n = (sizes.next().copied().unwrap_or(1) % 12 + 1).min(chars.len() - at);
+        out.push(chars[at..at + n].iter().collect());
+        at += n;
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn the_caller_never_decodes_a_match_and_gets_everything_before_it(
+        text in text(),
+        sizes in prop::collection::vec(0usize..100, 1..8),
+        cuts_a in prop::collection::vec(any::<usize>(), 0..12),
+        cuts_b in prop::collection::vec(any::<usize>(), 0..12),
+    ) {
+        let version = version();
+        let rules = &version.output_rules;
+        let expected = match rules.first_hit(&text) {
+            Some(hit) => &text[..hit.start],
+            None => text.as_str(),
+        };
+        for api in APIS {
+            let body = upstream(api, &deltas(&text, &sizes));
+            let a = run(api, &version, &body, &cuts_a);
+            let seen = caller_text(api, &a);
+            prop_assert_eq!(rules.first_hit(&seen), None);
+            prop_assert_eq!(seen.as_str(), expected);
+            let b = run(api, &version, &body, &cuts_b);
+            prop_assert!(a == b, "{:?}: output depends on the chunking", api);
+        }
+    }
+
+    #[test]
+    fn a_text_with_an_inserted_match_stops_at_or_before_it(
+        before in text(),
+        after in text(),
+        forbidden in prop_oneof![Just(" NL91ABNA0417164300 "), Just("PASSWORD"), Just("pass\u{77}ord")],
+        sizes in prop::collection::vec(0usize..100, 1..8),
+        cuts in prop::collection::vec(any::<usize>(), 0..12),
+    ) {
+        let version = version();
+        let rules = &version.output_rules;
+        let text = format!("{before}{forbidden}{after}");
+        let hit = rules.first_hit(&text).expect("a match was inserted");
+        prop_assert!(hit.start <= before.len() + 1);
+        for api in APIS {
+            let body = upstream(api, &deltas(&text, &sizes));
+            let seen = caller_text(api, &run(api, &version, &body, &cuts));
+            prop_assert_eq!(seen.as_str(), &text[..hit.start]);
+        }
+    }
+
+    /// With assertions at the end of a pattern, the text before a cut can look like a match on
+    /// its own ("NL91ABNA0417164300" before "Password" is no whole-word IBAN in the answer); the
+    /// caller still gets exactly the answer up to its first match, which no match of the answer
+    /// overlaps.
+    #[test]
+    fn word_boundaries_read_the_text_around_them_as_in_the_whole_answer(
+        text in text(),
+        sizes in prop::collection::vec(0usize..100, 1..8),
+        cuts_a in prop::collection::vec(any::<usize>(), 0..12),
+        cuts_b in prop::collection::vec(any::<usize>(), 0..12),
+    ) {
+        let version = version_of(POLICY_WORDS);
+        let expected = match version.output_rules.first_hit(&text) {
+            Some(hit) => &text[..hit.start],
+            None => text.as_str(),
+        };
+        for api in APIS {
+            let body = upstream(api, &deltas(&text, &sizes));
+            let a = run(api, &version, &body, &cuts_a);
+            let seen = caller_text(api, &a);
+            prop_assert_eq!(seen.as_str(), expected);
+            prop_assert!(a == run(api, &version, &body, &cuts_b));
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! Streamed answers through the built `.wasm` in the harness: hold-back for rule checks, whole-text
+//! hold for the rest, length framing, and nothing of a match ever reaching the caller.
+
+mod common;
+
+use common::fixtures::*;
+use common::*;
+use livecheck_harness::{Host, StreamId};
+
+/// Only a rule blocks the output: the answer streams, held back by the pattern's 18 characters.
+const RULES_ONLY: &str = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {
+    "blocked_reply": "Not allowed.",
+    "live_checks": [{"name": "no-iban", "stage": "output", "kind": "matches_pattern",
+                     "pattern": "NL\\d{2}[A-Z]{4}\\d{10}", "max_match": 18}]}}}}}"#;
+
+const FRAME: usize = 4 * 1024 * 1024;
+const CLEAN: [&str; 4] = ["Your order ", "ships ", "tomorrow", ", promised."];
+const FORBIDDEN: [&str; 4] = ["Pay to NL9", "1ABNA04", "17164300", " today."];
+
+fn ask(host: &mut Host, vendor: Vendor) -> StreamId {
+    send_request(
+        host,
+        vendor.path(),
+        &[],
+        &vendor.request(CLEAN_QUESTION, true),
+        Chunking::Whole,
+    )
+}
+
+fn stream_answer(
+    host: &mut Host,
+    s: StreamId,
+    vendor: Vendor,
+    pieces: &[&str],
+    chunking: Chunking,
+) {
+    let body = stream(vendor, pieces).concat();
+    send_answer(
+        host,
+        s,
+        &[("content-type", "text/event-stream")],
+        &body,
+        chunking,
+    );
+}
+
+fn normal_end(vendor: Vendor) -> &'static str {
+    match vendor {
+        Vendor::Anthropic => "end_turn",
+        Vendor::Chat => "stop+[DONE]",
+        Vendor::Responses => "completed",
+    }
+}
+
+fn cut_end(vendor: Vendor) -> &'static str {
+    match vendor {
+        Vendor::Anthropic => "refusal",
+        Vendor::Chat => "content_filter+[DONE]",
+        Vendor::Responses => "incomplete/content_filter",
+    }
+}
+
+#[test]
+fn response_headers_go_out_before_any_of_the_body() {
+    for vendor in VENDORS {
+        let mut host = livecheck(RULES_ONLY);
+        let s = ask(&mut host, vendor);
+        host.send_response_headers(
+            s,
+            &[(":status", "200"), ("content-type", "text/event-stream")],
+            false,
+        )
+        .unwrap();
+        let caller = host.caller_received(s);
+        assert_eq!(caller.status(), Some(200));
+        assert_eq!(
+            caller.header("content-length"),
+            Some(FRAME.to_string().as_str())
+        );
+        assert!(caller.body.is_empty());
+    }
+}
+
+#[test]
+fn a_clean_stream_arrives_whole_and_framed_under_every_chunking() {
+    for vendor in VENDORS {
+        for chunking in CHUNKINGS {
+            let mut host = livecheck(RULES_ONLY);
+            let s = ask(&mut host, vendor);
+            stream_answer(&mut host, s, vendor, &CLEAN, chunking);
+            let caller = host.caller_received(s);
+            let got = read_stream(vendor, &caller.body_text());
+            assert_eq!(got.text, CLEAN.concat(), "{vendor:?} {chunking:?}");
+            assert_eq!(got.end, normal_end(vendor), "{vendor:?} {chunking:?}");
+            assert_eq!(caller.body.len(), FRAME, "padded to the announced length");
+            assert!(caller.end_of_stream && !caller.reset);
+            assert_eq!(host.metric("livecheck.a.no-iban.passed"), Some(1));
+        }
+    }
+}
+
+#[test]
+fn a_match_across_three_events_is_cut_where_it_starts_and_never_sent() {
+    for vendor in VENDORS {
+        for chunking in CHUNKINGS {
+            let mut host = livecheck(RULES_ONLY);
+            let s = ask(&mut host, vendor);
+            stream_answer(&mut host, s, vendor, &FORBIDDEN, chunking);
+            let caller = host.caller_received(s);
+            let body = caller.body_text();
+            assert!(!body.contains("NL9"), "{vendor:?} {chunking:?}");
+            let got = read_stream(vendor, &body);
+            assert_eq!(got.text, "Pay to ", "{vendor:?} {chunking:?}");
+            assert_eq!(got.end, cut_end(vendor), "{vendor:?} {chunking:?}");
+            assert_eq!(caller.body.len(), FRAME);
+            assert_eq!(host.metric("livecheck.a.no-iban.failed"), Some(1));
+        }
+    }
+}
+
+#[test]
+fn after_a_cut_the_stream_is_closed_at_the_next_upstream_chunk() {
+    let vendor = Vendor::Anthropic;
+    let mut host = livecheck(RULES_ONLY);
+    let s = ask(&mut host, vendor);
+    host.send_response_headers(
+        s,
+        &[(":status", "200"), ("content-type", "text/event-stream")],
+        false,
+    )
+    .unwrap();
+    let events = stream(vendor, &FORBIDDEN);
+    // The match is confirmed once a character after its longest possible end arrived (" today.").
+    let (before, after) = events.split_at(6);
+    host.send_response_body(s, before.concat().as_bytes(), false)
+        .unwrap();
+    let cut = host.caller_received(s).clone();
+    assert_eq!(read_stream(vendor, &cut.body_text()).end, "refusal");
+    assert_eq!(
+        cut.body.len(),
+        FRAME,
+        "the closing events and padding went out in the cut's callback"
+    );
+    assert!(
+        !cut.reset,
+        "not closed in the same callback: that would lose the closing events"
+    );
+    host.send_response_body(s, after.concat().as_bytes(), false)
+        .unwrap();
+    let caller = host.caller_received(s);
+    assert!(caller.reset, "closed so the model stops generating");
+    assert_eq!(caller.body.len(), FRAME, "nothing after the frame");
+}
+
+#[test]
+fn unframed_streams_drop_everything_after_a_cut() {
+    let config = RULES_ONLY.replacen(
+        "{\"default_agent\"",
+        "{\"stream_frame_bytes\": 0, \"default_agent\"",
+        1,
+    );
+    for vendor in VENDORS {
+        let mut host = livecheck(&config);
+        let s = ask(&mut host, vendor);
+        stream_answer(&mut host, s, vendor, &FORBIDDEN, Chunking::Bytes(7));
+        let caller = host.caller_received(s);
+        assert!(caller.header("content-length").is_none());
+        let got = read_stream(vendor, &caller.body_text());
+        assert_eq!(
+            (got.text.as_str(), got.end.as_str()),
+            ("Pay to ", cut_end(vendor))
+        );
+        assert!(caller
+            .body_text()
+            .trim_end()
+            .ends_with(if vendor == Vendor::Chat {
+                "[DONE]"
+            } else {
+                "}"
+            }));
+        assert!(!caller.reset);
+    }
+}
+
+#[test]
+fn with_recovery_asked_nothing_of_the_round_shows_until_decided() {
+    // The seed's no-iban asks for recovery: the whole round is held, then (no retry yet) withheld
+    // with the agent's reply in place of the answer.
+    for vendor in VENDORS {
+        let mut host = livecheck(SEED);
+        let s = ask(&mut host, vendor);
+        stream_answer(&mut host, s, vendor, &FORBIDDEN, Chunking::Bytes(7));
+        let got = read_stream(vendor, &host.caller_received(s).body_text());
+        assert!(!got.text.contains("Pay to"), "{vendor:?}: {got:?}");
+        assert!(
+            got.text.contains("I cannot help with that."),
+            "{vendor:?}: {got:?}"
+        );
+        assert_eq!(got.end, cut_end(vendor));
+        let mut host = livecheck(SEED);
+        let s = ask(&mut host, vendor);
+        stream_answer(&mut host, s, vendor, &CLEAN, Chunking::Bytes(7));
+        let got = read_stream(vendor, &host.caller_received(s).body_text());
+        assert_eq!(
+            (got.text.as_str(), got.end.as_str()),
+            (CLEAN.concat().as_str(), normal_end(vendor))
+        );
+    }
+}
+
+#[test]
+fn a_judged_check_without_a_judge_fails_closed_unless_on_error_pass() {
+    let judged = |on_error: &str| {
+        format!(
+            r#"{{"default_agent": "a", "agents": {{"a": {{"published": "1", "versions": {{"1": {{
+            "blocked_reply": "Not allowed.",
+            "live_checks": [{{"name": "tone", "stage": "output", "kind": "polite_tone"{on_error}}}]}}}}}}}}}}"#
+        )
+    };
+    for vendor in VENDORS {
+        let mut host = livecheck(&judged(""));
+        let s = ask(&mut host, vendor);
+        stream_answer(&mut host, s, vendor, &CLEAN, Chunking::Bytes(7));
+        let got = read_stream(vendor, &host.caller_received(s).body_text());
+        assert_eq!(
+            (got.text.as_str(), got.end.as_str()),
+            ("Not allowed.", cut_end(vendor)),
+            "{vendor:?}"
+        );
+        assert_eq!(host.metric("livecheck.a.tone.errored"), Some(1));
+
+        let mut host = livecheck(&judged(r#", "on_error": "pass""#));
+        let s = ask(&mut host, vendor);
+        stream_answer(&mut host, s, vendor, &CLEAN, Chunking::Bytes(7));
+        let got = read_stream(vendor, &host.caller_received(s).body_text());
+        assert_eq!(
+            (got.text.as_str(), got.end.as_str()),
+            (CLEAN.concat().as_str(), normal_end(vendor))
+        );
+    }
+}
+
+#[test]
+fn a_compressed_stream_is_refused_as_errored_in_the_callers_shape() {
+    for vendor in VENDORS {
+        let mut host = livecheck(RULES_ONLY);
+        let s = ask(&mut host, vendor);
+        let body = stream(vendor, &FORBIDDEN).concat();
+        send_answer(
+            &mut host,
+            s,
+            &[
+                ("content-type", "text/event-stream"),
+                ("content-encoding", "gzip"),
+            ],
+            &body,
+            Chunking::Bytes(64),
+        );
+        let caller = host.caller_received(s);
+        assert_eq!(
+            caller.header("x-core-check"),
+            Some(r#"stage=output, check="no-iban", code=check_errored"#)
+        );
+        assert!(caller.header("content-encoding").is_none());
+        let got = read_stream(vendor, &caller.body_text());
+        assert_eq!(
+            (got.text.as_str(), got.end.as_str()),
+            ("Not allowed.", cut_end(vendor)),
+            "{vendor:?}"
+        );
+        assert!(!caller.body_text().contains("NL9"));
+    }
+}
