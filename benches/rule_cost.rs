@@ -99,12 +99,39 @@ fn main() {
             &module,
             Options {
                 plugin_config: config.as_bytes().to_vec(),
+                // As every shipped Envoy config: the question's headers are held while it is read.
+                allow_on_headers_stop_iteration: true,
                 ..Options::default()
             },
         )
         .unwrap_or_else(|e| panic!("{e}"))
     };
     let (mut checked, mut unchecked) = (host_with(SEED), host_with(NO_CHECKS));
+    // The turn must really run the checks and reach upstream, or this measures nothing.
+    for host in [&mut checked, &mut unchecked] {
+        let s = host.new_stream();
+        host.send_request_headers(
+            s,
+            &[
+                (":method", "POST"),
+                (":path", "/v1/chat/completions"),
+                (":authority", "api"),
+            ],
+            false,
+        )
+        .unwrap();
+        host.send_request_body(s, body.as_bytes(), true).unwrap();
+        assert_eq!(
+            host.upstream_received(s).body.len(),
+            body.len(),
+            "the question reached upstream"
+        );
+        host.finish_stream(s).unwrap();
+    }
+    assert_eq!(
+        checked.metric("livecheck.orders.no-passwords.passed"),
+        Some(1)
+    );
     // Interleave the two so machine noise hits both alike.
     let mut with = Vec::new();
     let mut without = Vec::new();

@@ -8,7 +8,8 @@
 //! chunk so the model stops generating. An answer that ends on its own is padded the same way.
 //! Measured with the official SDKs in `tests/e2e/test_cut_mechanism.py`.
 
-/// The longest padding line: `:` then dots then a newline.
+/// The longest padding unit: `:`, dots, and a blank line. Each comment ends with a blank line so
+/// clients that gather lines until one (the Anthropic SDK's decoder) never pile up the padding.
 const LINE: usize = 1024;
 
 /// How many bytes of a framed stream went out, against the length its headers announced.
@@ -48,13 +49,13 @@ impl Frame {
         while left > 0 {
             let line = left.min(LINE);
             match line {
-                // A lone newline is an empty line: it ends an event with no data, which SSE
+                // Lone newlines are empty lines: they end an event with no data, which SSE
                 // clients skip.
-                1 => out.push(b'\n'),
+                1 | 2 => out.resize(out.len() + line, b'\n'),
                 n => {
                     out.push(b':');
-                    out.resize(out.len() + n - 2, b'.');
-                    out.push(b'\n');
+                    out.resize(out.len() + n - 3, b'.');
+                    out.extend_from_slice(b"\n\n");
                 }
             }
             left -= line;
@@ -73,7 +74,15 @@ mod tests {
 
     #[test]
     fn padding_fills_the_frame_exactly_with_comment_lines() {
-        for (length, sent) in [(4096, 100), (10, 7), (10, 8), (10, 9), (10, 10), (3000, 0)] {
+        for (length, sent) in [
+            (4096, 100),
+            (10, 6),
+            (10, 7),
+            (10, 8),
+            (10, 9),
+            (10, 10),
+            (3000, 0),
+        ] {
             let mut frame = Frame::new(length);
             frame.sent(sent);
             let pad = frame.pad();
@@ -84,6 +93,10 @@ mod tests {
                 "{text:?}"
             );
             assert!(pad.is_empty() || pad.ends_with(b"\n"));
+            assert!(
+                !text.contains(".\n:"),
+                "every comment is its own event: {text:?}"
+            );
             assert!(frame.pad().is_empty(), "a full frame pads nothing more");
         }
     }

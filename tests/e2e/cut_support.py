@@ -35,7 +35,9 @@ def _words(n: int, cut: bool = True) -> list[str]:
     return ["CUT_HERE " if (cut and i == CUT_AT) else f"w{i} " for i in range(n)]
 
 
-def anthropic_events(n: int, cut: bool = True) -> list[bytes]:
+def anthropic_events(n: int, cut: bool = True, words: Optional[list[str]] = None) -> list[bytes]:
+    """`words` (one text delta each) replaces the default `w0 w1 ... CUT_HERE ...` text."""
+    words = _words(n, cut) if words is None else words
     head = [
         _sse("message_start", {"type": "message_start", "message": {
             "id": "msg_cut", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
@@ -45,26 +47,29 @@ def anthropic_events(n: int, cut: bool = True) -> list[bytes]:
                                      "content_block": {"type": "text", "text": ""}}),
     ]
     body = [_sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                         "delta": {"type": "text_delta", "text": w}}) for w in _words(n, cut)]
+                                         "delta": {"type": "text_delta", "text": w}}) for w in words]
     tail = [
         _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
         _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                               "usage": {"output_tokens": n}}),
+                               "usage": {"output_tokens": len(words)}}),
         _sse("message_stop", {"type": "message_stop"}),
     ]
     return head + body + tail
 
 
-def chat_events(n: int, cut: bool = True) -> list[bytes]:
+def chat_events(n: int, cut: bool = True, words: Optional[list[str]] = None) -> list[bytes]:
+    words = _words(n, cut) if words is None else words
+
     def chunk(delta: dict, finish: Optional[str] = None) -> bytes:
         return _sse(None, {"id": "chatcmpl-cut", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o",
                            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
-    return ([chunk({"role": "assistant", "content": ""})] + [chunk({"content": w}) for w in _words(n, cut)]
+    return ([chunk({"role": "assistant", "content": ""})] + [chunk({"content": w}) for w in words]
             + [chunk({}, "stop"), _sse(None, "[DONE]")])
 
 
-def responses_events(n: int, cut: bool = True) -> list[bytes]:
+def responses_events(n: int, cut: bool = True, words: Optional[list[str]] = None) -> list[bytes]:
+    words = _words(n, cut) if words is None else words
     seq = itertools.count()
 
     def response(status: str) -> dict:
@@ -83,8 +88,8 @@ def responses_events(n: int, cut: bool = True) -> list[bytes]:
     ]
     body = [_sse("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": next(seq),
                                                 "item_id": "msg_cut", "output_index": 0, "content_index": 0,
-                                                "delta": w, "logprobs": []}) for w in _words(n, cut)]
-    text = "".join(_words(n, cut))
+                                                "delta": w, "logprobs": []}) for w in words]
+    text = "".join(words)
     done_item = {**item, "status": "completed",
                  "content": [{"type": "output_text", "text": text, "annotations": []}]}
     tail = [
@@ -116,84 +121,144 @@ def vendor_answer(vendor: str, seconds: float = STREAM_SECONDS, cut: bool = True
 # --- the SDK paths ------------------------------------------------------------------------------------------
 
 
-def _anthropic(base_url: str, headers: dict):
+def _anthropic(base_url: str, headers: dict, **client):
     import anthropic
 
-    return anthropic.Anthropic(base_url=base_url, api_key="test", default_headers=headers,
-                               timeout=CLIENT_TIMEOUT, max_retries=0)
+    options = {"timeout": CLIENT_TIMEOUT, "max_retries": 0, **client}
+    return anthropic.Anthropic(base_url=base_url, api_key="test", default_headers=headers, **options)
 
 
-def _openai(base_url: str, headers: dict, cls: str = "OpenAI"):
+def _openai(base_url: str, headers: dict, cls: str = "OpenAI", **client):
     import openai
 
-    return getattr(openai, cls)(base_url=base_url + "/v1", api_key="test", default_headers=headers,
-                                timeout=CLIENT_TIMEOUT, max_retries=0)
+    options = {"timeout": CLIENT_TIMEOUT, "max_retries": 0, **client}
+    return getattr(openai, cls)(base_url=base_url + "/v1", api_key="test", default_headers=headers, **options)
 
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
+# Every SDK path below is `(base_url, headers, seen, got=None, **client)`: it appends what it saw to
+# `seen`, returns a one-line result, and (when given) fills `got` with the decoded answer `text` and its
+# normalised `end` (see `END`); `client` goes to the SDK client's constructor (timeout, http_client, ...).
 
-def anthropic_iter(base_url: str, headers: dict, seen: list) -> str:
+# The normalised end of a stream, per vendor: (normal end, cut end).
+END = {"anthropic": ("end_turn", "refusal"), "chat": ("stop", "content_filter"),
+       "responses": ("completed", "incomplete/content_filter")}
+
+
+def _response_end(response) -> Optional[str]:
+    if response is None:
+        return None
+    details = response.incomplete_details
+    return response.status + (f"/{details.reason}" if details else "")
+
+
+def _responses_end(last) -> Optional[str]:
+    return _response_end(getattr(last, "response", None))
+
+
+def anthropic_iter(base_url: str, headers: dict, seen: list, got: Optional[dict] = None, **client) -> str:
     stop = None
-    for event in _anthropic(base_url, headers).messages.create(
+    text = []
+    for event in _anthropic(base_url, headers, **client).messages.create(
         model="claude-sonnet-4-5", max_tokens=100, messages=MESSAGES, stream=True
     ):
         seen.append(event.type)
         if event.type == "message_delta":
             stop = event.delta.stop_reason
+        elif event.type == "content_block_delta" and event.delta.type == "text_delta":
+            text.append(event.delta.text)
+    if got is not None:
+        got.update(text="".join(text), end=stop)
     return f"stop_reason={stop}"
 
 
-def anthropic_final(base_url: str, headers: dict, seen: list) -> str:
-    with _anthropic(base_url, headers).messages.stream(
+def anthropic_final(base_url: str, headers: dict, seen: list, got: Optional[dict] = None, **client) -> str:
+    with _anthropic(base_url, headers, **client).messages.stream(
         model="claude-sonnet-4-5", max_tokens=100, messages=MESSAGES
     ) as stream:
         message = stream.get_final_message()
     seen.append("final")
+    if got is not None:
+        got.update(text="".join(b.text for b in message.content if b.type == "text"), end=message.stop_reason)
     return f"stop_reason={message.stop_reason}"
 
 
-def chat_iter(base_url: str, headers: dict, seen: list) -> str:
+def chat_iter(base_url: str, headers: dict, seen: list, got: Optional[dict] = None, **client) -> str:
     finish = None
-    for chunk in _openai(base_url, headers).chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True):
+    text = []
+    for chunk in _openai(base_url, headers, **client).chat.completions.create(
+        model="gpt-4o", messages=MESSAGES, stream=True
+    ):
         seen.append("chunk")
-        if chunk.choices and chunk.choices[0].finish_reason:
-            finish = chunk.choices[0].finish_reason
+        if chunk.choices:
+            text.append(chunk.choices[0].delta.content or "")
+            if chunk.choices[0].finish_reason:
+                finish = chunk.choices[0].finish_reason
+    if got is not None:
+        got.update(text="".join(text), end=finish)
     return f"finish_reason={finish}"
 
 
-def chat_async_iter(base_url: str, headers: dict, seen: list) -> str:
+def chat_async_iter(base_url: str, headers: dict, seen: list, got: Optional[dict] = None, **client) -> str:
     async def run() -> str:
-        client = _openai(base_url, headers, "AsyncOpenAI")
+        client_ = _openai(base_url, headers, "AsyncOpenAI", **client)
         finish = None
-        stream = await client.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True)
+        text = []
+        stream = await client_.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True)
         async for chunk in stream:
             seen.append("chunk")
-            if chunk.choices and chunk.choices[0].finish_reason:
-                finish = chunk.choices[0].finish_reason
-        await client.close()
+            if chunk.choices:
+                text.append(chunk.choices[0].delta.content or "")
+                if chunk.choices[0].finish_reason:
+                    finish = chunk.choices[0].finish_reason
+        await client_.close()
+        if got is not None:
+            got.update(text="".join(text), end=finish)
         return f"finish_reason={finish}"
 
     return asyncio.run(run())
 
 
-def responses_iter(base_url: str, headers: dict, seen: list) -> str:
+def responses_iter(base_url: str, headers: dict, seen: list, got: Optional[dict] = None, **client) -> str:
     last = None
-    for event in _openai(base_url, headers).responses.create(model="gpt-4o", input="hi", stream=True):
+    text = []
+    for event in _openai(base_url, headers, **client).responses.create(model="gpt-4o", input="hi", stream=True):
         seen.append(event.type)
         last = event
+        if event.type == "response.output_text.delta":
+            text.append(event.delta)
     reason = getattr(getattr(getattr(last, "response", None), "incomplete_details", None), "reason", None)
+    if got is not None:
+        got.update(text="".join(text), end=_responses_end(last))
     return f"last={last.type if last else None} reason={reason}"
 
 
-def responses_stream(base_url: str, headers: dict, seen: list) -> str:
+def responses_stream(base_url: str, headers: dict, seen: list, got: Optional[dict] = None, **client) -> str:
     last = None
-    with _openai(base_url, headers).responses.stream(model="gpt-4o", input="hi") as stream:
+    text = []
+    with _openai(base_url, headers, **client).responses.stream(model="gpt-4o", input="hi") as stream:
         for event in stream:
             seen.append(event.type)
             last = event
+            if event.type == "response.output_text.delta":
+                text.append(event.delta)
     reason = getattr(getattr(getattr(last, "response", None), "incomplete_details", None), "reason", None)
+    if got is not None:
+        got.update(text="".join(text), end=_responses_end(last))
     return f"last={last.type if last else None} reason={reason}"
+
+
+def responses_final(base_url: str, headers: dict, seen: list, got: Optional[dict] = None, **client) -> str:
+    """`responses.stream()` + `get_final_response()`: by the SDK's design this raises RuntimeError
+    ("Didn't receive a `response.completed` event.") when a stream ends `response.incomplete`, as it
+    does for the vendor's own incomplete answers; it is not in SDK_PATHS for that reason."""
+    with _openai(base_url, headers, **client).responses.stream(model="gpt-4o", input="hi") as stream:
+        response = stream.get_final_response()
+    seen.append("final")
+    if got is not None:
+        got.update(text=response.output_text, end=_response_end(response))
+    return f"status={response.status}"
 
 
 SDK_PATHS: dict[str, tuple[str, Callable]] = {

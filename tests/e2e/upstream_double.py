@@ -35,6 +35,10 @@ class Answer:
     watch_peer: bool = False
     # Record when the first chunk containing this text was written (`Written.marked_at`).
     mark: Optional[bytes] = None
+    # Wait this long (instead of `chunk_delay`) before the first chunk.
+    first_delay: Optional[float] = None
+    # Set by the test to stop writing (the double stops writing every answer when it stops, too).
+    stop: Optional[threading.Event] = None
 
 
 @dataclasses.dataclass
@@ -44,11 +48,14 @@ class Written:
     path: str
     started: float
     chunks_written: int = 0
+    first_write: Optional[float] = None
     last_write: Optional[float] = None
     marked_at: Optional[float] = None
     # When the double saw the peer go away (closed or reset) before it finished; None if it never did.
     gone_at: Optional[float] = None
     completed: bool = False
+    # The test (`Answer.stop`) or the double stopping ended the answer before it finished.
+    stopped: bool = False
 
 
 @dataclasses.dataclass
@@ -154,7 +161,15 @@ class UpstreamDouble:
                     written.completed = True
                     return
                 for i, chunk in enumerate(chunks):
-                    time.sleep(answer.chunk_delay)
+                    delay = answer.first_delay if (i == 0 and answer.first_delay is not None) else answer.chunk_delay
+                    if answer.stop is not None:
+                        answer.stop.wait(delay)
+                    else:
+                        time.sleep(delay)
+                    if double._stopping.is_set() or (answer.stop is not None and answer.stop.is_set()):
+                        written.stopped = True
+                        self.close_connection = True
+                        return
                     if answer.watch_peer and self._peer_closed():
                         written.gone_at = time.monotonic()
                         self.close_connection = True
@@ -168,6 +183,7 @@ class UpstreamDouble:
                     self.wfile.flush()
                     written.chunks_written += 1
                     written.last_write = time.monotonic()
+                    written.first_write = written.first_write or written.last_write
                     if answer.mark is not None and written.marked_at is None and answer.mark in chunk:
                         written.marked_at = written.last_write
                 written.completed = True

@@ -1,0 +1,318 @@
+"""Streamed answers end to end (issue 4): the official SDKs streaming -> real Envoy running the real
+livecheck.wasm -> the scripted upstream double streaming the vendor's SSE events.
+
+Two livecheck configurations:
+  - RULES_ONLY (as tests/streaming.rs): one blocking pattern check without recovery, so the answer
+    streams held back by the pattern's longest match (18 characters) and a match is cut where it starts;
+  - the seed (examples/seed.json, conftest's `livecheck_envoy`): its `no-iban` asks for recovery, so
+    nothing of the round shows until it is decided, and a failed round is answered with the blocked reply.
+
+What the caller sees is read through the SDKs' own stream iterators / final-message helpers (the
+cut_support.py SDK paths); the raw bytes the SDK read are recorded by a tee transport under the SDK's
+httpx client. Every client call has a timeout and every upstream answer a watchdog that stops it.
+Run with `-s` to see the measured cut timings.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import itertools
+import json
+import threading
+import time
+from typing import Callable, Optional
+
+import httpx2 as httpx
+import pytest
+
+from cut_support import (
+    END,
+    VENDOR_EVENTS,
+    VENDOR_PATH,
+    anthropic_final,
+    anthropic_iter,
+    chat_iter,
+    responses_final,
+    responses_iter,
+)
+from envoy_process import SEED_CONFIG, Envoy, render_config, wasm_path
+from upstream_double import Answer, UpstreamDouble, Written
+
+RULES_ONLY = {
+    "default_agent": "a",
+    "agents": {"a": {"published": "1", "versions": {"1": {
+        "blocked_reply": "Not allowed.",
+        "live_checks": [{"name": "no-iban", "stage": "output", "kind": "matches_pattern",
+                         "pattern": "NL\\d{2}[A-Z]{4}\\d{10}", "max_match": 18}],
+    }}}},
+}
+SEED = json.loads(SEED_CONFIG.read_text())
+BLOCKED_REPLY = SEED["agents"]["orders"]["versions"]["1"]["blocked_reply"]
+FRAME = 4 * 1024 * 1024  # the default `stream_frame_bytes`
+
+IBAN = "NL91ABNA0417164300"
+CLEAN = ["Your order ", "ships ", "tomorrow", ", promised."]
+# The IBAN split across three events; the text before the match is what the caller must get.
+FORBIDDEN = ["Pay to NL9", "1ABNA04", "17164300", " today."]
+BEFORE_MATCH = "Pay to "
+# Nothing of the match, nor anything after it, may reach the caller.
+NEVER_SENT = [b"NL9", b"1ABNA04", b"17164300", b"ABNA", b"0417", IBAN.encode(), b"today"]
+
+CLIENT_TIMEOUT = 10.0  # every SDK call: connect / read timeout
+WATCHDOG = 8.0  # every scripted upstream answer is stopped after this long, whatever happens
+EVENT_DELAY = 0.02
+
+# The SDK paths (cut_support.py) and the vendor each speaks. `responses.stream().get_final_response()`
+# is kept apart: it raises on a cut stream by the SDK's design (see the test below).
+SDK_PATHS: dict[str, tuple[str, Callable]] = {
+    "anthropic.messages.create(stream=True)": ("anthropic", anthropic_iter),
+    "anthropic.messages.stream().get_final_message()": ("anthropic", anthropic_final),
+    "openai.chat.completions.create(stream=True)": ("chat", chat_iter),
+    "openai.responses.create(stream=True)": ("responses", responses_iter),
+}
+RESPONSES_FINAL = "openai.responses.stream().get_final_response()"
+ALL_PATHS = {**SDK_PATHS, RESPONSES_FINAL: ("responses", responses_final)}
+sdk_paths = pytest.mark.parametrize("sdk", list(SDK_PATHS))
+
+SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
+
+
+# --- fixtures ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rules_envoy(double, tmp_path_factory):
+    """Envoy (envoy/livecheck.yaml re-pointed at the double) running livecheck with RULES_ONLY."""
+    config = render_config(wasm_path("livecheck.wasm"), double.port, plugin_configuration=json.dumps(RULES_ONLY))
+    envoy = Envoy(config, tmp_path_factory.mktemp("envoy-streaming-rules"))
+    yield envoy
+    envoy.stop()
+
+
+@pytest.fixture(scope="module")
+def timings():
+    """The measured cut timings, printed as a table at the end of the module (run with -s)."""
+    rows: list[str] = []
+    yield rows
+    if rows:
+        print("\n| SDK path | cut→SDK call returned | cut→upstream gone |\n|---|---|---|")
+        print("\n".join(rows))
+
+
+# --- one streamed call -------------------------------------------------------------------------------
+
+
+class _Tee(httpx.BaseTransport):
+    """The SDK's transport, recording when each response's headers arrived and every body byte read.
+
+    With `drain`, the rest of a body the SDK did not read is read (and recorded) when the SDK closes
+    the response: the OpenAI SDK stops reading at `data: [DONE]`, and the tests check every byte."""
+
+    def __init__(self, drain: bool = True) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.drain = drain
+        self.headers_at: Optional[float] = None
+        self.headers: Optional[httpx.Headers] = None
+        self.body = bytearray()
+
+    def handle_request(self, request):
+        response = self.inner.handle_request(request)
+        self.headers_at = time.monotonic()
+        self.headers = response.headers
+        inner, body, drain = response.stream, self.body, self.drain
+        chunks = iter(inner)
+
+        class Recorded(httpx.SyncByteStream):
+            def __iter__(self):
+                for chunk in chunks:
+                    body.extend(chunk)
+                    yield chunk
+
+            def close(self) -> None:
+                if drain:
+                    for chunk in chunks:
+                        body.extend(chunk)
+                inner.close()
+
+        return httpx.Response(response.status_code, headers=response.headers, stream=Recorded(),
+                              extensions=response.extensions)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@dataclasses.dataclass
+class Call:
+    got: dict  # `text` and normalised `end` as the SDK reported them
+    raw: bytes  # the response body bytes the SDK read
+    headers: httpx.Headers
+    sent_at: float
+    headers_at: float
+    returned_at: float
+    written: Written  # how the double's answer went out
+
+
+_ids = itertools.count(1)
+
+
+def _upstream(double: UpstreamDouble, vendor: str, words: list[str], stop: threading.Event,
+              **answer) -> tuple[str, threading.Timer]:
+    """Scripts the double to stream `words` (one text delta each) on a fresh path; returns its prefix
+    and a watchdog that sets `stop` after WATCHDOG seconds, so no answer outlives its test by much."""
+    prefix = f"/streaming{next(_ids)}"
+    answer = {"chunk_delay": EVENT_DELAY, "watch_peer": True, **answer}
+    double.add_path(prefix + VENDOR_PATH[vendor],
+                    Answer(headers=SSE_HEADERS, body_chunks=VENDOR_EVENTS[vendor](0, words=words), stop=stop, **answer))
+    watchdog = threading.Timer(WATCHDOG, stop.set)
+    watchdog.daemon = True
+    watchdog.start()
+    return prefix, watchdog
+
+
+def call(envoy: Envoy, double: UpstreamDouble, sdk: str, words: list[str], stop: Optional[threading.Event] = None,
+         keep_streaming: bool = False, drain: bool = True, **answer) -> Call:
+    """One streamed SDK call through `envoy`; the double streams `words` in `sdk`'s vendor format.
+
+    The double's answer is stopped when the call returns, unless `keep_streaming` (the caller then
+    stops it with `stop`; the watchdog does in any case). `drain`: see _Tee."""
+    vendor, path_fn = ALL_PATHS[sdk]
+    stop = stop or threading.Event()
+    prefix, watchdog = _upstream(double, vendor, words, stop, **answer)
+    tee = _Tee(drain)
+    got: dict = {}
+    sent_at = time.monotonic()
+    try:
+        path_fn(envoy.url + prefix, {}, [], got, timeout=CLIENT_TIMEOUT, http_client=httpx.Client(transport=tee))
+        returned_at = time.monotonic()
+    finally:
+        if not keep_streaming:
+            stop.set()
+            watchdog.cancel()
+    written = double.written(prefix + VENDOR_PATH[vendor])
+    assert written is not None, "the request never reached the double"
+    return Call(got, bytes(tee.body), tee.headers, sent_at, tee.headers_at, returned_at, written)
+
+
+def _assert_framed(c: Call, drained: bool = True) -> None:
+    assert c.headers["content-length"] == str(FRAME), dict(c.headers)
+    assert "transfer-encoding" not in c.headers, dict(c.headers)
+    if drained:
+        assert len(c.raw) == FRAME, "the body is exactly the announced length"
+    else:
+        assert len(c.raw) <= FRAME
+
+
+# --- (1) a clean streamed answer ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sdk", list(ALL_PATHS))
+def test_a_clean_streamed_answer_arrives_complete_and_ends_normally(rules_envoy, double, sdk):
+    vendor = ALL_PATHS[sdk][0]
+    c = call(rules_envoy, double, sdk, CLEAN)
+
+    assert c.got == {"text": "".join(CLEAN), "end": END[vendor][0]}
+    _assert_framed(c)
+    assert c.written.completed, "the upstream ran to its own end"
+
+
+# --- (2) a match split across three events -------------------------------------------------------------
+
+
+@sdk_paths
+def test_a_match_across_three_events_is_cut_where_it_starts(rules_envoy, double, sdk):
+    vendor = SDK_PATHS[sdk][0]
+    c = call(rules_envoy, double, sdk, FORBIDDEN)  # raises nothing: the SDK's iterator ended normally
+
+    assert c.got == {"text": BEFORE_MATCH, "end": END[vendor][1]}
+    for piece in NEVER_SENT:
+        assert piece not in c.raw, f"{piece!r} reached the caller"
+    _assert_framed(c)
+
+
+def test_responses_get_final_response_raises_on_a_cut_stream_by_the_sdks_design(rules_envoy, double):
+    """`responses.stream().get_final_response()` raises RuntimeError("Didn't receive a
+    `response.completed` event.") for any stream that ends `response.incomplete`, the vendor's own
+    incomplete answers included (openai/lib/streaming/responses/_responses.py): documented SDK
+    behaviour, not a livecheck failure. The stream itself still ended normally and promptly."""
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="response.completed"):
+        call(rules_envoy, double, RESPONSES_FINAL, FORBIDDEN)
+    assert time.monotonic() - started < 3.0
+
+
+# --- (3) after a cut the SDK call returns at once and the upstream stops ----------------------------------
+
+
+@sdk_paths
+def test_after_a_cut_the_call_returns_at_once_and_the_upstream_stops(rules_envoy, double, sdk, timings):
+    vendor = SDK_PATHS[sdk][0]
+    # ~30 s of events after the match, one every 50 ms; the cut is timed from the write of the event
+    # that completes the IBAN.
+    words = FORBIDDEN[:3] + [f" w{i}" for i in range(600)]
+    stop = threading.Event()
+    try:
+        c = call(rules_envoy, double, sdk, words, stop=stop, chunk_delay=0.05, mark=b"17164300", keep_streaming=True,
+                 drain=False)
+        w = c.written
+        deadline = time.monotonic() + 3.0
+        while w.gone_at is None and not w.completed and not w.stopped and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop.set()  # measured: the 30 s answer must not run out its time
+
+    assert w.marked_at is not None, "the double never wrote the end of the match"
+    returned, gone = c.returned_at - w.marked_at, (w.gone_at - w.marked_at) if w.gone_at else None
+    timings.append(f"| {sdk} | {returned:.3f} s | " + (f"{gone:.3f} s |" if gone is not None else "never |"))
+    print(f"\n{sdk}: cut→return {returned:.3f} s, cut→upstream gone "
+          + (f"{gone:.3f} s" if gone is not None else "never") + f", events after the cut {w.chunks_written - 3}")
+    assert c.got == {"text": BEFORE_MATCH, "end": END[vendor][1]}
+    for piece in NEVER_SENT:
+        assert piece not in c.raw, f"{piece!r} reached the caller"
+    _assert_framed(c, drained=False)  # timed as the SDK reads: the OpenAI SDK stops at [DONE]
+    assert returned < 2.0, f"the SDK call returned {returned:.2f} s after the cut"
+    assert gone is not None and gone < 2.0, f"the upstream kept generating (gone after {gone})"
+    assert not w.completed
+
+
+# --- (4) the seed: recovery asked, so the round is held until decided -------------------------------------
+
+
+@pytest.mark.parametrize("sdk", list(ALL_PATHS))
+def test_held_round_a_clean_answer_arrives_whole(livecheck_envoy, double, sdk):
+    vendor = ALL_PATHS[sdk][0]
+    c = call(livecheck_envoy, double, sdk, CLEAN)
+
+    assert c.got == {"text": "".join(CLEAN), "end": END[vendor][0]}
+    _assert_framed(c)
+
+
+@sdk_paths
+def test_held_round_a_forbidden_answer_shows_none_of_it_and_the_blocked_reply(livecheck_envoy, double, sdk):
+    vendor = SDK_PATHS[sdk][0]
+    c = call(livecheck_envoy, double, sdk, FORBIDDEN)
+
+    assert c.got == {"text": BLOCKED_REPLY, "end": END[vendor][1]}
+    for piece in [b"Pay to", *NEVER_SENT]:
+        assert piece not in c.raw, f"{piece!r} reached the caller"
+    _assert_framed(c)
+
+
+# --- (5) time to first byte --------------------------------------------------------------------------------
+
+
+def test_response_headers_reach_the_caller_before_the_first_event(rules_envoy, double):
+    """The double sends its headers at once and its first event 1 s later: the caller has the
+    headers before that first event is written (the filter does not wait for the body)."""
+    sdks = ["anthropic.messages.create(stream=True)", "openai.chat.completions.create(stream=True)",
+            "openai.responses.create(stream=True)"]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(sdks)) as pool:
+        calls = dict(zip(sdks, pool.map(lambda s: call(rules_envoy, double, s, CLEAN, first_delay=1.0), sdks)))
+    for sdk, c in calls.items():
+        vendor = ALL_PATHS[sdk][0]
+        headers_after = c.headers_at - c.written.started
+        print(f"\n{sdk}: headers {headers_after * 1000:.1f} ms after the double answered, "
+              f"{(c.written.first_write - c.headers_at) * 1000:.0f} ms before its first event")
+        assert c.headers_at < c.written.first_write, sdk
+        assert headers_after < 0.5, f"{sdk}: headers took {headers_after:.2f} s"
+        assert c.got == {"text": "".join(CLEAN), "end": END[vendor][0]}
