@@ -67,7 +67,7 @@ e2e: venv wasm
 
 # What checks cost, measured side by side in one run (not part of `make test`: timings are noisy).
 bench: wasm
-	cargo bench --locked --bench rule_cost
+	cargo bench --locked --profile bench-native --bench rule_cost
 
 clean:
 	cargo clean
