@@ -66,8 +66,9 @@ e2e: venv wasm
 	$(PYTHON) -m pytest -q tests/e2e
 
 # What checks cost, measured side by side in one run (not part of `make test`: timings are noisy).
-bench: wasm
+bench: wasm venv
 	cargo bench --locked --profile bench-native --bench rule_cost
+	$(PYTHON) benches/streaming.py
 
 clean:
 	cargo clean
