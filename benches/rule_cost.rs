@@ -87,6 +87,7 @@ fn main() {
             rule_text: black_box(&request.input_text),
             judged_apply: true,
             readable: true,
+            judged: &[],
         };
         black_box(decide(&version, Stage::Input, &reading, 1));
     });

@@ -34,6 +34,20 @@ pub trait Host {
     /// request goes with it. Takes effect after the current callback returns.
     fn close_response(&mut self);
     fn increment_counter(&mut self, name: &str);
+    /// Sends an HTTP callout to `cluster`; `None` when Envoy refuses it (unknown cluster, …).
+    fn dispatch_callout(
+        &mut self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Option<u32>;
+    /// During a callout's answer: its `:status` (`None` for a reset).
+    fn callout_status(&self) -> Option<u16>;
+    fn callout_body(&self, size: usize) -> Option<Vec<u8>>;
+    /// Lets a held request (or response) go on, from outside its own callbacks.
+    fn resume_request(&mut self);
+    fn resume_response(&mut self);
     /// Never called with request or response text, keys or patterns.
     fn log(&mut self, level: LogLevel, message: &str);
     fn now_unix_seconds(&self) -> u64;
@@ -55,6 +69,9 @@ pub mod fake {
         pub body: Vec<u8>,
     }
 
+    /// A callout the logic sent: cluster, headers, body, timeout in milliseconds.
+    pub type SentCallout = (String, Vec<(String, String)>, Vec<u8>, u64);
+
     #[derive(Debug, Default)]
     pub struct FakeHost {
         pub request_headers: BTreeMap<String, String>,
@@ -66,6 +83,9 @@ pub mod fake {
         pub logs: Vec<(LogLevel, String)>,
         pub seed: u64,
         pub closed: bool,
+        pub callouts: Vec<SentCallout>,
+        pub callout_answer: Option<(Option<u16>, Vec<u8>)>,
+        pub resumed: Vec<&'static str>,
     }
 
     impl FakeHost {
@@ -130,6 +150,35 @@ pub mod fake {
         }
         fn close_response(&mut self) {
             self.closed = true;
+        }
+        fn dispatch_callout(
+            &mut self,
+            cluster: &str,
+            headers: &[(&str, &str)],
+            body: &[u8],
+            timeout_ms: u64,
+        ) -> Option<u32> {
+            let headers = headers
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            self.callouts
+                .push((cluster.to_owned(), headers, body.to_vec(), timeout_ms));
+            u32::try_from(self.callouts.len()).ok()
+        }
+        fn callout_status(&self) -> Option<u16> {
+            self.callout_answer.as_ref().and_then(|(s, _)| *s)
+        }
+        fn callout_body(&self, size: usize) -> Option<Vec<u8>> {
+            self.callout_answer
+                .as_ref()
+                .and_then(|(_, b)| b.get(..size).map(<[u8]>::to_vec))
+        }
+        fn resume_request(&mut self) {
+            self.resumed.push("request");
+        }
+        fn resume_response(&mut self) {
+            self.resumed.push("response");
         }
         fn increment_counter(&mut self, name: &str) {
             *self.counters.entry(name.to_owned()).or_default() += 1;

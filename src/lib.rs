@@ -7,6 +7,7 @@ pub mod build_info;
 pub mod config;
 pub mod frame;
 pub mod host;
+pub mod judge;
 pub mod pattern;
 pub mod scan;
 pub mod sse;

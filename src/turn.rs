@@ -10,6 +10,7 @@ use std::rc::Rc;
 use crate::config::{Policy, Stage, Version};
 use crate::frame::Frame;
 use crate::host::{Flow, Host, LogLevel};
+use crate::judge::{self, Judged};
 use crate::stop::{self, Stop};
 use crate::stream::{CutWhy, Hold, Rewriter, Step};
 use crate::vendor::{self, Api, Ids, Request};
@@ -25,8 +26,12 @@ enum State {
     Bypass,
     /// Request headers held; the body is being read.
     ReadingQuestion { api: Api, version: Rc<Version> },
+    /// The question's rules passed; its judged checks are out with the judge, headers held.
+    JudgingQuestion(Box<Judging>),
     /// The question passed and went upstream.
     AwaitingAnswer(Asked),
+    /// A complete non-streamed answer passed its rules; its judged checks are out with the judge.
+    JudgingAnswer(Box<Judging>),
     /// A non-streamed answer: headers held, body buffered until it is complete.
     HoldingAnswer { asked: Asked, readable: bool },
     /// A streamed answer: headers sent at once, each chunk rewritten as it passes.
@@ -39,6 +44,22 @@ struct Asked {
     api: Api,
     version: Rc<Version>,
     request: Request,
+    /// The turn's credentials, kept for the judge: request headers cannot be read once the
+    /// request went upstream.
+    credentials: Vec<(String, String)>,
+}
+
+/// Judged checks in flight for one stage.
+struct Judging {
+    asked: Asked,
+    stage: Stage,
+    /// What rule checks read, to decide the stage once every verdict is in.
+    rule_text: String,
+    /// Callout token → check index.
+    pending: Vec<(u32, usize)>,
+    judged: Vec<(usize, Outcome)>,
+    /// On output: the withheld answer, sent if a verdict stops it.
+    withheld: Option<vendor::Reply>,
 }
 
 struct Streamed {
@@ -49,9 +70,23 @@ struct Streamed {
     ended: bool,
     /// Bytes decided before any upstream chunk (a refusal for an unreadable stream).
     pending: Vec<u8>,
+    /// A held round is with the judge; the response is paused meanwhile.
+    judging: Option<StreamJudging>,
+    /// A whole-text round was decided (its checks counted there, not again at the end).
+    round_decided: bool,
     /// After a cut, the stream is closed at the next upstream chunk (closing in the cut's own
     /// callback would reset the caller before the closing events reach it).
     close_pending: bool,
+}
+
+/// A streamed round's judged checks in flight.
+struct StreamJudging {
+    rule_text: String,
+    pending: Vec<(u32, usize)>,
+    judged: Vec<(usize, Outcome)>,
+    /// What this filter left in the paused buffer: bytes decided before the round ended.
+    kept: Vec<u8>,
+    end_of_stream: bool,
 }
 
 /// Room kept in a frame for the closing events of a cut.
@@ -133,29 +168,213 @@ impl Turn {
             Ok(r) => r,
             Err(e) => return self.refuse_request(host, api, 400, &e.to_string()),
         };
-        let verdict = decide(
+        let rules = decide(
             &version,
             Stage::Input,
             &Reading {
                 rule_text: &request.input_text,
-                judged_apply: true,
+                judged_apply: false,
                 readable: true,
+                judged: &[],
             },
             1,
         );
-        self.count(host, &version, &verdict);
-        if let Some(stop) = &verdict.stop {
-            let ids = fresh_ids(host);
-            let reply = vendor::refusal(api, &version.blocked_reply, &request, &ids);
-            self.state = State::Done;
-            return send_stop(host, stop, reply.content_type, &reply.body);
-        }
-        self.state = State::AwaitingAnswer(Asked {
+        let credentials = judge::CREDENTIAL_HEADERS
+            .iter()
+            .filter_map(|h| Some(((*h).to_owned(), host.request_header(h)?)))
+            .collect();
+        let asked = Asked {
             api,
             version,
             request,
+            credentials,
+        };
+        if rules.stop.is_some() {
+            self.count(host, &asked.version, &rules);
+            return self.refuse_question(host, &asked, rules.stop.as_ref());
+        }
+        let text = asked.request.input_text.clone();
+        let judging = self.ask_judge(host, asked, Stage::Input, text.clone(), text, None);
+        self.settle(host, judging, false)
+    }
+
+    /// Sends every blocking judged check of `stage` to the judge, in parallel.
+    fn ask_judge(
+        &self,
+        host: &mut dyn Host,
+        asked: Asked,
+        stage: Stage,
+        rule_text: String,
+        text: String,
+        withheld: Option<vendor::Reply>,
+    ) -> Box<Judging> {
+        let question = match stage {
+            Stage::Input => None,
+            Stage::Output => Some(asked.request.last_user_text.clone()),
+        };
+        let mut judging = Box::new(Judging {
+            stage,
+            rule_text,
+            pending: Vec::new(),
+            judged: Vec::new(),
+            withheld,
+            asked,
         });
-        Flow::Continue
+        let read = Judged {
+            stage,
+            text: &text,
+            question: question.as_deref(),
+            turn_model: judging.asked.request.model.as_deref(),
+            credentials: &judging.asked.credentials,
+        };
+        let sent = dispatch_judged(host, &self.policy, &judging.asked.version, &read);
+        judging.pending = sent.pending;
+        judging.judged = sent.judged;
+        judging
+    }
+
+    /// A verdict came back from the judge.
+    pub fn on_callout_response(&mut self, host: &mut dyn Host, token: u32, body_size: usize) {
+        if let State::Streaming(s) = &mut self.state {
+            let body = host.callout_body(body_size).unwrap_or_default();
+            let outcome = judge::outcome(host.callout_status(), &body);
+            if let Some(judging) = &mut s.judging {
+                if let Some(at) = judging.pending.iter().position(|(t, _)| *t == token) {
+                    let (_, check) = judging.pending.swap_remove(at);
+                    judging.judged.push((check, outcome));
+                    let buffered = judging.kept.len();
+                    let _ = settle_stream(host, s, true, buffered);
+                    return;
+                }
+            }
+            host.log(LogLevel::Warn, "livecheck: an unknown callout answered");
+            return;
+        }
+        let judging = match std::mem::replace(&mut self.state, State::Done) {
+            State::JudgingQuestion(j) | State::JudgingAnswer(j) => j,
+            other => {
+                self.state = other;
+                host.log(
+                    LogLevel::Warn,
+                    "livecheck: a callout answered after its turn was decided",
+                );
+                return;
+            }
+        };
+        let mut judging = judging;
+        let Some(at) = judging.pending.iter().position(|(t, _)| *t == token) else {
+            self.state = self.judging_state(judging);
+            host.log(LogLevel::Warn, "livecheck: an unknown callout answered");
+            return;
+        };
+        let (_, check) = judging.pending.swap_remove(at);
+        let body = host.callout_body(body_size).unwrap_or_default();
+        let outcome = judge::outcome(host.callout_status(), &body);
+        judging.judged.push((check, outcome));
+        let _ = self.settle(host, judging, true);
+    }
+
+    fn judging_state(&self, judging: Box<Judging>) -> State {
+        match judging.stage {
+            Stage::Input => State::JudgingQuestion(judging),
+            Stage::Output => State::JudgingAnswer(judging),
+        }
+    }
+
+    /// Decides the stage as far as the verdicts in hand allow: a judged check that stopped the turn
+    /// stops it now (the other verdicts are not awaited), all passed lets it go on, else it waits.
+    /// `resumed` says whether the stream was paused and must be resumed through the host.
+    fn settle(&mut self, host: &mut dyn Host, judging: Box<Judging>, resumed: bool) -> Flow {
+        let version = Rc::clone(&judging.asked.version);
+        let stopping = judging.judged.iter().find(|(i, o)| {
+            *o == Outcome::Failed
+                || (*o == Outcome::Errored
+                    && version.checks.get(*i).is_some_and(|c| !c.on_error_pass))
+        });
+        if stopping.is_none() && !judging.pending.is_empty() {
+            self.state = self.judging_state(judging);
+            return Flow::Pause;
+        }
+        let verdict = decide(
+            &version,
+            judging.stage,
+            &Reading {
+                rule_text: &judging.rule_text,
+                judged_apply: true,
+                readable: true,
+                judged: &judging.judged,
+            },
+            1,
+        );
+        // Checks still with the judge never decided: they get no result.
+        let decided: Vec<CheckResult> = verdict
+            .results
+            .iter()
+            .filter(|r| !judging.pending.iter().any(|(_, c)| *c == r.check))
+            .cloned()
+            .collect();
+        count(
+            host,
+            &version,
+            &Verdict {
+                results: decided,
+                stop: None,
+            },
+        );
+        let stop = stopping.and_then(|(i, o)| {
+            let check = version.checks.get(*i)?;
+            Some(Stop {
+                stage: judging.stage,
+                check: check.name.clone(),
+                code: if *o == Outcome::Errored {
+                    stop::Code::CheckErrored
+                } else {
+                    stop::Code::failed_at(judging.stage)
+                },
+            })
+        });
+        let asked = judging.asked;
+        match (judging.stage, stop) {
+            (Stage::Input, Some(stop)) => self.refuse_question(host, &asked, Some(&stop)),
+            (Stage::Input, None) => {
+                self.state = State::AwaitingAnswer(asked);
+                resume(host, Stage::Input, resumed)
+            }
+            (Stage::Output, Some(stop)) => {
+                self.state = State::Done;
+                let reply = judging.withheld.unwrap_or_else(|| {
+                    let ids = fresh_ids(host);
+                    vendor::refusal(
+                        asked.api,
+                        &asked.version.blocked_reply,
+                        &asked.request,
+                        &ids,
+                    )
+                });
+                // The answer's headers are still held: a local reply replaces the whole answer.
+                send_stop(host, &stop, reply.content_type, &reply.body)
+            }
+            (Stage::Output, None) => {
+                self.state = State::Done;
+                resume(host, Stage::Output, resumed)
+            }
+        }
+    }
+
+    /// Answers a stopped question with the agent's reply; nothing goes upstream.
+    fn refuse_question(&mut self, host: &mut dyn Host, asked: &Asked, stop: Option<&Stop>) -> Flow {
+        self.state = State::Done;
+        let Some(stop) = stop else {
+            return Flow::Continue;
+        };
+        let ids = fresh_ids(host);
+        let reply = vendor::refusal(
+            asked.api,
+            &asked.version.blocked_reply,
+            &asked.request,
+            &ids,
+        );
+        send_stop(host, stop, reply.content_type, &reply.body)
     }
 
     pub fn on_response_headers(&mut self, host: &mut dyn Host, end_of_stream: bool) -> Flow {
@@ -197,7 +416,7 @@ impl Turn {
         end_of_stream: bool,
     ) -> Flow {
         if let State::Streaming(streamed) = &mut self.state {
-            return stream_chunk(host, streamed, body_size, end_of_stream);
+            return stream_chunk(host, &self.policy, streamed, body_size, end_of_stream);
         }
         let State::HoldingAnswer { .. } = &self.state else {
             return Flow::Continue;
@@ -252,6 +471,8 @@ impl Turn {
             frame,
             ended: false,
             pending: Vec::new(),
+            judging: None,
+            round_decided: false,
             close_pending: false,
         });
         if !identity {
@@ -290,21 +511,6 @@ impl Turn {
         let answer = readable
             .then(|| vendor::parse_answer(asked.api, body).ok())
             .flatten();
-        let verdict = decide(
-            &asked.version,
-            Stage::Output,
-            &Reading {
-                rule_text: answer.as_ref().map_or("", |a| a.rule_text.as_str()),
-                judged_apply: answer.as_ref().is_some_and(|a| !a.asks_for_tool),
-                readable: answer.is_some(),
-            },
-            1,
-        );
-        self.count(host, &asked.version, &verdict);
-        self.state = State::Done;
-        let Some(stop) = verdict.stop else {
-            return Flow::Continue;
-        };
         let reply = &asked.version.blocked_reply;
         // A readable answer keeps its id, model and usage; one that could not be read is replaced
         // by a refusal in the shape the caller asked for.
@@ -320,6 +526,38 @@ impl Turn {
                 let ids = fresh_ids(host);
                 vendor::refusal(asked.api, reply, &asked.request, &ids)
             });
+        // Rules first (an unreadable answer errors every check); the judge only if they passed.
+        let rules = decide(
+            &asked.version,
+            Stage::Output,
+            &Reading {
+                rule_text: answer.as_ref().map_or("", |a| a.rule_text.as_str()),
+                judged_apply: answer.is_none(),
+                readable: answer.is_some(),
+                judged: &[],
+            },
+            1,
+        );
+        self.state = State::Done;
+        if let (None, Some(answer)) = (&rules.stop, &answer) {
+            let judged = !answer.asks_for_tool
+                && !judge::blocking_judged(&asked.version, Stage::Output).is_empty();
+            if judged {
+                let judging = self.ask_judge(
+                    host,
+                    asked,
+                    Stage::Output,
+                    answer.rule_text.clone(),
+                    answer.text.clone(),
+                    Some(withheld),
+                );
+                return self.settle(host, judging, false);
+            }
+        }
+        self.count(host, &asked.version, &rules);
+        let Some(stop) = rules.stop else {
+            return Flow::Continue;
+        };
         if let Some(value) = stop.header_value() {
             host.set_response_header(stop::HEADER, Some(&value));
         }
@@ -379,6 +617,7 @@ fn count(host: &mut dyn Host, version: &Version, verdict: &Verdict) {
 /// One upstream chunk of a streamed answer: rewritten, framed, and after a cut dropped.
 fn stream_chunk(
     host: &mut dyn Host,
+    policy: &Policy,
     s: &mut Streamed,
     body_size: usize,
     end_of_stream: bool,
@@ -394,18 +633,225 @@ fn stream_chunk(
         replace_chunk(host, body_size, &out);
         return Flow::Continue;
     }
-    let chunk = host.response_body(body_size).unwrap_or_default();
-    let mut step = s.rewriter.feed(&chunk);
-    decide_round(host, s, &mut step);
-    if end_of_stream && step.cut.is_none() {
+    let buffered = host.response_body(body_size).unwrap_or_default();
+    if let Some(judging) = &mut s.judging {
+        // Paused while the judge decides: Envoy keeps buffering after what this filter kept.
+        let fresh = buffered.get(judging.kept.len()..).unwrap_or_default();
+        let mut step = s.rewriter.feed(fresh);
+        judging.kept.append(&mut step.out);
+        judging.end_of_stream |= end_of_stream;
+        let kept = judging.kept.clone();
+        replace_chunk(host, body_size, &kept);
+        return Flow::Pause;
+    }
+    let mut step = s.rewriter.feed(&buffered);
+    if end_of_stream && step.cut.is_none() && step.round_end.is_none() {
         let mut last = s.rewriter.finish();
-        decide_round(host, s, &mut last);
         step.out.append(&mut last.out);
         step.cut = last.cut;
-        if step.cut.is_none() {
-            count_passed(host, &s.asked.version);
+        step.round_end = last.round_end;
+    }
+    if let Some(round) = step.round_end.take() {
+        let verdict = decide(
+            &s.asked.version,
+            Stage::Output,
+            &Reading {
+                rule_text: &round.rule_text,
+                judged_apply: false,
+                readable: true,
+                judged: &[],
+            },
+            1,
+        );
+        let judged_apply = !round.asks_for_tool
+            && !judge::blocking_judged(&s.asked.version, Stage::Output).is_empty();
+        if verdict.stop.is_none() && judged_apply {
+            let read = Judged {
+                stage: Stage::Output,
+                text: &round.answer_text,
+                question: Some(&s.asked.request.last_user_text),
+                turn_model: s.asked.request.model.as_deref(),
+                credentials: &s.asked.credentials,
+            };
+            let sent = dispatch_judged(host, policy, &s.asked.version, &read);
+            let judging = StreamJudging {
+                rule_text: round.rule_text,
+                pending: sent.pending,
+                judged: sent.judged,
+                kept: std::mem::take(&mut step.out),
+                end_of_stream,
+            };
+            s.judging = Some(judging);
+            if let Some(flow) = settle_stream(host, s, false, body_size) {
+                return flow;
+            }
+            let kept = s
+                .judging
+                .as_ref()
+                .map(|j| j.kept.clone())
+                .unwrap_or_default();
+            replace_chunk(host, body_size, &kept);
+            return Flow::Pause;
+        }
+        close_round(host, s, &round.rule_text, &[], &mut step);
+    }
+    let out = finish_step(host, s, step, end_of_stream);
+    replace_chunk(host, body_size, &out);
+    Flow::Continue
+}
+
+/// Judged checks sent to the judge: callouts in flight, and checks that could not be sent.
+#[derive(Default)]
+struct Dispatched {
+    /// Callout token → check index.
+    pending: Vec<(u32, usize)>,
+    /// Checks that could not be sent (no judge model, Envoy refused the callout): errored.
+    judged: Vec<(usize, Outcome)>,
+}
+
+/// Sends every blocking judged check of `read.stage` to the judge, in parallel.
+fn dispatch_judged(
+    host: &mut dyn Host,
+    policy: &Policy,
+    version: &Version,
+    read: &Judged<'_>,
+) -> Dispatched {
+    let mut sent = Dispatched::default();
+    for i in judge::blocking_judged(version, read.stage) {
+        let Some(check) = version.checks.get(i) else {
+            continue;
+        };
+        let token = judge::callout(policy, check, read).and_then(|c| {
+            let headers: Vec<(&str, &str)> = c
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            host.dispatch_callout(&policy.judge_cluster, &headers, &c.body, c.timeout_ms)
+        });
+        match token {
+            Some(token) => sent.pending.push((token, i)),
+            None => sent.judged.push((i, Outcome::Errored)),
         }
     }
+    sent
+}
+
+/// A streamed round with verdicts in hand: when one stops it or none is pending, the round is
+/// released or cut, the held bytes go out and the stream goes on. `None` while verdicts are
+/// pending. `through_host`: called from a callout's answer, so the paused response is resumed
+/// through the host; `buffered` is what the paused buffer holds.
+fn settle_stream(
+    host: &mut dyn Host,
+    s: &mut Streamed,
+    through_host: bool,
+    buffered: usize,
+) -> Option<Flow> {
+    let judging = s.judging.as_ref()?;
+    let version = Rc::clone(&s.asked.version);
+    let stopping = judging.judged.iter().any(|(i, o)| {
+        *o == Outcome::Failed
+            || (*o == Outcome::Errored && version.checks.get(*i).is_some_and(|c| !c.on_error_pass))
+    });
+    if !stopping && !judging.pending.is_empty() {
+        return None;
+    }
+    let judging = s.judging.take()?;
+    let mut step = Step {
+        out: judging.kept,
+        cut: None,
+        round_end: None,
+    };
+    let undecided: Vec<usize> = judging.pending.iter().map(|(_, c)| *c).collect();
+    close_round_with(
+        host,
+        s,
+        &judging.rule_text,
+        &judging.judged,
+        &undecided,
+        &mut step,
+    );
+    let end_of_stream = judging.end_of_stream;
+    if end_of_stream && step.cut.is_none() {
+        let mut last = s.rewriter.finish();
+        step.out.append(&mut last.out);
+        step.cut = last.cut;
+    }
+    let out = finish_step(host, s, step, end_of_stream);
+    if through_host {
+        replace_chunk(host, buffered, &out);
+        host.resume_response();
+    } else {
+        replace_chunk(host, buffered, &out);
+    }
+    Some(Flow::Continue)
+}
+
+/// Decides a round on its rules and the judge's verdicts, then releases or cuts it.
+fn close_round(
+    host: &mut dyn Host,
+    s: &mut Streamed,
+    rule_text: &str,
+    judged: &[(usize, Outcome)],
+    step: &mut Step,
+) {
+    close_round_with(host, s, rule_text, judged, &[], step);
+}
+
+fn close_round_with(
+    host: &mut dyn Host,
+    s: &mut Streamed,
+    rule_text: &str,
+    judged: &[(usize, Outcome)],
+    undecided: &[usize],
+    step: &mut Step,
+) {
+    let verdict = decide(
+        &s.asked.version,
+        Stage::Output,
+        &Reading {
+            rule_text,
+            judged_apply: true,
+            readable: true,
+            judged,
+        },
+        1,
+    );
+    s.round_decided = true;
+    // Checks still with the judge when another stopped the round never decided.
+    let results = verdict
+        .results
+        .iter()
+        .filter(|r| !undecided.contains(&r.check))
+        .cloned()
+        .collect();
+    count(
+        host,
+        &s.asked.version,
+        &Verdict {
+            results,
+            stop: None,
+        },
+    );
+    let mut more = match verdict
+        .stop
+        .as_ref()
+        .and_then(|stop| check_index(&s.asked.version, &stop.check))
+    {
+        Some(check) => {
+            step.cut = Some(crate::stream::Cut {
+                check,
+                why: CutWhy::Decided,
+            });
+            s.rewriter.cut(check)
+        }
+        None => s.rewriter.release(),
+    };
+    step.out.append(&mut more);
+}
+
+/// What a step sends once cuts, the frame and the end of the upstream are accounted for.
+fn finish_step(host: &mut dyn Host, s: &mut Streamed, step: Step, end_of_stream: bool) -> Vec<u8> {
     let mut out = step.out;
     if let Some(cut) = step.cut {
         if cut.why != CutWhy::Decided {
@@ -431,6 +877,9 @@ fn stream_chunk(
             count_one(host, &s.asked.version, check, Outcome::Errored);
         }
         s.ended = true;
+    } else if end_of_stream && !s.round_decided {
+        // Rules mode ended without a cut: every blocking output rule passed.
+        count_passed(host, &s.asked.version);
     }
     if s.ended || end_of_stream {
         s.ended = true;
@@ -439,41 +888,7 @@ fn stream_chunk(
     } else if let Some(frame) = &mut s.frame {
         frame.sent(out.len());
     }
-    replace_chunk(host, body_size, &out);
-    Flow::Continue
-}
-
-/// Whole-text modes: a round the rewriter handed back is decided here, then released or cut.
-fn decide_round(host: &mut dyn Host, s: &mut Streamed, step: &mut Step) {
-    let Some(round) = step.round_end.take() else {
-        return;
-    };
-    let verdict = decide(
-        &s.asked.version,
-        Stage::Output,
-        &Reading {
-            rule_text: &round.rule_text,
-            judged_apply: !round.asks_for_tool,
-            readable: true,
-        },
-        1,
-    );
-    count(host, &s.asked.version, &verdict);
-    let mut more = match verdict
-        .stop
-        .as_ref()
-        .and_then(|stop| check_index(&s.asked.version, &stop.check))
-    {
-        Some(check) => {
-            step.cut = Some(crate::stream::Cut {
-                check,
-                why: CutWhy::Decided,
-            });
-            s.rewriter.cut(check)
-        }
-        None => s.rewriter.release(),
-    };
-    step.out.append(&mut more);
+    out
 }
 
 /// Adds the frame's padding once the stream is over (cut, or ended by upstream).
@@ -550,6 +965,18 @@ fn count_passed(host: &mut dyn Host, version: &Version) {
             count_one(host, version, i, Outcome::Passed);
         }
     }
+}
+
+/// Lets a held stream go on: from its own callback by returning Continue, from a callout's
+/// answer through the host.
+fn resume(host: &mut dyn Host, stage: Stage, through_host: bool) -> Flow {
+    if through_host {
+        match stage {
+            Stage::Input => host.resume_request(),
+            Stage::Output => host.resume_response(),
+        }
+    }
+    Flow::Continue
 }
 
 /// Ids for a body the filter writes itself: a random token and the host's clock.

@@ -47,11 +47,13 @@ pub struct Reading<'a> {
     pub judged_apply: bool,
     /// `false`: the text could not be read at all, so no check of the stage can decide.
     pub readable: bool,
+    /// What the judge decided, by check index; a judged check missing here could not decide.
+    pub judged: &'a [(usize, Outcome)],
 }
 
-/// Decides the blocking checks of `stage` on what was read. Judged checks have no judge in the
-/// filter: until one answers they cannot decide, so they are errored (and stop the turn unless
-/// `on_error: "pass"`). Background checks never decide here.
+/// Decides the blocking checks of `stage` on what was read. A judged check takes the judge's
+/// outcome from `reading.judged`; without one it could not decide, so it is errored (and stops the
+/// turn unless `on_error: "pass"`). Background checks never decide here.
 pub fn decide(version: &Version, stage: Stage, reading: &Reading<'_>, attempt: u32) -> Verdict {
     let rules = match stage {
         Stage::Input => &version.input_rules,
@@ -72,8 +74,14 @@ pub fn decide(version: &Version, stage: Stage, reading: &Reading<'_>, attempt: u
         if judged && !reading.judged_apply {
             continue;
         }
-        let outcome = if !reading.readable || judged {
+        let outcome = if !reading.readable {
             Outcome::Errored
+        } else if judged {
+            reading
+                .judged
+                .iter()
+                .find(|(c, _)| *c == i)
+                .map_or(Outcome::Errored, |(_, o)| *o)
         } else if failed.contains(&i) {
             Outcome::Failed
         } else {
@@ -132,6 +140,7 @@ mod tests {
             rule_text: text,
             judged_apply: true,
             readable: true,
+            judged: &[],
         }
     }
 
@@ -171,6 +180,7 @@ mod tests {
                 rule_text: "",
                 judged_apply: true,
                 readable: false,
+                judged: &[],
             },
             1,
         );
@@ -201,6 +211,30 @@ mod tests {
     }
 
     #[test]
+    fn judged_checks_take_the_judges_outcome() {
+        let v = version(
+            r#"{"name": "topic", "stage": "input", "kind": "custom_rule", "expected": "about orders"},
+               {"name": "tone", "stage": "input", "kind": "polite_tone"}"#,
+        );
+        let judged = [(0, Outcome::Passed), (1, Outcome::Failed)];
+        let verdict = decide(
+            &v,
+            Stage::Input,
+            &Reading {
+                judged: &judged,
+                ..read("hi")
+            },
+            1,
+        );
+        let stop = verdict.stop.unwrap();
+        assert_eq!(
+            (stop.check.as_str(), stop.code),
+            ("tone", Code::InputCheckFailed)
+        );
+        assert_eq!(verdict.results[0].outcome, Outcome::Passed);
+    }
+
+    #[test]
     fn on_error_pass_lets_the_turn_go_on() {
         let v = version(
             r#"{"name": "tone", "stage": "output", "kind": "polite_tone", "on_error": "pass"}"#,
@@ -220,6 +254,7 @@ mod tests {
                 rule_text: "",
                 judged_apply: false,
                 readable: true,
+                judged: &[],
             },
             1,
         );

@@ -1,6 +1,8 @@
 //! Streamed answers through the built `.wasm` in the harness: hold-back for rule checks, whole-text
 //! hold for the rest, length framing, and nothing of a match ever reaching the caller.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use common::fixtures::*;
@@ -42,6 +44,13 @@ fn stream_answer(
         &body,
         chunking,
     );
+}
+
+/// The sidecar is down: every judge callout is reset.
+fn fail_judge(host: &mut Host) {
+    for c in host.pending_callouts() {
+        host.fail_callout(c.token).unwrap();
+    }
 }
 
 fn normal_end(vendor: Vendor) -> &'static str {
@@ -209,7 +218,7 @@ fn with_recovery_asked_nothing_of_the_round_shows_until_decided() {
 }
 
 #[test]
-fn a_judged_check_without_a_judge_fails_closed_unless_on_error_pass() {
+fn a_judged_check_whose_judge_is_unreachable_fails_closed_unless_on_error_pass() {
     let judged = |on_error: &str| {
         format!(
             r#"{{"default_agent": "a", "agents": {{"a": {{"published": "1", "versions": {{"1": {{
@@ -221,6 +230,7 @@ fn a_judged_check_without_a_judge_fails_closed_unless_on_error_pass() {
         let mut host = livecheck(&judged(""));
         let s = ask(&mut host, vendor);
         stream_answer(&mut host, s, vendor, &CLEAN, Chunking::Bytes(7));
+        fail_judge(&mut host);
         let got = read_stream(vendor, &host.caller_received(s).body_text());
         assert_eq!(
             (got.text.as_str(), got.end.as_str()),
@@ -232,6 +242,7 @@ fn a_judged_check_without_a_judge_fails_closed_unless_on_error_pass() {
         let mut host = livecheck(&judged(r#", "on_error": "pass""#));
         let s = ask(&mut host, vendor);
         stream_answer(&mut host, s, vendor, &CLEAN, Chunking::Bytes(7));
+        fail_judge(&mut host);
         let got = read_stream(vendor, &host.caller_received(s).body_text());
         assert_eq!(
             (got.text.as_str(), got.end.as_str()),

@@ -24,6 +24,9 @@ pub const MIN_STREAM_FRAME_BYTES: usize = 64 * 1024;
 pub const DEFAULT_BLOCKED_REPLY: &str = "I can't help with that.";
 pub const DEFAULT_RECOVER_ATTEMPTS: u32 = 2;
 pub const DEFAULT_SAMPLE: f64 = 0.1;
+pub const DEFAULT_JUDGE_CLUSTER: &str = "livecheck-judge";
+pub const DEFAULT_JUDGE_TIMEOUT_MS: u64 = 10_000;
+pub const MAX_JUDGE_TIMEOUT_MS: u64 = 120_000;
 
 /// A validated, compiled configuration. Built once per `on_configure`, shared by every turn.
 #[derive(Debug)]
@@ -36,6 +39,8 @@ pub struct Policy {
     /// `content-length` of a streamed answer that may be cut; `None`: streamed as it comes, and a
     /// cut stream ends when upstream ends (see `frame`).
     pub stream_frame_bytes: Option<usize>,
+    pub judge_cluster: String,
+    pub router_models: Vec<String>,
     pub agents: HashMap<String, Agent>,
 }
 
@@ -69,6 +74,8 @@ pub struct Check {
     pub alert: Option<Alert>,
     pub on_error_pass: bool,
     pub judge_model: Option<String>,
+    /// How long the judge may take on this check.
+    pub timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -357,6 +364,10 @@ impl Compiler<'_> {
             hosts: raw.hosts,
             max_body_bytes,
             stream_frame_bytes,
+            judge_cluster: raw
+                .judge_cluster
+                .unwrap_or_else(|| DEFAULT_JUDGE_CLUSTER.to_owned()),
+            router_models: raw.router_models,
             agents,
         })
     }
@@ -638,6 +649,13 @@ impl Compiler<'_> {
                 fail("alert.over_last", "must be 1 to 1000".to_owned());
             }
         }
+        let timeout_ms = raw.timeout_ms.unwrap_or(DEFAULT_JUDGE_TIMEOUT_MS);
+        if !(1..=MAX_JUDGE_TIMEOUT_MS).contains(&timeout_ms) {
+            fail(
+                "timeout_ms",
+                format!("must be 1 to {MAX_JUDGE_TIMEOUT_MS} milliseconds"),
+            );
+        }
         if let Some(model) = &raw.judge_model {
             if model.trim().is_empty() {
                 fail("judge_model", "must not be empty".to_owned());
@@ -662,6 +680,7 @@ impl Compiler<'_> {
                 }),
                 on_error_pass: raw.on_error == Some(RawOnError::Pass),
                 judge_model: raw.judge_model,
+                timeout_ms,
             },
             rule,
         ))

@@ -18,6 +18,11 @@ pub struct RawPolicy {
     pub hosts: BTreeMap<String, String>,
     /// Largest request or answer body the filter reads (default 1 MiB); larger ones are refused.
     pub max_body_bytes: Option<usize>,
+    /// The Envoy cluster of the judge sidecar (default `livecheck-judge`).
+    pub judge_cluster: Option<String>,
+    /// Models that are routers: a judged check on a turn that runs one needs its own `judge_model`.
+    #[serde(default)]
+    pub router_models: Vec<String>,
     /// Length a streamed answer is framed to so a cut ends it cleanly (default 4 MiB; 0 = unframed).
     pub stream_frame_bytes: Option<usize>,
     /// The agents, by id. Checks are read from them per check, so one bad check is one error.
@@ -58,6 +63,8 @@ pub struct RawCheck {
     pub alert: Option<RawAlert>,
     pub on_error: Option<RawOnError>,
     pub judge_model: Option<String>,
+    /// How long a judged check may take, in milliseconds (default 10 000).
+    pub timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

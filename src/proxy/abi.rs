@@ -20,7 +20,10 @@ pub const REQUEST_BODY: u32 = 0;
 pub const RESPONSE_BODY: u32 = 1;
 pub const PLUGIN_CONFIGURATION: u32 = 7;
 pub const COUNTER: u32 = 0;
+pub const HTTP_REQUEST_STREAM: u32 = 0;
 pub const HTTP_RESPONSE_STREAM: u32 = 1;
+pub const HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
+pub const HTTP_CALL_RESPONSE_BODY: u32 = 4;
 
 #[allow(clashing_extern_declarations)]
 #[link(wasm_import_module = "env")]
@@ -74,6 +77,7 @@ extern "C" {
     ) -> u32;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
     fn proxy_close_stream(stream_type: u32) -> u32;
+    fn proxy_continue_stream(stream_type: u32) -> u32;
 }
 
 fn ok(code: u32) -> Result<(), Refused> {
@@ -211,4 +215,9 @@ fn serialize_pairs(pairs: &[(&str, &str)]) -> Vec<u8> {
 pub fn close_stream(stream: u32) -> Result<(), Refused> {
     // SAFETY: a plain value.
     ok(unsafe { proxy_close_stream(stream) })
+}
+
+pub fn continue_stream(stream: u32) -> Result<(), Refused> {
+    // SAFETY: a plain value.
+    ok(unsafe { proxy_continue_stream(stream) })
 }

@@ -118,7 +118,19 @@ struct Stream {
     host: WasmHost,
 }
 
-impl Context for Stream {}
+impl Context for Stream {
+    fn on_http_call_response(
+        &mut self,
+        token_id: u32,
+        _num_headers: usize,
+        body_size: usize,
+        _num_trailers: usize,
+    ) {
+        if let Some(turn) = &mut self.turn {
+            turn.on_callout_response(&mut self.host, token_id, body_size);
+        }
+    }
+}
 
 impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
@@ -213,6 +225,45 @@ impl Host for WasmHost {
                 &format!("livecheck: Envoy refused a local reply (host status {code})"),
             );
         }
+    }
+
+    fn dispatch_callout(
+        &mut self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Option<u32> {
+        // The SDK's call registers the token with its dispatcher, which routes the answer back to
+        // this stream's `on_http_call_response`; it returns errors for the statuses Envoy gives.
+        proxy_wasm::hostcalls::dispatch_http_call(
+            cluster,
+            headers.to_vec(),
+            Some(body),
+            Vec::new(),
+            std::time::Duration::from_millis(timeout_ms),
+        )
+        .ok()
+    }
+
+    fn callout_status(&self) -> Option<u16> {
+        abi::header(abi::HTTP_CALL_RESPONSE_HEADERS, ":status")
+            .ok()
+            .flatten()
+            .and_then(text)
+            .and_then(|s| s.parse().ok())
+    }
+
+    fn callout_body(&self, size: usize) -> Option<Vec<u8>> {
+        abi::buffer(abi::HTTP_CALL_RESPONSE_BODY, 0, size).ok()
+    }
+
+    fn resume_request(&mut self) {
+        let _ = abi::continue_stream(abi::HTTP_REQUEST_STREAM);
+    }
+
+    fn resume_response(&mut self) {
+        let _ = abi::continue_stream(abi::HTTP_RESPONSE_STREAM);
     }
 
     fn close_response(&mut self) {

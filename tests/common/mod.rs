@@ -31,6 +31,8 @@ pub fn try_livecheck(config: &str) -> Result<Host, HarnessError> {
         Options {
             plugin_config: config.as_bytes().to_vec(),
             allow_on_headers_stop_iteration: true,
+            // As envoy/livecheck.yaml: the judge sidecar's cluster.
+            clusters: vec!["livecheck-judge".to_owned()],
             ..Options::default()
         },
     )

@@ -1,0 +1,174 @@
+//! Judged checks as the filter sees them: which checks need the judge, the callout that asks it,
+//! and reading its verdict. The judging itself happens in the sidecar (`judge/`).
+
+use livecheck_wire::{
+    JudgeRequest, JudgeVerdict, Outcome as WireOutcome, Stage as WireStage, JUDGE_PATH,
+};
+
+use crate::config::{Check, Kind, Mode, Policy, Stage, Version};
+use crate::verdict::Outcome;
+
+/// A callout to send: the sidecar's path and headers, and the JSON body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Callout {
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub timeout_ms: u64,
+}
+
+/// What the judge reads for one stage.
+pub struct Judged<'a> {
+    pub stage: Stage,
+    /// The caller's text (input) or the answer (output).
+    pub text: &'a str,
+    /// On output, the last user message.
+    pub question: Option<&'a str>,
+    /// The model the turn runs on, as the request names it.
+    pub turn_model: Option<&'a str>,
+    /// The turn's credentials, forwarded so the judge's tokens count on the key that ran the turn.
+    pub credentials: &'a [(String, String)],
+}
+
+/// The blocking judged checks of `stage`, by index.
+pub fn blocking_judged(version: &Version, stage: Stage) -> Vec<usize> {
+    version
+        .checks
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.stage == stage && c.mode == Mode::Block && !c.kind.is_rule())
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The callout for one judged check; `None` when the check cannot be judged at all (no judge
+/// model: the turn runs a router and the check names none), which makes it errored.
+pub fn callout(policy: &Policy, check: &Check, judged: &Judged<'_>) -> Option<Callout> {
+    let model = match (&check.judge_model, judged.turn_model) {
+        (Some(m), _) => m.clone(),
+        (None, Some(m)) if !policy.router_models.iter().any(|r| r == m) => m.to_owned(),
+        _ => return None,
+    };
+    let rule = match &check.kind {
+        Kind::CustomRule { rule } => Some(rule.clone()),
+        _ => check.description.clone(),
+    };
+    let request = JudgeRequest {
+        stage: match judged.stage {
+            Stage::Input => WireStage::Input,
+            Stage::Output => WireStage::Output,
+        },
+        kind: check.kind.as_str().to_owned(),
+        rule,
+        text: judged.text.to_owned(),
+        question: judged.question.map(str::to_owned),
+        judge_model: model,
+    };
+    let body = serde_json::to_vec(&request).ok()?;
+    let mut headers = vec![
+        (":method".to_owned(), "POST".to_owned()),
+        (":path".to_owned(), JUDGE_PATH.to_owned()),
+        (":authority".to_owned(), policy.judge_cluster.clone()),
+        ("content-type".to_owned(), "application/json".to_owned()),
+    ];
+    headers.extend(judged.credentials.iter().cloned());
+    Some(Callout {
+        headers,
+        body,
+        timeout_ms: check.timeout_ms,
+    })
+}
+
+/// The request headers that carry the turn's credentials.
+pub const CREDENTIAL_HEADERS: [&str; 2] = ["authorization", "x-api-key"];
+
+/// The judge's outcome from the callout's answer: anything but a 200 with a valid verdict (a
+/// timeout arrives as Envoy's 504, a reset as no status) could not decide.
+pub fn outcome(status: Option<u16>, body: &[u8]) -> Outcome {
+    if status != Some(200) {
+        return Outcome::Errored;
+    }
+    match serde_json::from_slice::<JudgeVerdict>(body) {
+        Ok(v) => match v.outcome {
+            WireOutcome::Passed => Outcome::Passed,
+            WireOutcome::Failed => Outcome::Failed,
+            WireOutcome::Errored => Outcome::Errored,
+        },
+        Err(_) => Outcome::Errored,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+
+    fn policy(checks: &str) -> Policy {
+        let json = format!(
+            r#"{{"router_models": ["router/auto"], "default_agent": "a", "agents": {{"a": {{"published": "1", "versions": {{"1": {{"live_checks": [{checks}]}}}}}}}}}}"#
+        );
+        Policy::from_json(json.as_bytes()).unwrap()
+    }
+
+    fn judged<'a>(model: Option<&'a str>, creds: &'a [(String, String)]) -> Judged<'a> {
+        Judged {
+            stage: Stage::Output,
+            text: "It ships tomorrow.",
+            question: Some("Where is order 17?"),
+            turn_model: model,
+            credentials: creds,
+        }
+    }
+
+    #[test]
+    fn the_callout_asks_the_sidecar_with_the_turns_key_and_model() {
+        let p = policy(
+            r#"{"name": "topic", "stage": "output", "kind": "custom_rule", "expected": "about orders", "timeout_ms": 2500}"#,
+        );
+        let v = p.select(None, None, None).unwrap();
+        let creds = vec![("x-api-key".to_owned(), "sk-test".to_owned())];
+        let c = callout(&p, &v.checks[0], &judged(Some("claude-x"), &creds)).unwrap();
+        assert!(c
+            .headers
+            .contains(&(":authority".into(), "livecheck-judge".into())));
+        assert!(c.headers.contains(&(":path".into(), "/v1/judge".into())));
+        assert!(c.headers.contains(&("x-api-key".into(), "sk-test".into())));
+        assert_eq!(c.timeout_ms, 2500);
+        let req: JudgeRequest = serde_json::from_slice(&c.body).unwrap();
+        assert_eq!(req.judge_model, "claude-x");
+        assert_eq!(req.rule.as_deref(), Some("about orders"));
+        assert_eq!(req.question.as_deref(), Some("Where is order 17?"));
+    }
+
+    #[test]
+    fn a_router_turn_needs_the_checks_own_judge_model() {
+        let p = policy(
+            r#"{"name": "tone", "stage": "output", "kind": "polite_tone"},
+               {"name": "tone2", "stage": "output", "kind": "polite_tone", "judge_model": "judge-1"}"#,
+        );
+        let v = p.select(None, None, None).unwrap();
+        assert!(callout(&p, &v.checks[0], &judged(Some("router/auto"), &[])).is_none());
+        assert!(callout(&p, &v.checks[0], &judged(None, &[])).is_none());
+        let c = callout(&p, &v.checks[1], &judged(Some("router/auto"), &[])).unwrap();
+        let req: JudgeRequest = serde_json::from_slice(&c.body).unwrap();
+        assert_eq!(req.judge_model, "judge-1");
+    }
+
+    #[test]
+    fn only_a_valid_verdict_in_a_200_decides() {
+        let passed = br#"{"outcome": "passed", "score": 0.9, "reason": "fine"}"#;
+        assert_eq!(outcome(Some(200), passed), Outcome::Passed);
+        assert_eq!(
+            outcome(Some(200), br#"{"outcome": "failed", "reason": "rude"}"#),
+            Outcome::Failed
+        );
+        assert_eq!(outcome(Some(504), passed), Outcome::Errored);
+        assert_eq!(outcome(None, b""), Outcome::Errored);
+        assert_eq!(outcome(Some(200), b"garbage"), Outcome::Errored);
+        assert_eq!(
+            outcome(Some(200), br#"{"outcome": "maybe"}"#),
+            Outcome::Errored
+        );
+    }
+}

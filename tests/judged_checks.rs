@@ -1,0 +1,310 @@
+//! Judged checks through the built `.wasm` in the harness; the test answers the judge's callouts.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+mod common;
+
+use common::fixtures::*;
+use common::*;
+use livecheck_harness::{Callout, Host, StreamId};
+
+/// Two judged input checks and one judged output check, plus the router list.
+const JUDGED: &str = r#"{"default_agent": "a", "router_models": ["router/auto"], "agents": {"a": {"published": "1", "versions": {"1": {
+    "blocked_reply": "Not allowed.",
+    "live_checks": [
+        {"name": "on-topic", "stage": "input", "kind": "custom_rule", "expected": "The question is about orders.", "timeout_ms": 2000},
+        {"name": "polite-in", "stage": "input", "kind": "polite_tone"},
+        {"name": "polite-out", "stage": "output", "kind": "polite_tone", "judge_model": "judge-1"}
+    ]}}}}}"#;
+
+fn verdict(outcome: &str) -> String {
+    format!(
+        r#"{{"outcome": "{outcome}", "score": 0.5, "reason": "because", "usage": {{"input_tokens": 3, "output_tokens": 1}}}}"#
+    )
+}
+
+fn host() -> Host {
+    livecheck(JUDGED)
+}
+
+fn ask(host: &mut Host, vendor: Vendor) -> StreamId {
+    send_request(
+        host,
+        vendor.path(),
+        &[("authorization", "Bearer sk-turn")],
+        &vendor.request(CLEAN_QUESTION, false),
+        Chunking::Bytes(7),
+    )
+}
+
+fn judge_request(c: &Callout) -> serde_json::Value {
+    json(&c.body)
+}
+
+fn answer_all(host: &mut Host, outcome: &str) {
+    for c in host.pending_callouts() {
+        host.answer_callout(c.token, &[(":status", "200")], verdict(outcome).as_bytes())
+            .unwrap();
+    }
+}
+
+#[test]
+fn judged_input_checks_go_out_in_parallel_with_the_turns_key_before_anything_goes_upstream() {
+    for vendor in VENDORS {
+        let mut host = host();
+        let s = ask(&mut host, vendor);
+        let callouts = host.pending_callouts();
+        assert_eq!(callouts.len(), 2, "both judged input checks at once");
+        assert!(
+            host.upstream_received(s).headers.is_none(),
+            "held until judged"
+        );
+        for c in &callouts {
+            assert_eq!(c.cluster, "livecheck-judge");
+            assert_eq!(c.header(":path"), Some("/v1/judge"));
+            assert_eq!(c.header("authorization"), Some("Bearer sk-turn"));
+            let req = judge_request(c);
+            assert_eq!(req["stage"], "input");
+            assert!(req["text"].as_str().unwrap().contains(CLEAN_QUESTION));
+        }
+        let on_topic = callouts
+            .iter()
+            .find(|c| judge_request(c)["kind"] == "custom_rule")
+            .unwrap();
+        assert_eq!(
+            judge_request(on_topic)["rule"],
+            "The question is about orders."
+        );
+        assert_eq!(
+            on_topic.timeout,
+            Some(std::time::Duration::from_millis(2000))
+        );
+        answer_all(&mut host, "passed");
+        let up = host.upstream_received(s);
+        assert!(
+            up.end_of_stream,
+            "{vendor:?}: the question went on once both passed"
+        );
+        assert_eq!(host.metric("livecheck.a.on-topic.passed"), Some(1));
+    }
+}
+
+#[test]
+fn the_first_failing_verdict_refuses_the_question_without_waiting_for_the_rest() {
+    for vendor in VENDORS {
+        let mut host = host();
+        let s = ask(&mut host, vendor);
+        let callouts = host.pending_callouts();
+        let polite = callouts
+            .iter()
+            .find(|c| judge_request(c)["kind"] == "polite_tone")
+            .unwrap();
+        host.answer_callout(
+            polite.token,
+            &[(":status", "200")],
+            verdict("failed").as_bytes(),
+        )
+        .unwrap();
+        let caller = host.caller_received(s);
+        assert_eq!(
+            caller.header("x-core-check"),
+            Some(r#"stage=input, check="polite-in", code=input_check_failed"#)
+        );
+        assert_eq!(vendor.text_of(&json(&caller.body)), "Not allowed.");
+        assert!(host.upstream_received(s).headers.is_none());
+        // The other verdict arrives later and changes nothing.
+        answer_all(&mut host, "passed");
+        assert!(host.upstream_received(s).headers.is_none());
+        assert!(!host.vm_failed());
+    }
+}
+
+#[test]
+fn a_judge_that_cannot_decide_fails_closed() {
+    // A timeout (Envoy answers 504), a 5xx, garbage, a reset.
+    type Answer = fn(&mut Host, u32);
+    let answers: [(&str, Answer); 4] = [
+        // on-topic waits 2 s; polite-in's default 10 s is still running.
+        ("timeout", |h, _| {
+            h.advance_time(std::time::Duration::from_millis(2100))
+        }),
+        ("5xx", |h, t| {
+            h.answer_callout(t, &[(":status", "503")], b"upstream down")
+                .unwrap()
+        }),
+        ("garbage", |h, t| {
+            h.answer_callout(t, &[(":status", "200")], b"{not a verdict")
+                .unwrap()
+        }),
+        ("reset", |h, t| h.fail_callout(t).unwrap()),
+    ];
+    for (what, answer) in answers {
+        let mut host = host();
+        let vendor = Vendor::Chat;
+        let s = ask(&mut host, vendor);
+        let callouts = host.pending_callouts();
+        let on_topic = callouts
+            .iter()
+            .find(|c| judge_request(c)["kind"] == "custom_rule")
+            .unwrap();
+        answer(&mut host, on_topic.token);
+        let caller = host.caller_received(s);
+        assert_eq!(
+            caller.header("x-core-check"),
+            Some(r#"stage=input, check="on-topic", code=check_errored"#),
+            "{what}"
+        );
+        assert!(host.upstream_received(s).headers.is_none(), "{what}");
+        assert_eq!(
+            host.metric("livecheck.a.on-topic.errored"),
+            Some(1),
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn on_error_pass_lets_an_undecided_check_through() {
+    let config = JUDGED.replace(
+        r#""kind": "polite_tone"}"#,
+        r#""kind": "polite_tone", "on_error": "pass"}"#,
+    );
+    let mut host = livecheck(&config);
+    let s = ask(&mut host, Vendor::Anthropic);
+    for c in host.pending_callouts() {
+        host.answer_callout(c.token, &[(":status", "500")], b"")
+            .unwrap();
+    }
+    // on-topic has no on_error: it errored and stopped the turn; polite-in alone would have passed.
+    assert_eq!(
+        host.caller_received(s).header("x-core-check"),
+        Some(r#"stage=input, check="on-topic", code=check_errored"#)
+    );
+    let config = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {"live_checks": [
+        {"name": "tone", "stage": "input", "kind": "polite_tone", "on_error": "pass"}]}}}}}"#;
+    let mut host = livecheck(config);
+    let s = ask(&mut host, Vendor::Anthropic);
+    for c in host.pending_callouts() {
+        host.answer_callout(c.token, &[(":status", "500")], b"")
+            .unwrap();
+    }
+    assert!(host.upstream_received(s).end_of_stream, "passed on error");
+    assert_eq!(host.metric("livecheck.a.tone.errored"), Some(1));
+}
+
+#[test]
+fn a_router_turn_without_a_judge_model_is_errored_at_once() {
+    let mut host = host();
+    let vendor = Vendor::Chat;
+    let body = vendor
+        .request(CLEAN_QUESTION, false)
+        .replace("gpt-4.1-mini", "router/auto");
+    let s = send_request(&mut host, vendor.path(), &[], &body, Chunking::Whole);
+    assert_eq!(
+        host.caller_received(s).header("x-core-check"),
+        Some(r#"stage=input, check="on-topic", code=check_errored"#)
+    );
+    assert!(host.upstream_received(s).headers.is_none());
+}
+
+#[test]
+fn a_judged_output_check_holds_the_answer_until_its_verdict() {
+    for (outcome, withheld) in [("passed", false), ("failed", true)] {
+        for vendor in VENDORS {
+            let mut host = host();
+            let s = ask(&mut host, vendor);
+            answer_all(&mut host, "passed");
+            let answer = vendor.answer(CLEAN_ANSWER);
+            send_answer(
+                &mut host,
+                s,
+                &[("content-type", "application/json")],
+                &answer,
+                Chunking::Bytes(7),
+            );
+            assert!(
+                host.caller_received(s).headers.is_none(),
+                "headers held while judged"
+            );
+            let callouts = host.pending_callouts();
+            assert_eq!(callouts.len(), 1);
+            let req = judge_request(&callouts[0]);
+            assert_eq!(
+                (req["stage"].as_str(), req["judge_model"].as_str()),
+                (Some("output"), Some("judge-1"))
+            );
+            assert_eq!(req["text"], CLEAN_ANSWER);
+            assert_eq!(req["question"], CLEAN_QUESTION);
+            assert_eq!(callouts[0].header("authorization"), Some("Bearer sk-turn"));
+            answer_all(&mut host, outcome);
+            let caller = host.caller_received(s);
+            assert_eq!(caller.status(), Some(200));
+            if withheld {
+                assert_eq!(
+                    caller.header("x-core-check"),
+                    Some(r#"stage=output, check="polite-out", code=output_check_failed"#)
+                );
+                let reply = json(&caller.body);
+                assert_eq!(
+                    vendor.stop_marker(&reply),
+                    vendor.refused_marker(),
+                    "{reply}"
+                );
+                assert_eq!(vendor.text_of(&reply), "Not allowed.");
+            } else {
+                assert!(caller.header("x-core-check").is_none());
+                assert_eq!(caller.body_text(), answer, "{vendor:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_streamed_answer_is_held_whole_until_the_judge_passed_it() {
+    for (outcome, passed) in [("passed", true), ("failed", false), ("errored", false)] {
+        for vendor in VENDORS {
+            let mut host = host();
+            let s = send_request(
+                &mut host,
+                vendor.path(),
+                &[("authorization", "Bearer sk-turn")],
+                &vendor.request(CLEAN_QUESTION, true),
+                Chunking::Whole,
+            );
+            answer_all(&mut host, "passed");
+            let pieces = ["Your order ", "ships ", "tomorrow."];
+            let body = stream(vendor, &pieces).concat();
+            send_answer(
+                &mut host,
+                s,
+                &[("content-type", "text/event-stream")],
+                &body,
+                Chunking::Bytes(7),
+            );
+            let before = read_stream(vendor, &host.caller_received(s).body_text());
+            assert_eq!(
+                before.text, "",
+                "{vendor:?}: nothing of the answer before the verdict"
+            );
+            let callouts = host.pending_callouts();
+            assert_eq!(callouts.len(), 1, "{vendor:?}");
+            assert_eq!(judge_request(&callouts[0])["text"], pieces.concat());
+            answer_all(&mut host, outcome);
+            let caller = host.caller_received(s);
+            let got = read_stream(vendor, &caller.body_text());
+            if passed {
+                assert_eq!(got.text, pieces.concat(), "{vendor:?}");
+            } else {
+                assert_eq!(got.text, "Not allowed.", "{vendor:?} {outcome}");
+                assert!(!caller.body_text().contains("tomorrow"));
+            }
+            assert!(
+                caller.end_of_stream,
+                "{vendor:?} {outcome}: the stream completed"
+            );
+            assert_eq!(
+                host.metric(&format!("livecheck.a.polite-out.{outcome}")),
+                Some(1)
+            );
+        }
+    }
+}
