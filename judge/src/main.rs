@@ -1,0 +1,131 @@
+//! `livecheck-judge [--config PATH]`: reads the config (else `$LIVECHECK_JUDGE_CONFIG`), serves until
+//! SIGTERM or Ctrl-C, then finishes the judge calls in flight. Logs go to stderr; `RUST_LOG` filters.
+
+#[cfg(target_family = "wasm")]
+fn main() {}
+
+#[cfg(not(target_family = "wasm"))]
+fn main() -> std::process::ExitCode {
+    native::main()
+}
+
+#[cfg(not(target_family = "wasm"))]
+mod native {
+    use std::path::PathBuf;
+    use std::process::ExitCode;
+
+    use livecheck_judge::config::CONFIG_ENV;
+    use livecheck_judge::{serve, App, Settings};
+    use tracing_subscriber::EnvFilter;
+
+    const USAGE: &str = "usage: livecheck-judge [--config PATH]";
+
+    pub fn main() -> ExitCode {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(
+                EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+            )
+            .init();
+        let path = match config_path(std::env::args().skip(1)) {
+            Ok(p) => p,
+            Err(problem) => {
+                eprintln!("livecheck-judge: {problem}\n{USAGE}");
+                return ExitCode::from(2);
+            }
+        };
+        let settings = match Settings::load(&path, &|var| std::env::var(var).ok()) {
+            Ok(s) => s,
+            Err(err) => {
+                for problem in &err.0 {
+                    eprintln!("livecheck-judge: config: {problem}");
+                }
+                return ExitCode::from(2);
+            }
+        };
+        let runtime = match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("livecheck-judge: cannot start the runtime: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        match runtime.block_on(run(settings)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(problem) => {
+                eprintln!("livecheck-judge: {problem}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+
+    fn config_path(mut args: impl Iterator<Item = String>) -> Result<PathBuf, String> {
+        let mut path = None;
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--config" => match args.next() {
+                    Some(p) => path = Some(PathBuf::from(p)),
+                    None => return Err("--config needs a path".into()),
+                },
+                other => match other.strip_prefix("--config=") {
+                    Some(p) => path = Some(PathBuf::from(p)),
+                    None if other == "-h" || other == "--help" => {
+                        return Err(format!("reads PATH, else ${CONFIG_ENV}"))
+                    }
+                    None => return Err(format!("unknown argument {other:?}")),
+                },
+            }
+        }
+        path.or_else(|| std::env::var_os(CONFIG_ENV).map(PathBuf::from))
+            .ok_or_else(|| format!("no config: pass --config PATH or set {CONFIG_ENV}"))
+    }
+
+    async fn run(settings: Settings) -> Result<(), String> {
+        let listen = settings.listen;
+        let app = App::new(settings).map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        if !listen.ip().is_loopback() {
+            tracing::warn!(%listen, "listening beyond loopback: the judge endpoint has no authentication of its own");
+        }
+        tracing::info!(
+            %listen,
+            timeout_ms = app.settings().timeout.as_millis() as u64,
+            max_concurrent = app.settings().max_concurrent,
+            "livecheck-judge listening"
+        );
+        serve(listener, app, shutdown_signal())
+            .await
+            .map_err(|e| format!("server failed: {e}"))?;
+        tracing::info!("livecheck-judge stopped");
+        Ok(())
+    }
+
+    async fn shutdown_signal() {
+        let ctrl_c = async {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        #[cfg(unix)]
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term => {},
+        }
+        tracing::info!("shutting down: finishing the judge calls in flight");
+    }
+}

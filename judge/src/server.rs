@@ -1,0 +1,154 @@
+//! The HTTP side: `POST /v1/judge` and `GET /healthz`.
+//!
+//! Logs name the stage, kind, judge model, backend, outcome, failure and token counts of each call;
+//! never a judged text, a rule, a reason, a body or a key.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use livecheck_wire::{JudgeRequest, JudgeVerdict, Outcome, Stage, JUDGE_PATH};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::time::timeout_at;
+
+use crate::backend::{self, TurnKey};
+use crate::config::Settings;
+use crate::prompt::{self, Kind};
+use crate::verdict::{Failure, Reply};
+
+/// The running service's state, shared by every request.
+pub struct App {
+    settings: Settings,
+    client: reqwest::Client,
+    permits: Semaphore,
+}
+
+impl App {
+    pub fn new(settings: Settings) -> Result<Arc<Self>, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("livecheck-judge/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(settings.timeout)
+            // A redirect could carry the turn's key elsewhere (reqwest drops `authorization` across
+            // hosts, not `x-api-key`): a 3xx is an errored verdict instead.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        Ok(Arc::new(Self {
+            permits: Semaphore::new(settings.max_concurrent),
+            settings,
+            client,
+        }))
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Decides one judged check. Never fails: whatever goes wrong is an `errored` verdict.
+    pub async fn judge(&self, req: &JudgeRequest, key: &TurnKey) -> JudgeVerdict {
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + self.settings.timeout;
+        let kind = Kind::parse(&req.kind);
+        let backend = self.settings.models.backend_for(&req.judge_model);
+        let reply = match (kind, backend) {
+            (None, _) => Reply::failed(Failure::UnknownKind),
+            (_, None) => Reply::failed(Failure::UnknownModel),
+            (Some(kind), Some(backend)) => {
+                match prompt::build(req, kind, &mut prompt::random_nonce) {
+                    Err(failure) => Reply::failed(failure),
+                    Ok(prompt) => match timeout_at(deadline, self.permits.acquire()).await {
+                        Err(_) | Ok(Err(_)) => Reply::failed(Failure::Busy),
+                        Ok(Ok(_permit)) => {
+                            let call =
+                                backend::ask(&self.client, backend, &req.judge_model, &prompt, key);
+                            timeout_at(deadline, call)
+                                .await
+                                .unwrap_or_else(|_| Reply::failed(Failure::Timeout))
+                        }
+                    },
+                }
+            }
+        };
+        let failure = reply.verdict.as_ref().err().map(|f| f.code());
+        let verdict = reply.into_wire();
+        tracing::info!(
+            stage = match req.stage {
+                Stage::Input => "input",
+                Stage::Output => "output",
+            },
+            kind = kind.map_or("unknown", Kind::as_str),
+            judge_model = %req.judge_model,
+            backend = backend.map_or("none", |b| b.name.as_str()),
+            outcome = match verdict.outcome {
+                Outcome::Passed => "passed",
+                Outcome::Failed => "failed",
+                Outcome::Errored => "errored",
+            },
+            failure = failure.unwrap_or("none"),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            input_tokens = verdict.usage.input_tokens,
+            output_tokens = verdict.usage.output_tokens,
+            "judged"
+        );
+        verdict
+    }
+}
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route(JUDGE_PATH, post(post_judge))
+        .route("/healthz", get(healthz))
+        .with_state(app)
+}
+
+/// Serves until `shutdown` completes, then finishes the requests in flight.
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(app))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+async fn post_judge(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
+    let req: JudgeRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            // serde's message can quote the body; say only what kind of problem and where.
+            let what = match e.classify() {
+                serde_json::error::Category::Syntax => "not valid JSON",
+                serde_json::error::Category::Eof => "cut short",
+                serde_json::error::Category::Data | serde_json::error::Category::Io => {
+                    "not a judge request"
+                }
+            };
+            tracing::warn!(
+                what,
+                line = e.line(),
+                column = e.column(),
+                "bad judge request"
+            );
+            let error = format!(
+                "the body is {what} (line {}, column {})",
+                e.line(),
+                e.column()
+            );
+            return (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response();
+        }
+    };
+    let key = TurnKey::from_headers(&headers);
+    Json(app.judge(&req, &key).await).into_response()
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
