@@ -45,6 +45,8 @@ pub trait Host {
     /// During a callout's answer: its `:status` (`None` for a reset).
     fn callout_status(&self) -> Option<u16>;
     fn callout_body(&self, size: usize) -> Option<Vec<u8>>;
+    /// Hands a background check to the VM's outbox; it leaves from the root context later.
+    fn queue_background(&mut self, job: crate::background::Job);
     /// Lets a held request (or response) go on, from outside its own callbacks.
     fn resume_request(&mut self);
     fn resume_response(&mut self);
@@ -86,6 +88,7 @@ pub mod fake {
         pub callouts: Vec<SentCallout>,
         pub callout_answer: Option<(Option<u16>, Vec<u8>)>,
         pub resumed: Vec<&'static str>,
+        pub background: Vec<crate::background::Job>,
     }
 
     impl FakeHost {
@@ -173,6 +176,9 @@ pub mod fake {
             self.callout_answer
                 .as_ref()
                 .and_then(|(_, b)| b.get(..size).map(<[u8]>::to_vec))
+        }
+        fn queue_background(&mut self, job: crate::background::Job) {
+            self.background.push(job);
         }
         fn resume_request(&mut self) {
             self.resumed.push("request");

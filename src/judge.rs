@@ -2,9 +2,11 @@
 //! and reading its verdict. The judging itself happens in the sidecar (`judge/`).
 
 use livecheck_wire::{
-    JudgeRequest, JudgeVerdict, Outcome as WireOutcome, Stage as WireStage, JUDGE_PATH,
+    BackgroundJob, JudgeRequest, JudgeVerdict, Outcome as WireOutcome, Stage as WireStage,
+    BACKGROUND_PATH, JUDGE_PATH,
 };
 
+use crate::background::Job;
 use crate::config::{Check, Kind, Mode, Policy, Stage, Version};
 use crate::verdict::Outcome;
 
@@ -43,6 +45,55 @@ pub fn blocking_judged(version: &Version, stage: Stage) -> Vec<usize> {
 /// The callout for one judged check; `None` when the check cannot be judged at all (no judge
 /// model: the turn runs a router and the check names none), which makes it errored.
 pub fn callout(policy: &Policy, check: &Check, judged: &Judged<'_>) -> Option<Callout> {
+    let request = judge_request(policy, check, judged)?;
+    let body = serde_json::to_vec(&request).ok()?;
+    Some(Callout {
+        headers: headers(policy, JUDGE_PATH, judged),
+        body,
+        timeout_ms: check.timeout_ms,
+    })
+}
+
+/// The turn's background checks to hand to the sidecar, each drawn with its `sample` rate.
+/// `draw` gives uniform random u64s.
+pub fn background_jobs(
+    policy: &Policy,
+    version: &Version,
+    judged: &Judged<'_>,
+    draw: &mut dyn FnMut() -> u64,
+) -> Vec<Job> {
+    version
+        .checks
+        .iter()
+        .filter(|c| c.stage == judged.stage && c.mode == Mode::Background)
+        .filter(|c| (draw() as f64) < c.sample * (u64::MAX as f64))
+        .filter_map(|c| {
+            let job = BackgroundJob {
+                agent: version.agent.clone(),
+                version: version.id.clone(),
+                check: c.name.clone(),
+                judge: judge_request(policy, c, judged)?,
+            };
+            Some(Job {
+                headers: headers(policy, BACKGROUND_PATH, judged),
+                body: serde_json::to_vec(&job).ok()?,
+            })
+        })
+        .collect()
+}
+
+fn headers(policy: &Policy, path: &str, judged: &Judged<'_>) -> Vec<(String, String)> {
+    let mut headers = vec![
+        (":method".to_owned(), "POST".to_owned()),
+        (":path".to_owned(), path.to_owned()),
+        (":authority".to_owned(), policy.judge_cluster.clone()),
+        ("content-type".to_owned(), "application/json".to_owned()),
+    ];
+    headers.extend(judged.credentials.iter().cloned());
+    headers
+}
+
+fn judge_request(policy: &Policy, check: &Check, judged: &Judged<'_>) -> Option<JudgeRequest> {
     let model = match (&check.judge_model, judged.turn_model) {
         (Some(m), _) => m.clone(),
         (None, Some(m)) if !policy.router_models.iter().any(|r| r == m) => m.to_owned(),
@@ -52,7 +103,7 @@ pub fn callout(policy: &Policy, check: &Check, judged: &Judged<'_>) -> Option<Ca
         Kind::CustomRule { rule } => Some(rule.clone()),
         _ => check.description.clone(),
     };
-    let request = JudgeRequest {
+    Some(JudgeRequest {
         stage: match judged.stage {
             Stage::Input => WireStage::Input,
             Stage::Output => WireStage::Output,
@@ -62,19 +113,6 @@ pub fn callout(policy: &Policy, check: &Check, judged: &Judged<'_>) -> Option<Ca
         text: judged.text.to_owned(),
         question: judged.question.map(str::to_owned),
         judge_model: model,
-    };
-    let body = serde_json::to_vec(&request).ok()?;
-    let mut headers = vec![
-        (":method".to_owned(), "POST".to_owned()),
-        (":path".to_owned(), JUDGE_PATH.to_owned()),
-        (":authority".to_owned(), policy.judge_cluster.clone()),
-        ("content-type".to_owned(), "application/json".to_owned()),
-    ];
-    headers.extend(judged.credentials.iter().cloned());
-    Some(Callout {
-        headers,
-        body,
-        timeout_ms: check.timeout_ms,
     })
 }
 
@@ -153,6 +191,31 @@ mod tests {
         let c = callout(&p, &v.checks[1], &judged(Some("router/auto"), &[])).unwrap();
         let req: JudgeRequest = serde_json::from_slice(&c.body).unwrap();
         assert_eq!(req.judge_model, "judge-1");
+    }
+
+    #[test]
+    fn background_checks_are_drawn_at_their_sample_rate() {
+        let p = policy(
+            r#"{"name": "tone", "stage": "output", "kind": "polite_tone", "mode": "background", "sample": 0.25}"#,
+        );
+        let v = p.select(None, None, None).unwrap();
+        let mut n = 0u64;
+        let mut draw = || {
+            n += 1;
+            // Evenly spread draws: a quarter of them fall under the sample.
+            (n % 4) * (u64::MAX / 4)
+        };
+        let jobs: usize = (0..400)
+            .map(|_| background_jobs(&p, &v, &judged(Some("m"), &[]), &mut draw).len())
+            .sum();
+        assert_eq!(jobs, 100);
+        let job = &background_jobs(&p, &v, &judged(Some("m"), &[]), &mut || 0)[0];
+        assert!(job
+            .headers
+            .contains(&(":path".into(), "/v1/background".into())));
+        let body: BackgroundJob = serde_json::from_slice(&job.body).unwrap();
+        assert_eq!((body.agent.as_str(), body.check.as_str()), ("a", "tone"));
+        assert_eq!(body.judge.text, "It ships tomorrow.");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! The logic lives in plain Rust modules, tested natively and as wasm32-unknown-unknown; the
 //! proxy-wasm adapter (`proxy`, wasip1 builds only) is a thin layer over it.
 
+pub mod background;
 pub mod build_info;
 pub mod config;
 pub mod frame;

@@ -36,6 +36,13 @@ enum State {
     HoldingAnswer { asked: Asked, readable: bool },
     /// A streamed answer: headers sent at once, each chunk rewritten as it passes.
     Streaming(Box<Streamed>),
+    /// No blocking output check, but background ones: the answer passes untouched while a copy
+    /// (bounded) is kept to hand to the sidecar once it completed.
+    Observing {
+        asked: Asked,
+        copy: Vec<u8>,
+        streamed: bool,
+    },
     /// Decided: everything left passes as it is.
     Done,
 }
@@ -60,6 +67,8 @@ struct Judging {
     judged: Vec<(usize, Outcome)>,
     /// On output: the withheld answer, sent if a verdict stops it.
     withheld: Option<vendor::Reply>,
+    /// What the judge read (the answer, on output), for background checks once it passed.
+    text: String,
 }
 
 struct Streamed {
@@ -68,12 +77,17 @@ struct Streamed {
     frame: Option<Frame>,
     /// The stream was cut or ended: later upstream bytes are dropped.
     ended: bool,
+    /// The filter cut the stream (a check stopped it, or it outgrew its frame).
+    cut: bool,
     /// Bytes decided before any upstream chunk (a refusal for an unreadable stream).
     pending: Vec<u8>,
     /// A held round is with the judge; the response is paused meanwhile.
     judging: Option<StreamJudging>,
     /// A whole-text round was decided (its checks counted there, not again at the end).
     round_decided: bool,
+    /// A copy of the upstream stream for background checks (rules mode keeps no answer text),
+    /// bounded by `max_body_bytes`; `None` when the version has none or it grew too large.
+    copy: Option<Vec<u8>>,
     /// After a cut, the stream is closed at the next upstream chunk (closing in the cut's own
     /// callback would reset the caller before the closing events reach it).
     close_pending: bool,
@@ -81,6 +95,8 @@ struct Streamed {
 
 /// A streamed round's judged checks in flight.
 struct StreamJudging {
+    /// What the judge reads, kept for background checks once the round passed.
+    answer_text: String,
     rule_text: String,
     pending: Vec<(u32, usize)>,
     judged: Vec<(usize, Outcome)>,
@@ -218,6 +234,7 @@ impl Turn {
             pending: Vec::new(),
             judged: Vec::new(),
             withheld,
+            text: String::new(),
             asked,
         });
         let read = Judged {
@@ -230,6 +247,7 @@ impl Turn {
         let sent = dispatch_judged(host, &self.policy, &judging.asked.version, &read);
         judging.pending = sent.pending;
         judging.judged = sent.judged;
+        judging.text = text;
         judging
     }
 
@@ -243,7 +261,7 @@ impl Turn {
                     let (_, check) = judging.pending.swap_remove(at);
                     judging.judged.push((check, outcome));
                     let buffered = judging.kept.len();
-                    let _ = settle_stream(host, s, true, buffered);
+                    let _ = settle_stream(host, &self.policy, s, true, buffered);
                     return;
                 }
             }
@@ -356,6 +374,7 @@ impl Turn {
             }
             (Stage::Output, None) => {
                 self.state = State::Done;
+                queue_background(host, &self.policy, &asked, &judging.text);
                 resume(host, Stage::Output, resumed)
             }
         }
@@ -386,7 +405,23 @@ impl Turn {
         };
         let status = host.response_header(":status").unwrap_or_default();
         // Error answers carry no model text; they reach the caller as the vendor sent them.
-        if !status.starts_with('2') || !has_blocking_output_checks(&asked.version) {
+        if !status.starts_with('2') {
+            return Flow::Continue;
+        }
+        if !has_blocking_output_checks(&asked.version) {
+            let identity = host
+                .response_header("content-encoding")
+                .is_none_or(|e| e.trim().eq_ignore_ascii_case("identity"));
+            if identity && has_background_checks(&asked.version) && !end_of_stream {
+                let streamed = host
+                    .response_header("content-type")
+                    .is_some_and(|t| t.trim_start().starts_with("text/event-stream"));
+                self.state = State::Observing {
+                    asked,
+                    copy: Vec::new(),
+                    streamed,
+                };
+            }
             return Flow::Continue;
         }
         let identity = host
@@ -417,6 +452,35 @@ impl Turn {
     ) -> Flow {
         if let State::Streaming(streamed) = &mut self.state {
             return stream_chunk(host, &self.policy, streamed, body_size, end_of_stream);
+        }
+        if let State::Observing { copy, .. } = &mut self.state {
+            let fits = copy.len().saturating_add(body_size) <= self.policy.max_body_bytes;
+            match host.response_body(body_size).filter(|_| fits) {
+                Some(mut chunk) => copy.append(&mut chunk),
+                // Too large to keep, or unreadable: the background checks skip this turn.
+                None => self.state = State::Done,
+            }
+            if end_of_stream {
+                if let State::Observing {
+                    asked,
+                    copy,
+                    streamed,
+                } = std::mem::replace(&mut self.state, State::Done)
+                {
+                    let text = if streamed {
+                        crate::stream::answer_of(asked.api, &asked.version, &asked.request, &copy)
+                    } else {
+                        vendor::parse_answer(asked.api, &copy)
+                            .ok()
+                            .filter(|a| !a.asks_for_tool)
+                            .map(|a| a.text)
+                    };
+                    if let Some(text) = text {
+                        queue_background(host, &self.policy, &asked, &text);
+                    }
+                }
+            }
+            return Flow::Continue;
         }
         let State::HoldingAnswer { .. } = &self.state else {
             return Flow::Continue;
@@ -465,14 +529,17 @@ impl Turn {
             hold,
             self.policy.max_body_bytes,
         );
+        let copy = has_background_checks(&asked.version).then(Vec::new);
         let mut streamed = Box::new(Streamed {
             asked,
             rewriter,
             frame,
             ended: false,
+            cut: false,
             pending: Vec::new(),
             judging: None,
             round_decided: false,
+            copy,
             close_pending: false,
         });
         if !identity {
@@ -556,6 +623,9 @@ impl Turn {
         }
         self.count(host, &asked.version, &rules);
         let Some(stop) = rules.stop else {
+            if let Some(answer) = answer.as_ref().filter(|a| !a.asks_for_tool) {
+                queue_background(host, &self.policy, &asked, &answer.text);
+            }
             return Flow::Continue;
         };
         if let Some(value) = stop.header_value() {
@@ -644,6 +714,13 @@ fn stream_chunk(
         replace_chunk(host, body_size, &kept);
         return Flow::Pause;
     }
+    if let Some(copy) = &mut s.copy {
+        if copy.len().saturating_add(buffered.len()) <= policy.max_body_bytes {
+            copy.extend_from_slice(&buffered);
+        } else {
+            s.copy = None;
+        }
+    }
     let mut step = s.rewriter.feed(&buffered);
     if end_of_stream && step.cut.is_none() && step.round_end.is_none() {
         let mut last = s.rewriter.finish();
@@ -675,6 +752,7 @@ fn stream_chunk(
             };
             let sent = dispatch_judged(host, policy, &s.asked.version, &read);
             let judging = StreamJudging {
+                answer_text: round.answer_text,
                 rule_text: round.rule_text,
                 pending: sent.pending,
                 judged: sent.judged,
@@ -682,7 +760,7 @@ fn stream_chunk(
                 end_of_stream,
             };
             s.judging = Some(judging);
-            if let Some(flow) = settle_stream(host, s, false, body_size) {
+            if let Some(flow) = settle_stream(host, policy, s, false, body_size) {
                 return flow;
             }
             let kept = s
@@ -693,9 +771,23 @@ fn stream_chunk(
             replace_chunk(host, body_size, &kept);
             return Flow::Pause;
         }
-        close_round(host, s, &round.rule_text, &[], &mut step);
+        let released = close_round(host, s, &round.rule_text, &[], &[], &mut step);
+        if released && !round.asks_for_tool {
+            queue_background(host, policy, &s.asked, &round.answer_text);
+        }
     }
+    let round_decided = s.round_decided;
     let out = finish_step(host, s, step, end_of_stream);
+    if end_of_stream && !s.cut && !round_decided {
+        // Rules mode holds no answer text: the background checks read the kept copy.
+        if let Some(copy) = s.copy.take() {
+            let text =
+                crate::stream::answer_of(s.asked.api, &s.asked.version, &s.asked.request, &copy);
+            if let Some(text) = text {
+                queue_background(host, policy, &s.asked, &text);
+            }
+        }
+    }
     replace_chunk(host, body_size, &out);
     Flow::Continue
 }
@@ -743,6 +835,7 @@ fn dispatch_judged(
 /// through the host; `buffered` is what the paused buffer holds.
 fn settle_stream(
     host: &mut dyn Host,
+    policy: &Policy,
     s: &mut Streamed,
     through_host: bool,
     buffered: usize,
@@ -763,7 +856,7 @@ fn settle_stream(
         round_end: None,
     };
     let undecided: Vec<usize> = judging.pending.iter().map(|(_, c)| *c).collect();
-    close_round_with(
+    let released = close_round(
         host,
         s,
         &judging.rule_text,
@@ -771,6 +864,9 @@ fn settle_stream(
         &undecided,
         &mut step,
     );
+    if released {
+        queue_background(host, policy, &s.asked, &judging.answer_text);
+    }
     let end_of_stream = judging.end_of_stream;
     if end_of_stream && step.cut.is_none() {
         let mut last = s.rewriter.finish();
@@ -787,25 +883,16 @@ fn settle_stream(
     Some(Flow::Continue)
 }
 
-/// Decides a round on its rules and the judge's verdicts, then releases or cuts it.
+/// Decides a round on its rules and the judge's verdicts, then releases or cuts it; `true` when
+/// released.
 fn close_round(
-    host: &mut dyn Host,
-    s: &mut Streamed,
-    rule_text: &str,
-    judged: &[(usize, Outcome)],
-    step: &mut Step,
-) {
-    close_round_with(host, s, rule_text, judged, &[], step);
-}
-
-fn close_round_with(
     host: &mut dyn Host,
     s: &mut Streamed,
     rule_text: &str,
     judged: &[(usize, Outcome)],
     undecided: &[usize],
     step: &mut Step,
-) {
+) -> bool {
     let verdict = decide(
         &s.asked.version,
         Stage::Output,
@@ -848,6 +935,7 @@ fn close_round_with(
         None => s.rewriter.release(),
     };
     step.out.append(&mut more);
+    step.cut.is_none()
 }
 
 /// What a step sends once cuts, the frame and the end of the upstream are accounted for.
@@ -862,6 +950,7 @@ fn finish_step(host: &mut dyn Host, s: &mut Streamed, step: Step, end_of_stream:
             count_one(host, &s.asked.version, cut.check, outcome);
         }
         s.ended = true;
+        s.cut = true;
     } else if s.frame.is_some_and(|f| !f.fits(out.len(), CLOSING_RESERVE)) {
         // The answer outgrew its frame: it cannot be checked to its end, so the first blocking
         // output check could not decide, and the stream ends here.
@@ -877,6 +966,7 @@ fn finish_step(host: &mut dyn Host, s: &mut Streamed, step: Step, end_of_stream:
             count_one(host, &s.asked.version, check, Outcome::Errored);
         }
         s.ended = true;
+        s.cut = true;
     } else if end_of_stream && !s.round_decided {
         // Rules mode ended without a cut: every blocking output rule passed.
         count_passed(host, &s.asked.version);
@@ -967,6 +1057,21 @@ fn count_passed(host: &mut dyn Host, version: &Version) {
     }
 }
 
+/// A turn that completed normally: its background checks, drawn at their sample rates, go to
+/// the outbox. The turn itself is not touched.
+fn queue_background(host: &mut dyn Host, policy: &Policy, asked: &Asked, answer: &str) {
+    let read = Judged {
+        stage: Stage::Output,
+        text: answer,
+        question: Some(&asked.request.last_user_text),
+        turn_model: asked.request.model.as_deref(),
+        credentials: &asked.credentials,
+    };
+    for job in judge::background_jobs(policy, &asked.version, &read, &mut || host.random()) {
+        host.queue_background(job);
+    }
+}
+
 /// Lets a held stream go on: from its own callback by returning Continue, from a callout's
 /// answer through the host.
 fn resume(host: &mut dyn Host, stage: Stage, through_host: bool) -> Flow {
@@ -985,6 +1090,13 @@ fn fresh_ids(host: &mut dyn Host) -> Ids {
         token: format!("lc{:016x}{:08x}", host.random(), host.random() as u32),
         created: host.now_unix_seconds(),
     }
+}
+
+fn has_background_checks(version: &Version) -> bool {
+    version
+        .checks
+        .iter()
+        .any(|c| c.mode == crate::config::Mode::Background)
 }
 
 fn has_blocking_output_checks(version: &Version) -> bool {

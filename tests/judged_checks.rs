@@ -308,3 +308,103 @@ fn a_streamed_answer_is_held_whole_until_the_judge_passed_it() {
         }
     }
 }
+
+#[test]
+fn a_background_check_is_handed_to_the_sidecar_after_the_turn_without_touching_it() {
+    let config = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {"live_checks": [
+        {"name": "tone", "stage": "output", "kind": "polite_tone", "mode": "background", "sample": 1, "judge_model": "judge-1"}]}}}}}"#;
+    for vendor in VENDORS {
+        let mut host = livecheck(config);
+        let s = ask(&mut host, vendor);
+        assert!(
+            host.pending_callouts().is_empty(),
+            "background checks never hold the question"
+        );
+        let answer = vendor.answer(CLEAN_ANSWER);
+        send_answer(
+            &mut host,
+            s,
+            &[("content-type", "application/json")],
+            &answer,
+            Chunking::Bytes(7),
+        );
+        assert_eq!(
+            host.caller_received(s).body_text(),
+            answer,
+            "the turn is not changed"
+        );
+        assert!(
+            host.pending_callouts().is_empty(),
+            "nothing is sent from the turn itself"
+        );
+        host.finish_stream(s).unwrap();
+        assert_eq!(
+            host.tick_period(),
+            Some(std::time::Duration::from_millis(200))
+        );
+        host.advance_time(std::time::Duration::from_millis(250));
+        let callouts = host.pending_callouts();
+        assert_eq!(callouts.len(), 1, "{vendor:?}");
+        assert_eq!(callouts[0].header(":path"), Some("/v1/background"));
+        assert_eq!(callouts[0].header("authorization"), Some("Bearer sk-turn"));
+        let job = judge_request(&callouts[0]);
+        assert_eq!(
+            (job["agent"].as_str(), job["check"].as_str()),
+            (Some("a"), Some("tone"))
+        );
+        assert_eq!(job["judge"]["text"], CLEAN_ANSWER);
+        // An unreachable sidecar is counted, and changes nothing.
+        host.fail_callout(callouts[0].token).unwrap();
+        assert_eq!(host.metric("livecheck.background.failed"), Some(1));
+        assert!(!host.vm_failed());
+    }
+}
+
+#[test]
+fn a_streamed_answer_feeds_background_checks_once_it_completed() {
+    // Rules block the stream (held back 18 characters); the background check reads the answer
+    // from a copy after the stream ended normally, and never from a cut one.
+    let config = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {"live_checks": [
+        {"name": "no-iban", "stage": "output", "kind": "matches_pattern", "pattern": "NL\\d{2}[A-Z]{4}\\d{10}", "max_match": 18},
+        {"name": "tone", "stage": "output", "kind": "polite_tone", "mode": "background", "sample": 1, "judge_model": "judge-1"}]}}}}}"#;
+    for vendor in VENDORS {
+        for (pieces, expected) in [
+            (vec!["Your order ", "ships."], Some("Your order ships.")),
+            (vec!["Pay to NL91ABNA0417164300", " now."], None),
+        ] {
+            let mut host = livecheck(config);
+            let s = send_request(
+                &mut host,
+                vendor.path(),
+                &[],
+                &vendor.request(CLEAN_QUESTION, true),
+                Chunking::Whole,
+            );
+            let body = stream(vendor, &pieces).concat();
+            send_answer(
+                &mut host,
+                s,
+                &[("content-type", "text/event-stream")],
+                &body,
+                Chunking::Bytes(7),
+            );
+            host.finish_stream(s).unwrap();
+            host.advance_time(std::time::Duration::from_millis(250));
+            let texts: Vec<String> = host
+                .pending_callouts()
+                .iter()
+                .map(|c| {
+                    judge_request(c)["judge"]["text"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned()
+                })
+                .collect();
+            assert_eq!(
+                texts,
+                expected.map(str::to_owned).into_iter().collect::<Vec<_>>(),
+                "{vendor:?}"
+            );
+        }
+    }
+}

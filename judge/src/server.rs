@@ -1,4 +1,4 @@
-//! The HTTP side: `POST /v1/judge` and `GET /healthz`.
+//! The HTTP side: `POST /v1/judge`, `POST /v1/background` and `GET /healthz`.
 //!
 //! Logs name the stage, kind, judge model, backend, outcome, failure and token counts of each call;
 //! never a judged text, a rule, a reason, a body or a key.
@@ -13,7 +13,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use livecheck_wire::{JudgeRequest, JudgeVerdict, Outcome, Stage, JUDGE_PATH};
+use livecheck_wire::{
+    BackgroundJob, JudgeRequest, JudgeVerdict, Outcome, Stage, BACKGROUND_PATH, JUDGE_PATH,
+};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -29,7 +31,13 @@ pub struct App {
     settings: Settings,
     client: reqwest::Client,
     permits: Semaphore,
+    /// Background checks accepted and not yet judged: bounded, so a flood is refused (503), never
+    /// queued without end.
+    background: Arc<Semaphore>,
 }
+
+/// Background checks one sidecar holds at most, per permit of judge concurrency.
+const BACKGROUND_PER_PERMIT: usize = 8;
 
 impl App {
     pub fn new(settings: Settings) -> Result<Arc<Self>, reqwest::Error> {
@@ -42,6 +50,11 @@ impl App {
             .build()?;
         Ok(Arc::new(Self {
             permits: Semaphore::new(settings.max_concurrent),
+            background: Arc::new(Semaphore::new(
+                settings
+                    .max_concurrent
+                    .saturating_mul(BACKGROUND_PER_PERMIT),
+            )),
             settings,
             client,
         }))
@@ -104,6 +117,7 @@ impl App {
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route(JUDGE_PATH, post(post_judge))
+        .route(BACKGROUND_PATH, post(post_background))
         .route("/healthz", get(healthz))
         .with_state(app)
 }
@@ -119,9 +133,51 @@ pub async fn serve(
         .await
 }
 
+/// A finished turn's background check: accepted at once (202), judged on the sidecar's time, and
+/// recorded (the structured log line today; the results store with the results issue). A full
+/// sidecar answers 503 and the filter drops the job, counted: the turn is long over either way.
+async fn post_background(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
+    let job: BackgroundJob = match parse(&body) {
+        Ok(job) => job,
+        Err(response) => return *response,
+    };
+    let Ok(permit) = Arc::clone(&app.background).try_acquire_owned() else {
+        tracing::warn!(agent = %job.agent, check = %job.check, "background queue full");
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    let key = TurnKey::from_headers(&headers);
+    tokio::spawn(async move {
+        let verdict = app.judge(&job.judge, &key).await;
+        tracing::info!(
+            agent = %job.agent,
+            version = %job.version,
+            check = %job.check,
+            outcome = match verdict.outcome {
+                Outcome::Passed => "passed",
+                Outcome::Failed => "failed",
+                Outcome::Errored => "errored",
+            },
+            score = verdict.score.unwrap_or(-1.0),
+            "background check recorded"
+        );
+        drop(permit);
+    });
+    StatusCode::ACCEPTED.into_response()
+}
+
 async fn post_judge(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let req: JudgeRequest = match serde_json::from_slice(&body) {
+    let req: JudgeRequest = match parse(&body) {
         Ok(r) => r,
+        Err(response) => return *response,
+    };
+    let key = TurnKey::from_headers(&headers);
+    Json(app.judge(&req, &key).await).into_response()
+}
+
+/// A request body, or the 400 that says what is wrong with it without quoting it.
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Box<Response>> {
+    match serde_json::from_slice(body) {
+        Ok(r) => Ok(r),
         Err(e) => {
             // serde's message can quote the body; say only what kind of problem and where.
             let what = match e.classify() {
@@ -142,11 +198,11 @@ async fn post_judge(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes
                 e.line(),
                 e.column()
             );
-            return (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response();
+            Err(Box::new(
+                (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response(),
+            ))
         }
-    };
-    let key = TurnKey::from_headers(&headers);
-    Json(app.judge(&req, &key).await).into_response()
+    }
 }
 
 async fn healthz() -> Json<serde_json::Value> {

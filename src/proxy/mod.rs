@@ -17,6 +17,7 @@ use std::rc::Rc;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel as SdkLevel};
 
+use crate::background::{Job, Outbox};
 use crate::build_info;
 use crate::config::Policy;
 use crate::host::{Flow, Host, LogLevel};
@@ -46,13 +47,42 @@ fn level(l: LogLevel) -> u32 {
 /// Counter ids by name, shared by every stream of the VM (Envoy defines each name once).
 type Counters = Rc<RefCell<HashMap<String, u32>>>;
 
-#[derive(Default)]
+/// How often the root context sends waiting background checks.
+const TICK_MS: u32 = 200;
+
 struct Root {
     policy: Option<Rc<Policy>>,
-    counters: Counters,
+    /// The root's own door to the host, sharing counters and the outbox with every stream.
+    host: WasmHost,
 }
 
-impl Context for Root {}
+impl Default for Root {
+    fn default() -> Self {
+        Self {
+            policy: None,
+            host: WasmHost {
+                counters: Counters::default(),
+                outbox: Rc::new(RefCell::new(Outbox::default())),
+                random: RandomState::new(),
+            },
+        }
+    }
+}
+
+impl Context for Root {
+    /// The sidecar's answer to a background check: only whether it took it matters.
+    fn on_http_call_response(
+        &mut self,
+        _token: u32,
+        _headers: usize,
+        _body: usize,
+        _trailers: usize,
+    ) {
+        if self.host.callout_status() != Some(202) {
+            self.host.increment_counter("livecheck.background.failed");
+        }
+    }
+}
 
 impl RootContext for Root {
     fn on_vm_start(&mut self, _vm_configuration_size: usize) -> bool {
@@ -77,6 +107,12 @@ impl RootContext for Root {
             Ok(policy) => {
                 let agents = policy.agents.len();
                 self.policy = Some(Rc::new(policy));
+                if abi::set_tick_period_ms(TICK_MS).is_err() {
+                    abi::log(
+                        level(LogLevel::Warn),
+                        "livecheck: no timer: background checks cannot be sent",
+                    );
+                }
                 abi::log(
                     level(LogLevel::Info),
                     &format!("livecheck configured: {agents} agent(s)"),
@@ -96,6 +132,26 @@ impl RootContext for Root {
         }
     }
 
+    /// Sends waiting background checks from the root context, so no stream's end can cancel them.
+    fn on_tick(&mut self) {
+        let Some(policy) = &self.policy else {
+            return;
+        };
+        let jobs = self.host.outbox.borrow_mut().take_batch();
+        for Job { headers, body } in jobs {
+            let headers: Vec<(&str, &str)> = headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let sent = self
+                .host
+                .dispatch_callout(&policy.judge_cluster, &headers, &body, 5_000);
+            if sent.is_none() {
+                self.host.increment_counter("livecheck.background.failed");
+            }
+        }
+    }
+
     fn get_type(&self) -> Option<ContextType> {
         Some(ContextType::HttpContext)
     }
@@ -106,7 +162,8 @@ impl RootContext for Root {
         Some(Box::new(Stream {
             turn: self.policy.clone().map(Turn::new),
             host: WasmHost {
-                counters: Rc::clone(&self.counters),
+                counters: Rc::clone(&self.host.counters),
+                outbox: Rc::clone(&self.host.outbox),
                 random: RandomState::new(),
             },
         }))
@@ -176,6 +233,7 @@ fn action(flow: Flow) -> Action {
 /// [`Host`] over the proxy-wasm ABI. Every refusal by the host becomes `None`/`false`.
 struct WasmHost {
     counters: Counters,
+    outbox: Rc<RefCell<Outbox>>,
     random: RandomState,
 }
 
@@ -256,6 +314,13 @@ impl Host for WasmHost {
 
     fn callout_body(&self, size: usize) -> Option<Vec<u8>> {
         abi::buffer(abi::HTTP_CALL_RESPONSE_BODY, 0, size).ok()
+    }
+
+    fn queue_background(&mut self, job: Job) {
+        let queued = self.outbox.borrow_mut().push(job);
+        if !queued {
+            self.increment_counter("livecheck.background.dropped");
+        }
     }
 
     fn resume_request(&mut self) {

@@ -111,6 +111,34 @@ pub struct RoundEnd {
     pub asks_for_tool: bool,
 }
 
+/// The answer text of a complete streamed answer (as judged checks read it), or `None` when it
+/// cannot be read or asked for a tool. Reads a copy after the fact; the stream itself passed as
+/// it came.
+pub fn answer_of(
+    api: Api,
+    version: &Rc<Version>,
+    request: &Request,
+    body: &[u8],
+) -> Option<String> {
+    let mut rewriter = Rewriter::new(
+        api,
+        Rc::clone(version),
+        request,
+        Hold::Everything,
+        body.len().max(1),
+    );
+    let mut step = rewriter.feed(body);
+    if step.cut.is_some() {
+        return None;
+    }
+    if step.round_end.is_none() {
+        step = rewriter.finish();
+    }
+    step.round_end
+        .filter(|r| !r.asks_for_tool)
+        .map(|r| r.answer_text)
+}
+
 /// Rewrites one streamed answer.
 pub struct Rewriter {
     format: Box<dyn Format>,
