@@ -62,13 +62,17 @@ venv: $(VENV)/.installed
 envoy-validate: venv wasm
 	$(PYTHON) tests/e2e/validate_configs.py
 
+# The sidecar and the lint command the end-to-end tests run, built once here.
 e2e: venv wasm
-	$(PYTHON) -m pytest -q tests/e2e
+	cargo build --locked -p livecheck-judge --bin livecheck-judge
+	cargo build --locked -p livecheck --bin livecheck
+	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q tests/e2e
 
 # What checks cost, measured side by side in one run (not part of `make test`: timings are noisy).
 bench: wasm venv
 	cargo bench --locked --profile bench-native --bench rule_cost
 	$(PYTHON) benches/streaming.py
+	$(PYTHON) benches/judge_overhead.py
 
 clean:
 	cargo clean

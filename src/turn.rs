@@ -517,7 +517,14 @@ impl Turn {
             return Flow::Continue;
         };
         host.set_response_header("content-length", None);
-        let frame = self.policy.stream_frame_bytes.map(Frame::new);
+        // Only rules cut a stream mid-way. A held round is cut or released when the model stopped,
+        // so it ends with the upstream and needs no frame; and its release may be written into
+        // Envoy's paused buffer from a judge's answer, where 4 MiB of padding would trip the
+        // buffer limit and reset the stream.
+        let frame = match hold {
+            Hold::Rules => self.policy.stream_frame_bytes.map(Frame::new),
+            Hold::WholeText | Hold::Everything => None,
+        };
         if let Some(frame) = &frame {
             host.set_response_header("transfer-encoding", None);
             host.set_response_header("content-length", Some(&frame.length().to_string()));

@@ -89,6 +89,8 @@ mod native {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        // The bound address, so a config asking for port 0 says which port it got.
+        let listen = listener.local_addr().unwrap_or(listen);
         if !listen.ip().is_loopback() {
             tracing::warn!(%listen, "listening beyond loopback: the judge endpoint has no authentication of its own");
         }

@@ -8,9 +8,11 @@ wasm path becomes absolute. So the tests exercise the shape an operator starts f
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import pathlib
+import socket
 import subprocess
 import time
 import urllib.request
@@ -69,6 +71,7 @@ def render_config(
     """envoy/livecheck.yaml with loopback ports, the vendor cluster on the double, and the given filter.
 
     `plugin_configuration` replaces the shipped plugin configuration (None keeps envoy/livecheck.yaml's).
+    `extra_clusters` adds loopback clusters by name, or re-points one the config already has.
     """
     config = copy.deepcopy(yaml.safe_load(LIVECHECK_YAML.read_text()))
     config["admin"]["address"]["socket_address"]["port_value"] = 0
@@ -92,7 +95,12 @@ def render_config(
     for route in hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]:
         route["route"].pop("host_rewrite_literal", None)
     for name, port in (extra_clusters or {}).items():
-        clusters.append(_cluster(name, port))
+        # A cluster the shipped config already has (e.g. `livecheck-judge`) is re-pointed in place.
+        existing = next((i for i, c in enumerate(clusters) if c["name"] == name), None)
+        if existing is None:
+            clusters.append(_cluster(name, port))
+        else:
+            clusters[existing] = _cluster(name, port)
     if buffer_limit is not None:
         listener["per_connection_buffer_limit_bytes"] = buffer_limit
         for cluster in clusters:
@@ -175,4 +183,125 @@ class Envoy:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=5)
+        self._log.close()
+
+
+# --- the livecheck-judge sidecar ---------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def cargo_binary(package: str, binary: str) -> pathlib.Path:
+    """A debug binary of this workspace, built once per session (`cargo build --locked`; a no-op when
+    current). With LIVECHECK_BIN_DIR set, that directory's prebuilt binary is used instead."""
+    prebuilt = os.environ.get("LIVECHECK_BIN_DIR")
+    if prebuilt:
+        path = pathlib.Path(prebuilt) / binary
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing (LIVECHECK_BIN_DIR is set)")
+        return path
+    subprocess.run(
+        ["cargo", "build", "--locked", "-p", package, "--bin", binary],
+        cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    return REPO / "target" / "debug" / binary
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (for a process that cannot report the port it bound)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class JudgeSidecar:
+    """The real livecheck-judge binary on a free loopback port, with a config file written here.
+    Stopped by its own PID; its stderr log is kept in `log_path`."""
+
+    def __init__(self, workdir: pathlib.Path, backends: list[dict], timeout_ms: int = 5000,
+                 binary: Optional[pathlib.Path] = None, **settings) -> None:
+        self.binary = binary or cargo_binary("livecheck-judge", "livecheck-judge")
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir = workdir
+        self.log_path = workdir / "judge.log"
+        self._log = open(self.log_path, "ab")
+        self.backends = backends
+        self.settings = {"timeout_ms": timeout_ms, **settings}
+        self.process: Optional[subprocess.Popen] = None
+        self.start()
+
+    def _config(self) -> str:
+        """TOML, written by hand (strings and numbers only)."""
+        def value(v) -> str:
+            if isinstance(v, str):
+                return json.dumps(v)
+            if isinstance(v, list):
+                return "[" + ", ".join(value(x) for x in v) + "]"
+            return str(v)
+
+        lines = [f'listen = "127.0.0.1:{self.port}"']
+        lines += [f"{k} = {value(v)}" for k, v in self.settings.items()]
+        for backend in self.backends:
+            lines.append("\n[[backends]]")
+            lines += [f"{k} = {value(v)}" for k, v in backend.items()]
+        return "\n".join(lines) + "\n"
+
+    def start(self, attempts: int = 3) -> None:
+        """Starts the sidecar (again, on a fresh port each attempt) and waits for /healthz."""
+        for attempt in range(attempts):
+            self.port = free_port()
+            self.config_path = self.workdir / "judge.toml"
+            self.config_path.write_text(self._config())
+            env = {k: v for k, v in os.environ.items() if not k.startswith("LIVECHECK_JUDGE_")}
+            env.setdefault("RUST_LOG", "info")
+            self.process = subprocess.Popen(
+                [str(self.binary), "--config", str(self.config_path)],
+                stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+            )
+            if self._wait_ready():
+                return
+            self.stop()
+        raise RuntimeError(f"livecheck-judge did not start:\n{self.log()[-4000:]}")
+
+    def _wait_ready(self, timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return False  # e.g. the port was taken in the meantime
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        return True
+            except OSError:
+                pass
+            time.sleep(0.02)
+        return False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.process.pid if self.process else None
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """SIGTERM to this process only (by its PID), then SIGKILL if it does not exit within 5 s."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+    def close(self) -> None:
+        self.stop()
         self._log.close()
