@@ -74,6 +74,16 @@ bench: wasm venv
 	$(PYTHON) benches/streaming.py
 	$(PYTHON) benches/judge_overhead.py
 
+# The demo: Envoy with the filter, the judge sidecar and a local model (SmolLM2-135M from a PyPI wheel,
+# served by llama-server built from the llama-cpp-python sdist into .cache/llama/) until Ctrl-C.
+.PHONY: run run-check
+run:
+	scripts/run-demo
+
+# The demo stack started, one refused and a few answered official-SDK calls through it, then stopped.
+run-check:
+	scripts/run-demo --smoke
+
 clean:
 	cargo clean
 	rm -rf $(VENV) $(TOOLS)
