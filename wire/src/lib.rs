@@ -74,6 +74,154 @@ pub struct JudgeVerdict {
     pub usage: Usage,
 }
 
+/// The path where the filter delivers a finished turn's report: every result its checks decided and
+/// the background checks drawn for it. The sidecar answers 2xx only once the report is stored; the
+/// filter keeps the report and sends it again until then, so delivery survives a sidecar outage, and the
+/// sidecar stores each result once (by `turn_id`, check name and attempt).
+pub const RESULTS_PATH: &str = "/v1/results";
+
+/// The path where the filter asks the sidecar to ask the model again (recovery).
+pub const RETRY_PATH: &str = "/v1/retry";
+
+/// The response header carrying the turn's id, on every turn the filter decides: the id to read the
+/// turn's results with (`GET /responses/{id}/checks`). The upstream's own response id (`msg_…`,
+/// `chatcmpl-…`, `resp_…`) reads them too, once the answer carried one.
+pub const TURN_ID_HEADER: &str = "x-core-response-id";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    Block,
+    Background,
+}
+
+/// A check's `alert`, carried with its results so the sidecar applies the rule the operator wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Alert {
+    /// Above 0, at most 1.
+    pub failure_rate: f64,
+    /// 1 to 1000.
+    pub over_last: u32,
+}
+
+/// One check's result on one answer of one turn. Never carries the text the check read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckResult {
+    pub name: String,
+    pub stage: Stage,
+    /// The check's kind as configured: `not_contains`, `matches_pattern`, `polite_tone`, …
+    pub kind: String,
+    pub mode: Mode,
+    /// Counts answers: 1 is the first, 2 the first answer asked for again. Input checks are 1.
+    pub attempt: u32,
+    pub outcome: Outcome,
+    /// Judged checks only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    /// A fixed sentence for a rule and for a check that could not decide; the judge's sentence for a
+    /// judged check.
+    pub reason: String,
+    /// Judged checks only: the model that judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_model: Option<String>,
+    /// An errored result its check's `on_error: "pass"` let through.
+    #[serde(default)]
+    pub passed_on_error: bool,
+    /// When it was decided, in milliseconds since the Unix epoch (the filter's clock).
+    pub created_at_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert: Option<Alert>,
+}
+
+/// A background check drawn for the turn: the sidecar judges it on its own time and stores the
+/// result (mode `background`, attempt 1) under the same turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackgroundCheck {
+    pub name: String,
+    pub judge: JudgeRequest,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert: Option<Alert>,
+}
+
+/// What the filter delivers after a turn (`POST /v1/results`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnReport {
+    /// The filter's id for the turn (`lc_` + 32 hex digits), also sent to the caller in
+    /// `x-core-response-id`.
+    pub turn_id: String,
+    /// The upstream's own response id, when an answer carried one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_id: Option<String>,
+    pub agent: String,
+    pub version: String,
+    /// The person the turn belongs to (the policy's person header), for erasure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub person: Option<String>,
+    /// Every result, in the order decided.
+    pub results: Vec<CheckResult>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub background: Vec<BackgroundCheck>,
+}
+
+/// The vendor API a turn speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    /// `POST /v1/messages`
+    AnthropicMessages,
+    /// `POST /v1/chat/completions`
+    ChatCompletions,
+    /// `POST /v1/responses`
+    Responses,
+}
+
+/// Ask the model again (`POST /v1/retry`). The turn's credentials and vendor headers
+/// (`authorization`, `x-api-key`, `anthropic-version`, `anthropic-beta`, `openai-organization`,
+/// `openai-project`) travel as the callout's own headers and are forwarded upstream. The rejected
+/// answer is never part of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryRequest {
+    pub api: Api,
+    /// The original request's `:authority`; the sidecar sends the retry only to an upstream its
+    /// config names for it.
+    pub authority: String,
+    /// The original request's `:path` (with any query).
+    pub path: String,
+    /// The original request body as the caller sent it (JSON text).
+    pub request: String,
+    /// The rules the answer broke: each check's description, else its expected text, else its name.
+    pub rules: Vec<String>,
+    /// The answer this retry asks for: 2 for the first retry.
+    pub attempt: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryOutcome {
+    /// The upstream answered 200 with a non-streamed answer: `body` holds it as sent.
+    Answered,
+    /// No usable answer: a timeout, a refused connection, a non-200, an unknown upstream.
+    Errored,
+}
+
+/// The sidecar's answer to a retry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryAnswer {
+    pub outcome: RetryOutcome,
+    /// The upstream's answer body (JSON text, the vendor's non-streamed shape) when answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// A fixed sentence saying why when errored; never upstream text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
