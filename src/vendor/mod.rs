@@ -15,9 +15,12 @@ mod chat;
 #[cfg(test)]
 mod fixtures;
 mod json;
+mod recovered;
 mod responses;
 
 use serde_json::Value;
+
+pub use recovered::{answer_usage, as_stream, stream_usage, with_usage, Usage};
 
 /// An API shape the filter checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
