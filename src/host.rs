@@ -45,14 +45,15 @@ pub trait Host {
     /// During a callout's answer: its `:status` (`None` for a reset).
     fn callout_status(&self) -> Option<u16>;
     fn callout_body(&self, size: usize) -> Option<Vec<u8>>;
-    /// Hands a background check to the VM's outbox; it leaves from the root context later.
-    fn queue_background(&mut self, job: crate::background::Job);
+    /// Hands a finished turn's report to the VM's outbox; it leaves from the root context later.
+    fn deliver(&mut self, job: crate::outbox::Job);
     /// Lets a held request (or response) go on, from outside its own callbacks.
     fn resume_request(&mut self);
     fn resume_response(&mut self);
     /// Never called with request or response text, keys or patterns.
     fn log(&mut self, level: LogLevel, message: &str);
-    fn now_unix_seconds(&self) -> u64;
+    /// The host's clock, in milliseconds since the Unix epoch.
+    fn now_unix_millis(&self) -> u64;
     fn random(&mut self) -> u64;
 }
 
@@ -88,7 +89,7 @@ pub mod fake {
         pub callouts: Vec<SentCallout>,
         pub callout_answer: Option<(Option<u16>, Vec<u8>)>,
         pub resumed: Vec<&'static str>,
-        pub background: Vec<crate::background::Job>,
+        pub delivered: Vec<crate::outbox::Job>,
     }
 
     impl FakeHost {
@@ -177,8 +178,8 @@ pub mod fake {
                 .as_ref()
                 .and_then(|(_, b)| b.get(..size).map(<[u8]>::to_vec))
         }
-        fn queue_background(&mut self, job: crate::background::Job) {
-            self.background.push(job);
+        fn deliver(&mut self, job: crate::outbox::Job) {
+            self.delivered.push(job);
         }
         fn resume_request(&mut self) {
             self.resumed.push("request");
@@ -192,8 +193,8 @@ pub mod fake {
         fn log(&mut self, level: LogLevel, message: &str) {
             self.logs.push((level, message.to_owned()));
         }
-        fn now_unix_seconds(&self) -> u64 {
-            1_790_000_000
+        fn now_unix_millis(&self) -> u64 {
+            1_790_000_000_000
         }
         fn random(&mut self) -> u64 {
             self.seed += 1;

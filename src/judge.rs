@@ -2,12 +2,12 @@
 //! and reading its verdict. The judging itself happens in the sidecar (`judge/`).
 
 use livecheck_wire::{
-    BackgroundJob, JudgeRequest, JudgeVerdict, Outcome as WireOutcome, Stage as WireStage,
-    BACKGROUND_PATH, JUDGE_PATH,
+    JudgeRequest, JudgeVerdict, Outcome as WireOutcome, Stage as WireStage, TurnReport, JUDGE_PATH,
+    RESULTS_PATH,
 };
 
-use crate::background::Job;
 use crate::config::{Check, Kind, Mode, Policy, Stage, Version};
+use crate::outbox::Job;
 use crate::verdict::Outcome;
 
 /// A callout to send: the sidecar's path and headers, and the JSON body.
@@ -54,51 +54,64 @@ pub fn callout(policy: &Policy, check: &Check, judged: &Judged<'_>) -> Option<Ca
     })
 }
 
-/// The turn's background checks to hand to the sidecar, each drawn with its `sample` rate.
-/// `draw` gives uniform random u64s.
-pub fn background_jobs(
+/// The turn's background checks, each drawn with its `sample` rate, with what the judge will read.
+/// `draw` gives uniform random u64s. A check without a judge model is not drawn.
+pub fn background_draws<'v>(
     policy: &Policy,
-    version: &Version,
+    version: &'v Version,
     judged: &Judged<'_>,
     draw: &mut dyn FnMut() -> u64,
-) -> Vec<Job> {
+) -> Vec<(&'v Check, JudgeRequest)> {
     version
         .checks
         .iter()
         .filter(|c| c.stage == judged.stage && c.mode == Mode::Background)
         .filter(|c| (draw() as f64) < c.sample * (u64::MAX as f64))
-        .filter_map(|c| {
-            let job = BackgroundJob {
-                agent: version.agent.clone(),
-                version: version.id.clone(),
-                check: c.name.clone(),
-                judge: judge_request(policy, c, judged)?,
-            };
-            Some(Job {
-                headers: headers(policy, BACKGROUND_PATH, judged),
-                body: serde_json::to_vec(&job).ok()?,
-            })
-        })
+        .filter_map(|c| Some((c, judge_request(policy, c, judged)?)))
         .collect()
 }
 
-fn headers(policy: &Policy, path: &str, judged: &Judged<'_>) -> Vec<(String, String)> {
-    let mut headers = vec![
+/// The callout that delivers a finished turn's report, with the turn's credentials for its
+/// background checks.
+pub fn report_job(
+    policy: &Policy,
+    report: &TurnReport,
+    credentials: &[(String, String)],
+) -> Option<Job> {
+    let mut headers = base_headers(policy, RESULTS_PATH);
+    headers.extend(credentials.iter().cloned());
+    Some(Job {
+        headers,
+        body: serde_json::to_vec(report).ok()?,
+    })
+}
+
+/// The judge model a check's callout names on this turn; `None` when it has none.
+pub fn judge_model(policy: &Policy, check: &Check, turn_model: Option<&str>) -> Option<String> {
+    match (&check.judge_model, turn_model) {
+        (Some(m), _) => Some(m.clone()),
+        (None, Some(m)) if !policy.router_models.iter().any(|r| r == m) => Some(m.to_owned()),
+        _ => None,
+    }
+}
+
+fn base_headers(policy: &Policy, path: &str) -> Vec<(String, String)> {
+    vec![
         (":method".to_owned(), "POST".to_owned()),
         (":path".to_owned(), path.to_owned()),
         (":authority".to_owned(), policy.judge_cluster.clone()),
         ("content-type".to_owned(), "application/json".to_owned()),
-    ];
+    ]
+}
+
+fn headers(policy: &Policy, path: &str, judged: &Judged<'_>) -> Vec<(String, String)> {
+    let mut headers = base_headers(policy, path);
     headers.extend(judged.credentials.iter().cloned());
     headers
 }
 
 fn judge_request(policy: &Policy, check: &Check, judged: &Judged<'_>) -> Option<JudgeRequest> {
-    let model = match (&check.judge_model, judged.turn_model) {
-        (Some(m), _) => m.clone(),
-        (None, Some(m)) if !policy.router_models.iter().any(|r| r == m) => m.to_owned(),
-        _ => return None,
-    };
+    let model = judge_model(policy, check, judged.turn_model)?;
     let rule = match &check.kind {
         Kind::CustomRule { rule } => Some(rule.clone()),
         _ => check.description.clone(),
@@ -119,19 +132,21 @@ fn judge_request(policy: &Policy, check: &Check, judged: &Judged<'_>) -> Option<
 /// The request headers that carry the turn's credentials.
 pub const CREDENTIAL_HEADERS: [&str; 2] = ["authorization", "x-api-key"];
 
-/// The judge's outcome from the callout's answer: anything but a 200 with a valid verdict (a
-/// timeout arrives as Envoy's 504, a reset as no status) could not decide.
-pub fn outcome(status: Option<u16>, body: &[u8]) -> Outcome {
+/// The judge's verdict from the callout's answer: anything but a 200 with a valid verdict (a
+/// timeout arrives as Envoy's 504, a reset as no status) could not decide (`None`).
+pub fn verdict(status: Option<u16>, body: &[u8]) -> Option<JudgeVerdict> {
     if status != Some(200) {
-        return Outcome::Errored;
+        return None;
     }
-    match serde_json::from_slice::<JudgeVerdict>(body) {
-        Ok(v) => match v.outcome {
-            WireOutcome::Passed => Outcome::Passed,
-            WireOutcome::Failed => Outcome::Failed,
-            WireOutcome::Errored => Outcome::Errored,
-        },
-        Err(_) => Outcome::Errored,
+    serde_json::from_slice::<JudgeVerdict>(body).ok()
+}
+
+/// The outcome a verdict (or its absence) gives.
+pub fn outcome(verdict: Option<&JudgeVerdict>) -> Outcome {
+    match verdict.map(|v| v.outcome) {
+        Some(WireOutcome::Passed) => Outcome::Passed,
+        Some(WireOutcome::Failed) => Outcome::Failed,
+        Some(WireOutcome::Errored) | None => Outcome::Errored,
     }
 }
 
@@ -206,31 +221,53 @@ mod tests {
             (n % 4) * (u64::MAX / 4)
         };
         let jobs: usize = (0..400)
-            .map(|_| background_jobs(&p, &v, &judged(Some("m"), &[]), &mut draw).len())
+            .map(|_| background_draws(&p, &v, &judged(Some("m"), &[]), &mut draw).len())
             .sum();
         assert_eq!(jobs, 100);
-        let job = &background_jobs(&p, &v, &judged(Some("m"), &[]), &mut || 0)[0];
+        let (check, judge) = &background_draws(&p, &v, &judged(Some("m"), &[]), &mut || 0)[0];
+        assert_eq!(check.name, "tone");
+        assert_eq!(judge.text, "It ships tomorrow.");
+    }
+
+    #[test]
+    fn a_report_goes_to_the_results_path_with_the_turns_key() {
+        let p = policy(r#"{"name": "tone", "stage": "output", "kind": "polite_tone"}"#);
+        let report = TurnReport {
+            turn_id: "lc_1".into(),
+            response_id: None,
+            agent: "a".into(),
+            version: "1".into(),
+            person: None,
+            results: vec![],
+            background: vec![],
+        };
+        let creds = vec![("authorization".to_owned(), "Bearer k".to_owned())];
+        let job = report_job(&p, &report, &creds).unwrap();
         assert!(job
             .headers
-            .contains(&(":path".into(), "/v1/background".into())));
-        let body: BackgroundJob = serde_json::from_slice(&job.body).unwrap();
-        assert_eq!((body.agent.as_str(), body.check.as_str()), ("a", "tone"));
-        assert_eq!(body.judge.text, "It ships tomorrow.");
+            .contains(&(":path".into(), "/v1/results".into())));
+        assert!(job
+            .headers
+            .contains(&("authorization".into(), "Bearer k".into())));
+        let back: TurnReport = serde_json::from_slice(&job.body).unwrap();
+        assert_eq!(back, report);
     }
 
     #[test]
     fn only_a_valid_verdict_in_a_200_decides() {
+        let decide = |status, body: &[u8]| outcome(verdict(status, body).as_ref());
         let passed = br#"{"outcome": "passed", "score": 0.9, "reason": "fine"}"#;
-        assert_eq!(outcome(Some(200), passed), Outcome::Passed);
+        assert_eq!(decide(Some(200), passed), Outcome::Passed);
+        assert_eq!(verdict(Some(200), passed).and_then(|v| v.score), Some(0.9));
         assert_eq!(
-            outcome(Some(200), br#"{"outcome": "failed", "reason": "rude"}"#),
+            decide(Some(200), br#"{"outcome": "failed", "reason": "rude"}"#),
             Outcome::Failed
         );
-        assert_eq!(outcome(Some(504), passed), Outcome::Errored);
-        assert_eq!(outcome(None, b""), Outcome::Errored);
-        assert_eq!(outcome(Some(200), b"garbage"), Outcome::Errored);
+        assert_eq!(decide(Some(504), passed), Outcome::Errored);
+        assert_eq!(decide(None, b""), Outcome::Errored);
+        assert_eq!(decide(Some(200), b"garbage"), Outcome::Errored);
         assert_eq!(
-            outcome(Some(200), br#"{"outcome": "maybe"}"#),
+            decide(Some(200), br#"{"outcome": "maybe"}"#),
             Outcome::Errored
         );
     }

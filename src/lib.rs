@@ -3,13 +3,14 @@
 //! The logic lives in plain Rust modules, tested natively and as wasm32-unknown-unknown; the
 //! proxy-wasm adapter (`proxy`, wasip1 builds only) is a thin layer over it.
 
-pub mod background;
 pub mod build_info;
 pub mod config;
 pub mod frame;
 pub mod host;
 pub mod judge;
+pub mod outbox;
 pub mod pattern;
+pub mod record;
 pub mod scan;
 pub mod sse;
 pub mod stop;

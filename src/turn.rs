@@ -11,14 +11,17 @@ use crate::config::{Policy, Stage, Version};
 use crate::frame::Frame;
 use crate::host::{Flow, Host, LogLevel};
 use crate::judge::{self, Judged};
+use crate::record::Record;
 use crate::stop::{self, Stop};
 use crate::stream::{CutWhy, Hold, Rewriter, Step};
 use crate::vendor::{self, Api, Ids, Request};
-use crate::verdict::{decide, CheckResult, Outcome, Reading, Verdict};
+use crate::verdict::{decide, CheckResult, Outcome, Reading};
 
 pub struct Turn {
     policy: Rc<Policy>,
     state: State,
+    /// What the turn's checks decided, reported to the sidecar when the turn ends.
+    record: Record,
 }
 
 enum State {
@@ -113,6 +116,18 @@ impl Turn {
         Self {
             policy,
             state: State::Bypass,
+            record: Record::default(),
+        }
+    }
+
+    /// The stream ended (Envoy's `on_log`): the turn's report goes to the outbox.
+    pub fn on_done(&mut self, host: &mut dyn Host) {
+        let record = std::mem::take(&mut self.record);
+        let credentials = record.credentials.clone();
+        if let Some(report) = record.report() {
+            if let Some(job) = judge::report_job(&self.policy, &report, &credentials) {
+                host.deliver(job);
+            }
         }
     }
 
@@ -123,6 +138,14 @@ impl Turn {
             self.state = State::Bypass;
             return Flow::Continue;
         };
+        self.record = Record::new(format!("lc_{:016x}{:016x}", host.random(), host.random()));
+        if let Some(header) = &self.policy.person_header {
+            self.record.person = host.request_header(header);
+        }
+        self.record.credentials = judge::CREDENTIAL_HEADERS
+            .iter()
+            .filter_map(|h| Some(((*h).to_owned(), host.request_header(h)?)))
+            .collect();
         let agent = host.request_header(&self.policy.agent_header);
         let version = host.request_header(&self.policy.version_header);
         let authority = host.request_header(":authority");
@@ -134,6 +157,7 @@ impl Turn {
                 Ok(v) => v,
                 Err(e) => return self.refuse_request(host, api, 400, &e.to_string()),
             };
+        self.record.runs(&version);
         if let Some(encoding) = host.request_header("content-encoding") {
             if !encoding.trim().eq_ignore_ascii_case("identity") {
                 return self.refuse_request(
@@ -195,10 +219,7 @@ impl Turn {
             },
             1,
         );
-        let credentials = judge::CREDENTIAL_HEADERS
-            .iter()
-            .filter_map(|h| Some(((*h).to_owned(), host.request_header(h)?)))
-            .collect();
+        let credentials = self.record.credentials.clone();
         let asked = Asked {
             api,
             version,
@@ -206,7 +227,7 @@ impl Turn {
             credentials,
         };
         if rules.stop.is_some() {
-            self.count(host, &asked.version, &rules);
+            record_decided(host, &mut self.record, &asked.version, &rules.results);
             return self.refuse_question(host, &asked, rules.stop.as_ref());
         }
         let text = asked.request.input_text.clone();
@@ -216,7 +237,7 @@ impl Turn {
 
     /// Sends every blocking judged check of `stage` to the judge, in parallel.
     fn ask_judge(
-        &self,
+        &mut self,
         host: &mut dyn Host,
         asked: Asked,
         stage: Stage,
@@ -244,7 +265,13 @@ impl Turn {
             turn_model: judging.asked.request.model.as_deref(),
             credentials: &judging.asked.credentials,
         };
-        let sent = dispatch_judged(host, &self.policy, &judging.asked.version, &read);
+        let sent = dispatch_judged(
+            host,
+            &self.policy,
+            &mut self.record,
+            &judging.asked.version,
+            &read,
+        );
         judging.pending = sent.pending;
         judging.judged = sent.judged;
         judging.text = text;
@@ -255,13 +282,16 @@ impl Turn {
     pub fn on_callout_response(&mut self, host: &mut dyn Host, token: u32, body_size: usize) {
         if let State::Streaming(s) = &mut self.state {
             let body = host.callout_body(body_size).unwrap_or_default();
-            let outcome = judge::outcome(host.callout_status(), &body);
+            let verdict = judge::verdict(host.callout_status(), &body);
             if let Some(judging) = &mut s.judging {
                 if let Some(at) = judging.pending.iter().position(|(t, _)| *t == token) {
                     let (_, check) = judging.pending.swap_remove(at);
-                    judging.judged.push((check, outcome));
+                    self.record.judged(check, 1, verdict.as_ref());
+                    judging
+                        .judged
+                        .push((check, judge::outcome(verdict.as_ref())));
                     let buffered = judging.kept.len();
-                    let _ = settle_stream(host, &self.policy, s, true, buffered);
+                    let _ = settle_stream(host, &self.policy, &mut self.record, s, true, buffered);
                     return;
                 }
             }
@@ -287,8 +317,11 @@ impl Turn {
         };
         let (_, check) = judging.pending.swap_remove(at);
         let body = host.callout_body(body_size).unwrap_or_default();
-        let outcome = judge::outcome(host.callout_status(), &body);
-        judging.judged.push((check, outcome));
+        let verdict = judge::verdict(host.callout_status(), &body);
+        self.record.judged(check, 1, verdict.as_ref());
+        judging
+            .judged
+            .push((check, judge::outcome(verdict.as_ref())));
         let _ = self.settle(host, judging, true);
     }
 
@@ -331,14 +364,7 @@ impl Turn {
             .filter(|r| !judging.pending.iter().any(|(_, c)| *c == r.check))
             .cloned()
             .collect();
-        count(
-            host,
-            &version,
-            &Verdict {
-                results: decided,
-                stop: None,
-            },
-        );
+        record_decided(host, &mut self.record, &version, &decided);
         let stop = stopping.and_then(|(i, o)| {
             let check = version.checks.get(*i)?;
             Some(Stop {
@@ -370,11 +396,11 @@ impl Turn {
                     )
                 });
                 // The answer's headers are still held: a local reply replaces the whole answer.
-                send_stop(host, &stop, reply.content_type, &reply.body)
+                send_stop(host, &self.record, &stop, reply.content_type, &reply.body)
             }
             (Stage::Output, None) => {
                 self.state = State::Done;
-                queue_background(host, &self.policy, &asked, &judging.text);
+                queue_background(host, &self.policy, &mut self.record, &asked, &judging.text);
                 resume(host, Stage::Output, resumed)
             }
         }
@@ -393,13 +419,14 @@ impl Turn {
             &asked.request,
             &ids,
         );
-        send_stop(host, stop, reply.content_type, &reply.body)
+        send_stop(host, &self.record, stop, reply.content_type, &reply.body)
     }
 
     pub fn on_response_headers(&mut self, host: &mut dyn Host, end_of_stream: bool) -> Flow {
         let State::AwaitingAnswer(_) = &self.state else {
             return Flow::Continue;
         };
+        host.set_response_header(livecheck_wire::TURN_ID_HEADER, Some(&self.record.turn_id));
         let State::AwaitingAnswer(asked) = std::mem::replace(&mut self.state, State::Done) else {
             return Flow::Continue;
         };
@@ -451,7 +478,14 @@ impl Turn {
         end_of_stream: bool,
     ) -> Flow {
         if let State::Streaming(streamed) = &mut self.state {
-            return stream_chunk(host, &self.policy, streamed, body_size, end_of_stream);
+            return stream_chunk(
+                host,
+                &self.policy,
+                &mut self.record,
+                streamed,
+                body_size,
+                end_of_stream,
+            );
         }
         if let State::Observing { copy, .. } = &mut self.state {
             let fits = copy.len().saturating_add(body_size) <= self.policy.max_body_bytes;
@@ -476,7 +510,7 @@ impl Turn {
                             .map(|a| a.text)
                     };
                     if let Some(text) = text {
-                        queue_background(host, &self.policy, &asked, &text);
+                        queue_background(host, &self.policy, &mut self.record, &asked, &text);
                     }
                 }
             }
@@ -558,7 +592,13 @@ impl Turn {
                     host.set_response_header(stop::HEADER, Some(&value));
                 }
                 host.set_response_header("content-encoding", None);
-                count_one(host, &streamed.asked.version, check, Outcome::Errored);
+                count_one(
+                    host,
+                    &mut self.record,
+                    &streamed.asked.version,
+                    check,
+                    Outcome::Errored,
+                );
             }
             let ids = fresh_ids(host);
             let mut request = streamed.asked.request.clone();
@@ -585,6 +625,9 @@ impl Turn {
         let answer = readable
             .then(|| vendor::parse_answer(asked.api, body).ok())
             .flatten();
+        if let Some(id) = answer.as_ref().and_then(|a| a.id.clone()) {
+            self.record.response_id = Some(id);
+        }
         let reply = &asked.version.blocked_reply;
         // A readable answer keeps its id, model and usage; one that could not be read is replaced
         // by a refusal in the shape the caller asked for.
@@ -628,10 +671,10 @@ impl Turn {
                 return self.settle(host, judging, false);
             }
         }
-        self.count(host, &asked.version, &rules);
+        record_decided(host, &mut self.record, &asked.version, &rules.results);
         let Some(stop) = rules.stop else {
             if let Some(answer) = answer.as_ref().filter(|a| !a.asks_for_tool) {
-                queue_background(host, &self.policy, &asked, &answer.text);
+                queue_background(host, &self.policy, &mut self.record, &asked, &answer.text);
             }
             return Flow::Continue;
         };
@@ -672,14 +715,17 @@ impl Turn {
             &format!("the request body is larger than this gateway reads ({limit} bytes)"),
         )
     }
-
-    fn count(&self, host: &mut dyn Host, version: &Version, verdict: &Verdict) {
-        count(host, version, verdict);
-    }
 }
 
-fn count(host: &mut dyn Host, version: &Version, verdict: &Verdict) {
-    for result in &verdict.results {
+/// Results decided now: counted as metrics and recorded for the turn's report.
+fn record_decided(
+    host: &mut dyn Host,
+    record: &mut Record,
+    version: &Version,
+    results: &[CheckResult],
+) {
+    record.decided(version, results, host.now_unix_millis());
+    for result in results {
         if let Some(check) = version.checks.get(result.check) {
             host.increment_counter(&format!(
                 "livecheck.{}.{}.{}",
@@ -695,6 +741,7 @@ fn count(host: &mut dyn Host, version: &Version, verdict: &Verdict) {
 fn stream_chunk(
     host: &mut dyn Host,
     policy: &Policy,
+    record: &mut Record,
     s: &mut Streamed,
     body_size: usize,
     end_of_stream: bool,
@@ -757,7 +804,7 @@ fn stream_chunk(
                 turn_model: s.asked.request.model.as_deref(),
                 credentials: &s.asked.credentials,
             };
-            let sent = dispatch_judged(host, policy, &s.asked.version, &read);
+            let sent = dispatch_judged(host, policy, record, &s.asked.version, &read);
             let judging = StreamJudging {
                 answer_text: round.answer_text,
                 rule_text: round.rule_text,
@@ -767,7 +814,7 @@ fn stream_chunk(
                 end_of_stream,
             };
             s.judging = Some(judging);
-            if let Some(flow) = settle_stream(host, policy, s, false, body_size) {
+            if let Some(flow) = settle_stream(host, policy, record, s, false, body_size) {
                 return flow;
             }
             let kept = s
@@ -778,20 +825,20 @@ fn stream_chunk(
             replace_chunk(host, body_size, &kept);
             return Flow::Pause;
         }
-        let released = close_round(host, s, &round.rule_text, &[], &[], &mut step);
+        let released = close_round(host, record, s, &round.rule_text, &[], &[], &mut step);
         if released && !round.asks_for_tool {
-            queue_background(host, policy, &s.asked, &round.answer_text);
+            queue_background(host, policy, record, &s.asked, &round.answer_text);
         }
     }
     let round_decided = s.round_decided;
-    let out = finish_step(host, s, step, end_of_stream);
+    let out = finish_step(host, record, s, step, end_of_stream);
     if end_of_stream && !s.cut && !round_decided {
         // Rules mode holds no answer text: the background checks read the kept copy.
         if let Some(copy) = s.copy.take() {
             let text =
                 crate::stream::answer_of(s.asked.api, &s.asked.version, &s.asked.request, &copy);
             if let Some(text) = text {
-                queue_background(host, policy, &s.asked, &text);
+                queue_background(host, policy, record, &s.asked, &text);
             }
         }
     }
@@ -812,6 +859,7 @@ struct Dispatched {
 fn dispatch_judged(
     host: &mut dyn Host,
     policy: &Policy,
+    record: &mut Record,
     version: &Version,
     read: &Judged<'_>,
 ) -> Dispatched {
@@ -820,6 +868,9 @@ fn dispatch_judged(
         let Some(check) = version.checks.get(i) else {
             continue;
         };
+        if let Some(model) = judge::judge_model(policy, check, read.turn_model) {
+            record.judge_model(i, 1, &model);
+        }
         let token = judge::callout(policy, check, read).and_then(|c| {
             let headers: Vec<(&str, &str)> = c
                 .headers
@@ -843,6 +894,7 @@ fn dispatch_judged(
 fn settle_stream(
     host: &mut dyn Host,
     policy: &Policy,
+    record: &mut Record,
     s: &mut Streamed,
     through_host: bool,
     buffered: usize,
@@ -865,6 +917,7 @@ fn settle_stream(
     let undecided: Vec<usize> = judging.pending.iter().map(|(_, c)| *c).collect();
     let released = close_round(
         host,
+        record,
         s,
         &judging.rule_text,
         &judging.judged,
@@ -872,7 +925,7 @@ fn settle_stream(
         &mut step,
     );
     if released {
-        queue_background(host, policy, &s.asked, &judging.answer_text);
+        queue_background(host, policy, record, &s.asked, &judging.answer_text);
     }
     let end_of_stream = judging.end_of_stream;
     if end_of_stream && step.cut.is_none() {
@@ -880,7 +933,7 @@ fn settle_stream(
         step.out.append(&mut last.out);
         step.cut = last.cut;
     }
-    let out = finish_step(host, s, step, end_of_stream);
+    let out = finish_step(host, record, s, step, end_of_stream);
     if through_host {
         replace_chunk(host, buffered, &out);
         host.resume_response();
@@ -894,6 +947,7 @@ fn settle_stream(
 /// released.
 fn close_round(
     host: &mut dyn Host,
+    record: &mut Record,
     s: &mut Streamed,
     rule_text: &str,
     judged: &[(usize, Outcome)],
@@ -913,20 +967,13 @@ fn close_round(
     );
     s.round_decided = true;
     // Checks still with the judge when another stopped the round never decided.
-    let results = verdict
+    let results: Vec<CheckResult> = verdict
         .results
         .iter()
         .filter(|r| !undecided.contains(&r.check))
         .cloned()
         .collect();
-    count(
-        host,
-        &s.asked.version,
-        &Verdict {
-            results,
-            stop: None,
-        },
-    );
+    record_decided(host, record, &s.asked.version, &results);
     let mut more = match verdict
         .stop
         .as_ref()
@@ -946,7 +993,13 @@ fn close_round(
 }
 
 /// What a step sends once cuts, the frame and the end of the upstream are accounted for.
-fn finish_step(host: &mut dyn Host, s: &mut Streamed, step: Step, end_of_stream: bool) -> Vec<u8> {
+fn finish_step(
+    host: &mut dyn Host,
+    record: &mut Record,
+    s: &mut Streamed,
+    step: Step,
+    end_of_stream: bool,
+) -> Vec<u8> {
     let mut out = step.out;
     if let Some(cut) = step.cut {
         if cut.why != CutWhy::Decided {
@@ -954,7 +1007,7 @@ fn finish_step(host: &mut dyn Host, s: &mut Streamed, step: Step, end_of_stream:
                 CutWhy::Unreadable => Outcome::Errored,
                 _ => Outcome::Failed,
             };
-            count_one(host, &s.asked.version, cut.check, outcome);
+            count_one(host, record, &s.asked.version, cut.check, outcome);
         }
         s.ended = true;
         s.cut = true;
@@ -970,13 +1023,13 @@ fn finish_step(host: &mut dyn Host, s: &mut Streamed, step: Step, end_of_stream:
                 out.clear();
             }
             out.append(&mut closing);
-            count_one(host, &s.asked.version, check, Outcome::Errored);
+            count_one(host, record, &s.asked.version, check, Outcome::Errored);
         }
         s.ended = true;
         s.cut = true;
     } else if end_of_stream && !s.round_decided {
         // Rules mode ended without a cut: every blocking output rule passed.
-        count_passed(host, &s.asked.version);
+        count_passed(host, record, &s.asked.version);
     }
     if s.ended || end_of_stream {
         s.ended = true;
@@ -1036,37 +1089,49 @@ fn stop_errored(version: &Version, check: usize) -> Stop {
     }
 }
 
-fn count_one(host: &mut dyn Host, version: &Version, check: usize, outcome: Outcome) {
-    count(
+fn count_one(
+    host: &mut dyn Host,
+    record: &mut Record,
+    version: &Version,
+    check: usize,
+    outcome: Outcome,
+) {
+    let passed_on_error =
+        outcome == Outcome::Errored && version.checks.get(check).is_some_and(|c| c.on_error_pass);
+    record_decided(
         host,
+        record,
         version,
-        &Verdict {
-            results: vec![CheckResult {
-                check,
-                outcome,
-                passed_on_error: false,
-                attempt: 1,
-            }],
-            stop: None,
-        },
+        &[CheckResult {
+            check,
+            outcome,
+            passed_on_error,
+            attempt: 1,
+        }],
     );
 }
 
 /// A stream that ended without a cut: every blocking output rule check passed.
-fn count_passed(host: &mut dyn Host, version: &Version) {
+fn count_passed(host: &mut dyn Host, record: &mut Record, version: &Version) {
     for (i, check) in version.checks.iter().enumerate() {
         if check.stage == Stage::Output
             && check.mode == crate::config::Mode::Block
             && check.kind.is_rule()
         {
-            count_one(host, version, i, Outcome::Passed);
+            count_one(host, record, version, i, Outcome::Passed);
         }
     }
 }
 
 /// A turn that completed normally: its background checks, drawn at their sample rates, go to
 /// the outbox. The turn itself is not touched.
-fn queue_background(host: &mut dyn Host, policy: &Policy, asked: &Asked, answer: &str) {
+fn queue_background(
+    host: &mut dyn Host,
+    policy: &Policy,
+    record: &mut Record,
+    asked: &Asked,
+    answer: &str,
+) {
     let read = Judged {
         stage: Stage::Output,
         text: answer,
@@ -1074,8 +1139,10 @@ fn queue_background(host: &mut dyn Host, policy: &Policy, asked: &Asked, answer:
         turn_model: asked.request.model.as_deref(),
         credentials: &asked.credentials,
     };
-    for job in judge::background_jobs(policy, &asked.version, &read, &mut || host.random()) {
-        host.queue_background(job);
+    for (check, judge) in
+        judge::background_draws(policy, &asked.version, &read, &mut || host.random())
+    {
+        record.background(check, judge);
     }
 }
 
@@ -1095,7 +1162,7 @@ fn resume(host: &mut dyn Host, stage: Stage, through_host: bool) -> Flow {
 fn fresh_ids(host: &mut dyn Host) -> Ids {
     Ids {
         token: format!("lc{:016x}{:08x}", host.random(), host.random() as u32),
-        created: host.now_unix_seconds(),
+        created: host.now_unix_millis() / 1_000,
     }
 }
 
@@ -1113,11 +1180,21 @@ fn has_blocking_output_checks(version: &Version) -> bool {
         .any(|c| c.stage == Stage::Output && c.mode == crate::config::Mode::Block)
 }
 
-fn send_stop(host: &mut dyn Host, stop: &Stop, content_type: &str, body: &[u8]) -> Flow {
+fn send_stop(
+    host: &mut dyn Host,
+    record: &Record,
+    stop: &Stop,
+    content_type: &str,
+    body: &[u8],
+) -> Flow {
     let header = stop.header_value().unwrap_or_default();
     host.send_local_reply(
         200,
-        &[("content-type", content_type), (stop::HEADER, &header)],
+        &[
+            ("content-type", content_type),
+            (stop::HEADER, &header),
+            (livecheck_wire::TURN_ID_HEADER, &record.turn_id),
+        ],
         body,
     );
     Flow::Pause

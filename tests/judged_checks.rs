@@ -345,17 +345,15 @@ fn a_background_check_is_handed_to_the_sidecar_after_the_turn_without_touching_i
         host.advance_time(std::time::Duration::from_millis(250));
         let callouts = host.pending_callouts();
         assert_eq!(callouts.len(), 1, "{vendor:?}");
-        assert_eq!(callouts[0].header(":path"), Some("/v1/background"));
+        assert_eq!(callouts[0].header(":path"), Some("/v1/results"));
         assert_eq!(callouts[0].header("authorization"), Some("Bearer sk-turn"));
-        let job = judge_request(&callouts[0]);
-        assert_eq!(
-            (job["agent"].as_str(), job["check"].as_str()),
-            (Some("a"), Some("tone"))
-        );
-        assert_eq!(job["judge"]["text"], CLEAN_ANSWER);
+        let report = judge_request(&callouts[0]);
+        assert_eq!(report["agent"], "a");
+        assert_eq!(report["background"][0]["name"], "tone");
+        assert_eq!(report["background"][0]["judge"]["text"], CLEAN_ANSWER);
         // An unreachable sidecar is counted, and changes nothing.
         host.fail_callout(callouts[0].token).unwrap();
-        assert_eq!(host.metric("livecheck.background.failed"), Some(1));
+        assert_eq!(host.metric("livecheck.reports.retried"), Some(1));
         assert!(!host.vm_failed());
     }
 }
@@ -393,11 +391,14 @@ fn a_streamed_answer_feeds_background_checks_once_it_completed() {
             let texts: Vec<String> = host
                 .pending_callouts()
                 .iter()
-                .map(|c| {
-                    judge_request(c)["judge"]["text"]
-                        .as_str()
-                        .unwrap()
-                        .to_owned()
+                .flat_map(|c| {
+                    let report = judge_request(c);
+                    report["background"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|b| b["judge"]["text"].as_str().unwrap().to_owned())
+                        .collect::<Vec<_>>()
                 })
                 .collect();
             assert_eq!(

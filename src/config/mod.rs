@@ -23,6 +23,7 @@ pub const DEFAULT_STREAM_FRAME_BYTES: usize = 4 * 1024 * 1024;
 pub const MIN_STREAM_FRAME_BYTES: usize = 64 * 1024;
 pub const DEFAULT_BLOCKED_REPLY: &str = "I can't help with that.";
 pub const DEFAULT_RECOVER_ATTEMPTS: u32 = 2;
+pub const DEFAULT_PERSON_HEADER: &str = "x-core-person";
 pub const DEFAULT_SAMPLE: f64 = 0.1;
 pub const DEFAULT_JUDGE_CLUSTER: &str = "livecheck-judge";
 pub const DEFAULT_JUDGE_TIMEOUT_MS: u64 = 10_000;
@@ -41,6 +42,8 @@ pub struct Policy {
     pub stream_frame_bytes: Option<usize>,
     pub judge_cluster: String,
     pub router_models: Vec<String>,
+    /// The request header naming the person a turn belongs to.
+    pub person_header: Option<String>,
     pub agents: HashMap<String, Agent>,
 }
 
@@ -340,6 +343,12 @@ impl Compiler<'_> {
             raw.version_header,
             DEFAULT_VERSION_HEADER,
         );
+        let person_header = Some(self.header_name(
+            &at,
+            "person_header",
+            raw.person_header,
+            DEFAULT_PERSON_HEADER,
+        ));
         let max_body_bytes = raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
         if max_body_bytes == 0 {
             self.errors
@@ -368,6 +377,7 @@ impl Compiler<'_> {
                 .judge_cluster
                 .unwrap_or_else(|| DEFAULT_JUDGE_CLUSTER.to_owned()),
             router_models: raw.router_models,
+            person_header,
             agents,
         })
     }

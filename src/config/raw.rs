@@ -18,6 +18,9 @@ pub struct RawPolicy {
     pub hosts: BTreeMap<String, String>,
     /// Largest request or answer body the filter reads (default 1 MiB); larger ones are refused.
     pub max_body_bytes: Option<usize>,
+    /// Request header naming the person a turn belongs to, recorded with its results so they can be
+    /// erased with that person (default `x-core-person`).
+    pub person_header: Option<String>,
     /// The Envoy cluster of the judge sidecar (default `livecheck-judge`).
     pub judge_cluster: Option<String>,
     /// Models that are routers: a judged check on a turn that runs one needs its own `judge_model`.

@@ -17,10 +17,10 @@ use std::rc::Rc;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel as SdkLevel};
 
-use crate::background::{Job, Outbox};
 use crate::build_info;
 use crate::config::Policy;
 use crate::host::{Flow, Host, LogLevel};
+use crate::outbox::{Job, Outbox};
 use crate::turn::Turn;
 
 proxy_wasm::main! {{
@@ -47,8 +47,10 @@ fn level(l: LogLevel) -> u32 {
 /// Counter ids by name, shared by every stream of the VM (Envoy defines each name once).
 type Counters = Rc<RefCell<HashMap<String, u32>>>;
 
-/// How often the root context sends waiting background checks.
+/// How often the root context sends waiting turn reports.
 const TICK_MS: u32 = 200;
+/// How long the sidecar has to store one report before it is sent again.
+const REPORT_TIMEOUT_MS: u64 = 5_000;
 
 struct Root {
     policy: Option<Rc<Policy>>,
@@ -70,16 +72,23 @@ impl Default for Root {
 }
 
 impl Context for Root {
-    /// The sidecar's answer to a background check: only whether it took it matters.
+    /// The sidecar's answer to a turn report: a 2xx means stored; anything else (no answer, a
+    /// reset, a 5xx) puts the report back in line.
     fn on_http_call_response(
         &mut self,
-        _token: u32,
+        token: u32,
         _headers: usize,
         _body: usize,
         _trailers: usize,
     ) {
-        if self.host.callout_status() != Some(202) {
-            self.host.increment_counter("livecheck.background.failed");
+        let stored = self
+            .host
+            .callout_status()
+            .is_some_and(|s| (200..300).contains(&s));
+        let now = self.host.now_unix_millis();
+        let known = self.host.outbox.borrow_mut().answered(token, stored, now);
+        if known && !stored {
+            self.host.increment_counter("livecheck.reports.retried");
         }
     }
 }
@@ -110,7 +119,7 @@ impl RootContext for Root {
                 if abi::set_tick_period_ms(TICK_MS).is_err() {
                     abi::log(
                         level(LogLevel::Warn),
-                        "livecheck: no timer: background checks cannot be sent",
+                        "livecheck: no timer: turn reports cannot be sent",
                     );
                 }
                 abi::log(
@@ -132,22 +141,31 @@ impl RootContext for Root {
         }
     }
 
-    /// Sends waiting background checks from the root context, so no stream's end can cancel them.
+    /// Sends waiting turn reports from the root context, so no stream's end can cancel them.
     fn on_tick(&mut self) {
         let Some(policy) = &self.policy else {
             return;
         };
-        let jobs = self.host.outbox.borrow_mut().take_batch();
-        for Job { headers, body } in jobs {
-            let headers: Vec<(&str, &str)> = headers
+        let now = self.host.now_unix_millis();
+        let jobs = self.host.outbox.borrow_mut().take_batch(now);
+        for job in jobs {
+            let headers: Vec<(&str, &str)> = job
+                .headers
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.as_str()))
                 .collect();
-            let sent = self
-                .host
-                .dispatch_callout(&policy.judge_cluster, &headers, &body, 5_000);
-            if sent.is_none() {
-                self.host.increment_counter("livecheck.background.failed");
+            let sent = self.host.dispatch_callout(
+                &policy.judge_cluster,
+                &headers,
+                &job.body,
+                REPORT_TIMEOUT_MS,
+            );
+            match sent {
+                Some(token) => self.host.outbox.borrow_mut().sent(token, job),
+                None => {
+                    self.host.increment_counter("livecheck.reports.retried");
+                    self.host.outbox.borrow_mut().unsent(job, now);
+                }
             }
         }
     }
@@ -220,6 +238,12 @@ impl HttpContext for Stream {
         self.turn.as_mut().map_or(Action::Continue, |turn| {
             action(turn.on_response_body(&mut self.host, body_size, end_of_stream))
         })
+    }
+
+    fn on_log(&mut self) {
+        if let Some(turn) = &mut self.turn {
+            turn.on_done(&mut self.host);
+        }
     }
 }
 
@@ -316,10 +340,10 @@ impl Host for WasmHost {
         abi::buffer(abi::HTTP_CALL_RESPONSE_BODY, 0, size).ok()
     }
 
-    fn queue_background(&mut self, job: Job) {
+    fn deliver(&mut self, job: Job) {
         let queued = self.outbox.borrow_mut().push(job);
         if !queued {
-            self.increment_counter("livecheck.background.dropped");
+            self.increment_counter("livecheck.reports.dropped");
         }
     }
 
@@ -354,8 +378,8 @@ impl Host for WasmHost {
         abi::log(level(level_), message);
     }
 
-    fn now_unix_seconds(&self) -> u64 {
-        abi::now_nanos().map_or(0, |n| n / 1_000_000_000)
+    fn now_unix_millis(&self) -> u64 {
+        abi::now_nanos().map_or(0, |n| n / 1_000_000)
     }
 
     fn random(&mut self) -> u64 {
