@@ -1,0 +1,223 @@
+//! `upstream-double`: a test double of a model vendor's OpenAI Chat Completions API, fast enough that
+//! load benchmarks measure the proxy in front of it and not the double. It is not a model: every answer
+//! is scripted. Binds 127.0.0.1 on a port the OS picks, prints the port on stdout, and exits when its
+//! standard input closes (so it never outlives the benchmark that started it).
+//!
+//! - Any POST: reads the whole request body, answers a fixed `chat.completion` (about 600 bytes). A
+//!   body containing `leak-the-codename` gets an answer that contains `project-bluebird`.
+//! - A POST with `x-bench-stream-tokens: N`: streams Chat Completions SSE chunks instead, N tokens of
+//!   text in events of `x-bench-event-chars` characters (default 4, about one token), `x-bench-group`
+//!   events per write (default 1) with `x-bench-pace-us` between writes (default 0). With
+//!   `x-bench-hold: 1` the closing events wait until the client goes away (at most 300 s), so a
+//!   benchmark can hold many answers open mid-stream.
+//! - `GET /__stats`: `{"requests": .., "streams": .., "body_bytes": .., "holding": ..}`: counted since
+//!   start; `holding` = streams that sent all their text and now wait for the client to go away.
+
+#[cfg(target_family = "wasm")]
+fn main() {}
+
+#[cfg(not(target_family = "wasm"))]
+fn main() -> std::process::ExitCode {
+    native::main()
+}
+
+#[cfg(not(target_family = "wasm"))]
+mod native {
+    use std::convert::Infallible;
+    use std::pin::Pin;
+    use std::process::ExitCode;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+
+    use axum::body::{to_bytes, Body};
+    use axum::extract::{Request, State};
+    use axum::http::{header, HeaderMap, StatusCode};
+    use axum::response::{IntoResponse, Response};
+    use axum::routing::{any, get};
+    use axum::Router;
+    use bytes::Bytes;
+    use http_body::Frame;
+    use tokio::io::AsyncReadExt;
+    use tokio::sync::mpsc;
+
+    const MAX_BODY: usize = 64 << 20;
+    const LEAK_MARKER: &[u8] = b"leak-the-codename";
+    const ANSWER: &str =
+        "Your order left our depot near the station this morning and should arrive \
+        within three to five days. The invoice lists two items, a lamp and a chair, both in stock. \
+        Please keep the receipt for returns, and ask again if anything is unclear.";
+    const WORDS: [&str; 16] = [
+        "the ", "order ", "ships ", "from ", "our ", "depot ", "near ", "station ", "and ",
+        "arrives ", "within ", "days ", "please ", "keep ", "receipt ", "thanks ",
+    ];
+
+    #[derive(Default)]
+    struct Counters {
+        requests: AtomicU64,
+        streams: AtomicU64,
+        body_bytes: AtomicU64,
+        holding: AtomicU64,
+    }
+
+    pub fn main() -> ExitCode {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("upstream-double: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        match runtime.block_on(serve()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("upstream-double: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+
+    async fn serve() -> std::io::Result<()> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        println!("{}", listener.local_addr()?.port());
+        let counters = Arc::new(Counters::default());
+        let app = Router::new()
+            .route("/__stats", get(stats))
+            .fallback(any(answer))
+            .with_state(counters);
+        let stdin_closed = async {
+            let mut sink = [0u8; 64];
+            let mut stdin = tokio::io::stdin();
+            while matches!(stdin.read(&mut sink).await, Ok(n) if n > 0) {}
+        };
+        axum::serve(listener, app)
+            .with_graceful_shutdown(stdin_closed)
+            .await
+    }
+
+    async fn stats(State(counters): State<Arc<Counters>>) -> Response {
+        let body = format!(
+            "{{\"requests\": {}, \"streams\": {}, \"body_bytes\": {}, \"holding\": {}}}",
+            counters.requests.load(Ordering::Relaxed),
+            counters.streams.load(Ordering::Relaxed),
+            counters.body_bytes.load(Ordering::Relaxed),
+            counters.holding.load(Ordering::Relaxed)
+        );
+        ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    }
+
+    fn header_u64(headers: &HeaderMap, name: &str, default: u64) -> u64 {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(default)
+    }
+
+    async fn answer(State(counters): State<Arc<Counters>>, request: Request) -> Response {
+        let headers = request.headers().clone();
+        let body = match to_bytes(request.into_body(), MAX_BODY).await {
+            Ok(b) => b,
+            Err(_) => return StatusCode::BAD_REQUEST.into_response(),
+        };
+        counters.requests.fetch_add(1, Ordering::Relaxed);
+        counters
+            .body_bytes
+            .fetch_add(body.len() as u64, Ordering::Relaxed);
+        if headers.contains_key("x-bench-stream-tokens") {
+            counters.streams.fetch_add(1, Ordering::Relaxed);
+            return stream(&headers, counters);
+        }
+        let leak =
+            body.len() < 1 << 16 && body.windows(LEAK_MARKER.len()).any(|w| w == LEAK_MARKER);
+        let text = if leak {
+            format!("{ANSWER} The internal name is project-bluebird.")
+        } else {
+            ANSWER.to_owned()
+        };
+        let json = format!(
+            "{{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion\",\"created\":1700000000,\
+             \"model\":\"gpt-4.1-mini\",\"choices\":[{{\"index\":0,\"message\":{{\"role\":\"assistant\",\
+             \"content\":\"{text}\"}},\"finish_reason\":\"stop\"}}],\"usage\":{{\"prompt_tokens\":900,\
+             \"completion_tokens\":60,\"total_tokens\":960}}}}"
+        );
+        ([(header::CONTENT_TYPE, "application/json")], json).into_response()
+    }
+
+    fn chunk_event(delta: &str, finish: Option<&str>) -> String {
+        let finish = finish.map_or("null".to_owned(), |f| format!("\"{f}\""));
+        format!(
+            "data: {{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\
+             \"model\":\"gpt-4.1-mini\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
+        )
+    }
+
+    /// The text of the streamed answer: ordinary lower-case words (nothing a bench rule matches).
+    fn text(chars: usize) -> String {
+        WORDS
+            .iter()
+            .cycle()
+            .flat_map(|w| w.chars())
+            .take(chars)
+            .collect()
+    }
+
+    fn stream(headers: &HeaderMap, counters: Arc<Counters>) -> Response {
+        let tokens = header_u64(headers, "x-bench-stream-tokens", 0);
+        let event_chars = header_u64(headers, "x-bench-event-chars", 4).max(1);
+        let group = header_u64(headers, "x-bench-group", 1).max(1);
+        let pace = Duration::from_micros(header_u64(headers, "x-bench-pace-us", 0));
+        let hold = header_u64(headers, "x-bench-hold", 0) == 1;
+        // A token is about 4 characters.
+        let all = text(usize::try_from(tokens.saturating_mul(4)).unwrap_or(usize::MAX));
+        let chars: Vec<char> = all.chars().collect();
+        let mut events = vec![chunk_event(r#"{"role":"assistant","content":""}"#, None)];
+        for piece in chars.chunks(usize::try_from(event_chars).unwrap_or(4)) {
+            let piece: String = piece.iter().collect();
+            events.push(chunk_event(&format!("{{\"content\":\"{piece}\"}}"), None));
+        }
+        let tail = chunk_event("{}", Some("stop")) + "data: [DONE]\n\n";
+        let (tx, rx) = mpsc::channel::<Bytes>(4);
+        tokio::spawn(async move {
+            let group = usize::try_from(group).unwrap_or(1);
+            for batch in events.chunks(group) {
+                if !pace.is_zero() {
+                    tokio::time::sleep(pace).await;
+                }
+                if tx.send(Bytes::from(batch.concat())).await.is_err() {
+                    return;
+                }
+            }
+            if hold {
+                counters.holding.fetch_add(1, Ordering::Relaxed);
+                let _ = tokio::time::timeout(Duration::from_secs(300), tx.closed()).await;
+                counters.holding.fetch_sub(1, Ordering::Relaxed);
+            }
+            let _ = tx.send(Bytes::from(tail)).await;
+        });
+        Response::builder()
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .header(header::CACHE_CONTROL, "no-cache")
+            .body(Body::new(ChannelBody(rx)))
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    }
+
+    /// A response body fed by a channel: each message goes out as one chunk (one write).
+    struct ChannelBody(mpsc::Receiver<Bytes>);
+
+    impl http_body::Body for ChannelBody {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            self.0.poll_recv(cx).map(|m| m.map(|b| Ok(Frame::data(b))))
+        }
+    }
+}
