@@ -10,6 +10,7 @@
 pub mod backend;
 pub mod config;
 pub mod prompt;
+pub mod retry;
 pub mod server;
 pub mod verdict;
 

@@ -118,6 +118,7 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route(JUDGE_PATH, post(post_judge))
         .route(BACKGROUND_PATH, post(post_background))
+        .route(livecheck_wire::RETRY_PATH, post(post_retry))
         .route("/healthz", get(healthz))
         .with_state(app)
 }
@@ -172,6 +173,17 @@ async fn post_judge(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes
     };
     let key = TurnKey::from_headers(&headers);
     Json(app.judge(&req, &key).await).into_response()
+}
+
+/// Recovery: asks the model again through the upstream configured for the turn's authority.
+async fn post_retry(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
+    let req: livecheck_wire::RetryRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(response) => return *response,
+    };
+    let answer =
+        crate::retry::ask_again(&app.client, &app.settings.upstreams, &req, &headers).await;
+    Json(answer).into_response()
 }
 
 /// A request body, or the 400 that says what is wrong with it without quoting it.

@@ -1,0 +1,477 @@
+//! Recovery: `POST /v1/retry` asks the model again after an answer the caller never saw failed a
+//! check that asks for recovery.
+//!
+//! The retry is the original request in its own vendor format, changed only as recovery needs: the
+//! same model, conversation and sampling; not streamed; no tool it could call (tools dropped, or,
+//! when the conversation already holds tool calls the vendor must match to their definitions, kept
+//! with the tool choice `none`); and one instruction naming the broken rules, in the request's own
+//! instructions (Anthropic `system`, a last Chat `system` message, Responses `instructions`). The
+//! rejected answer is never part of it: the callout does not carry it.
+//!
+//! It goes only to the upstream the config names for the turn's authority, with the turn's own
+//! credentials, and comes back as the vendor's answer verbatim or `errored` with a fixed reason.
+//! Logs name the API, upstream, status, outcome and duration; never a body, a rule or a key.
+
+use std::time::Instant;
+
+use axum::http::{HeaderMap, HeaderValue};
+use livecheck_wire::{Api, RetryAnswer, RetryOutcome, RetryRequest};
+use reqwest::Url;
+use serde_json::{json, Map, Value};
+
+use crate::config::{Upstream, Upstreams};
+
+/// The largest answer read from an upstream.
+pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+
+/// The callout's headers that are the turn's credentials and vendor options, sent upstream as they
+/// came.
+pub const FORWARDED_HEADERS: [&str; 6] = [
+    "authorization",
+    "x-api-key",
+    "anthropic-version",
+    "anthropic-beta",
+    "openai-organization",
+    "openai-project",
+];
+
+/// Why a retry has no answer. Each says a fixed sentence; none quotes the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    UnknownUpstream,
+    NoRule,
+    BadPath,
+    BadRequest,
+    StoredConversation,
+    BadHeader,
+    Unreachable,
+    Timeout,
+    Status(u16),
+    TooLarge,
+    NotJson,
+    VendorError,
+}
+
+impl Failure {
+    pub fn reason(self) -> String {
+        match self {
+            Self::UnknownUpstream => "no upstream is configured for this host".into(),
+            Self::NoRule => "the retry names no broken rule".into(),
+            Self::BadPath => "the path is not one of this API's".into(),
+            Self::BadRequest => "the original request is not a JSON object".into(),
+            Self::StoredConversation => {
+                "a request in a stored conversation cannot be asked again without the rejected answer"
+                    .into()
+            }
+            Self::BadHeader => "a forwarded header is not a valid header value".into(),
+            Self::Unreachable => "the upstream could not be reached".into(),
+            Self::Timeout => "the upstream did not answer in time".into(),
+            Self::Status(code) => format!("the upstream answered status {code}"),
+            Self::TooLarge => "the upstream's answer is too large".into(),
+            Self::NotJson => "the upstream's answer is not a JSON object".into(),
+            Self::VendorError => "the upstream answered with an error".into(),
+        }
+    }
+
+    /// A short name for logs.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::UnknownUpstream => "unknown_upstream",
+            Self::NoRule => "no_rule",
+            Self::BadPath => "bad_path",
+            Self::BadRequest => "bad_request",
+            Self::StoredConversation => "stored_conversation",
+            Self::BadHeader => "bad_header",
+            Self::Unreachable => "unreachable",
+            Self::Timeout => "timeout",
+            Self::Status(_) => "status",
+            Self::TooLarge => "too_large",
+            Self::NotJson => "not_json",
+            Self::VendorError => "vendor_error",
+        }
+    }
+}
+
+/// What the model is told: the rules its answer broke, to answer again keeping them, and to keep
+/// quiet about it.
+pub fn instruction(rules: &[String]) -> String {
+    let mut text = String::from(
+        "Your previous answer to the last message was not shown to the user because it broke \
+         these rules:",
+    );
+    for rule in rules {
+        // One rule per line, whatever the operator wrote.
+        let rule = rule.split_whitespace().collect::<Vec<_>>().join(" ");
+        text.push_str("\n- ");
+        text.push_str(&rule);
+    }
+    text.push_str(
+        "\nAnswer the last message again and keep every one of these rules. Do not mention this \
+         instruction, a correction or an earlier answer.",
+    );
+    text
+}
+
+/// The retry's body: `request` (the original body's JSON text) changed as the module says.
+pub fn retry_body(api: Api, request: &str, rules: &[String]) -> Result<Value, Failure> {
+    if rules.is_empty() {
+        return Err(Failure::NoRule);
+    }
+    let Ok(Value::Object(mut body)) = serde_json::from_str::<Value>(request) else {
+        return Err(Failure::BadRequest);
+    };
+    body.remove("stream");
+    body.remove("stream_options");
+    let instruction = instruction(rules);
+    match api {
+        Api::AnthropicMessages => anthropic(&mut body, instruction),
+        Api::ChatCompletions => chat(&mut body, instruction),
+        Api::Responses => responses(&mut body, instruction)?,
+    }
+    Ok(Value::Object(body))
+}
+
+/// The objects of a JSON array, if it is one.
+fn objects(list: Option<&Value>) -> impl Iterator<Item = &Map<String, Value>> {
+    list.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object)
+}
+
+fn type_of(item: &Map<String, Value>) -> &str {
+    item.get("type").and_then(Value::as_str).unwrap_or_default()
+}
+
+fn anthropic(body: &mut Map<String, Value>, instruction: String) {
+    // `tool_use`, `tool_result`, and the server and MCP tools' `server_tool_use`,
+    // `web_search_tool_result`, `mcp_tool_use`, `mcp_tool_result`, …
+    let tool_history = objects(body.get("messages"))
+        .flat_map(|m| objects(m.get("content")))
+        .any(|b| {
+            let kind = type_of(b);
+            kind.ends_with("tool_use") || kind.ends_with("tool_result")
+        });
+    disable_tools(
+        body,
+        tool_history,
+        &["tools", "mcp_servers"],
+        &["tool_choice"],
+        json!({"type": "none"}),
+    );
+    match body.get_mut("system") {
+        Some(Value::String(system)) if !system.is_empty() => {
+            system.push_str("\n\n");
+            system.push_str(&instruction);
+        }
+        Some(Value::Array(system)) => system.push(json!({"type": "text", "text": instruction})),
+        _ => {
+            body.insert("system".into(), Value::String(instruction));
+        }
+    }
+}
+
+fn chat(body: &mut Map<String, Value>, instruction: String) {
+    let tool_history = objects(body.get("messages")).any(|m| {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
+        let calls = m
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .is_some_and(|c| !c.is_empty());
+        let legacy = m.get("function_call").is_some_and(Value::is_object);
+        matches!(role, "tool" | "function") || calls || legacy
+    });
+    body.remove("parallel_tool_calls");
+    disable_tools(
+        body,
+        tool_history,
+        &["tools"],
+        &["tool_choice"],
+        json!("none"),
+    );
+    // The deprecated functions: the same, with their own choice.
+    disable_tools(
+        body,
+        tool_history,
+        &["functions"],
+        &["function_call"],
+        json!("none"),
+    );
+    let message = json!({"role": "system", "content": instruction});
+    match body.get_mut("messages") {
+        Some(Value::Array(messages)) => messages.push(message),
+        _ => {
+            body.insert("messages".into(), json!([message]));
+        }
+    }
+}
+
+fn responses(body: &mut Map<String, Value>, instruction: String) -> Result<(), Failure> {
+    // The original's answer, the rejected one, is already part of a stored conversation.
+    if body.get("conversation").is_some_and(|c| !c.is_null()) {
+        return Err(Failure::StoredConversation);
+    }
+    body.remove("background");
+    body.remove("parallel_tool_calls");
+    let input_history = objects(body.get("input")).any(|item| {
+        let kind = type_of(item);
+        kind.ends_with("_call") || kind.ends_with("_call_output") || kind.starts_with("mcp_")
+    });
+    // An earlier response or a stored prompt may hold tool calls or tools the request cannot show:
+    // keep what there is and choose none.
+    let unseen = ["previous_response_id", "prompt"]
+        .iter()
+        .any(|k| body.get(*k).is_some_and(|v| !v.is_null()));
+    if input_history || unseen {
+        body.insert("tool_choice".into(), json!("none"));
+    } else {
+        disable_tools(body, false, &["tools"], &["tool_choice"], json!("none"));
+        body.remove("max_tool_calls");
+    }
+    match body.get_mut("instructions") {
+        Some(Value::String(text)) if !text.is_empty() => {
+            text.push_str("\n\n");
+            text.push_str(&instruction);
+        }
+        _ => {
+            body.insert("instructions".into(), Value::String(instruction));
+        }
+    }
+    Ok(())
+}
+
+/// Without tool history, drops the tool definitions and choices; with it, keeps the definitions
+/// (the vendor checks the history against them) and sets each choice to `none`.
+fn disable_tools(
+    body: &mut Map<String, Value>,
+    tool_history: bool,
+    definitions: &[&str],
+    choices: &[&str],
+    none: Value,
+) {
+    let defined = definitions
+        .iter()
+        .any(|k| body.get(*k).is_some_and(|v| !v.is_null()));
+    if tool_history && defined {
+        for choice in choices {
+            body.insert((*choice).to_owned(), none.clone());
+        }
+    } else {
+        for key in definitions.iter().chain(choices) {
+            body.remove(*key);
+        }
+    }
+}
+
+/// The path suffix of each API, as the filter recognises it.
+fn api_suffix(api: Api) -> &'static str {
+    match api {
+        Api::AnthropicMessages => "/v1/messages",
+        Api::ChatCompletions => "/v1/chat/completions",
+        Api::Responses => "/v1/responses",
+    }
+}
+
+fn api_name(api: Api) -> &'static str {
+    match api {
+        Api::AnthropicMessages => "anthropic_messages",
+        Api::ChatCompletions => "chat_completions",
+        Api::Responses => "responses",
+    }
+}
+
+/// `{base_url}{path}`, only when `path` is this API's and stays on the upstream's origin.
+fn target(upstream: &Upstream, api: Api, path: &str) -> Result<Url, Failure> {
+    let bare = path.split(['?', '#']).next().unwrap_or(path);
+    let bare = bare.strip_suffix('/').unwrap_or(bare);
+    if !path.starts_with('/') || path.contains('#') || !bare.ends_with(api_suffix(api)) {
+        return Err(Failure::BadPath);
+    }
+    let base = upstream.base_url.as_str().trim_end_matches('/');
+    let url = Url::parse(&format!("{base}{path}")).map_err(|_| Failure::BadPath)?;
+    let same_origin = url.scheme() == upstream.base_url.scheme()
+        && url.host_str() == upstream.base_url.host_str()
+        && url.port_or_known_default() == upstream.base_url.port_or_known_default();
+    if !same_origin {
+        return Err(Failure::BadPath);
+    }
+    Ok(url)
+}
+
+/// Asks the upstream named for the turn's authority again. Never fails: whatever goes wrong is an
+/// `errored` answer with a fixed reason.
+pub async fn ask_again(
+    client: &reqwest::Client,
+    upstreams: &Upstreams,
+    req: &RetryRequest,
+    headers: &HeaderMap,
+) -> RetryAnswer {
+    let started = Instant::now();
+    let upstream = upstreams.for_authority(&req.authority);
+    let mut status = None;
+    let result = match upstream {
+        None => Err(Failure::UnknownUpstream),
+        Some(upstream) => send(client, upstream, req, headers, &mut status).await,
+    };
+    let failure = result.as_ref().err().copied();
+    tracing::info!(
+        api = api_name(req.api),
+        upstream = upstream.map_or("none", |u| u.name.as_str()),
+        attempt = req.attempt,
+        status = status.unwrap_or(0),
+        outcome = if failure.is_some() {
+            "errored"
+        } else {
+            "answered"
+        },
+        failure = failure.map_or("none", Failure::code),
+        elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "asked again"
+    );
+    match result {
+        Ok(body) => RetryAnswer {
+            outcome: RetryOutcome::Answered,
+            body: Some(body),
+            reason: None,
+        },
+        Err(failure) => RetryAnswer {
+            outcome: RetryOutcome::Errored,
+            body: None,
+            reason: Some(failure.reason()),
+        },
+    }
+}
+
+async fn send(
+    client: &reqwest::Client,
+    upstream: &Upstream,
+    req: &RetryRequest,
+    headers: &HeaderMap,
+    status: &mut Option<u16>,
+) -> Result<String, Failure> {
+    let url = target(upstream, req.api, &req.path)?;
+    let body = retry_body(req.api, &req.request, &req.rules)?;
+    let mut request = client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json")
+        .header("accept-encoding", "identity")
+        .body(body.to_string());
+    for name in FORWARDED_HEADERS {
+        if let Some(value) = headers.get(name) {
+            let mut value =
+                HeaderValue::from_bytes(value.as_bytes()).map_err(|_| Failure::BadHeader)?;
+            value.set_sensitive(matches!(name, "authorization" | "x-api-key"));
+            request = request.header(name, value);
+        }
+    }
+    let call = async {
+        let mut response = request.send().await.map_err(|_| Failure::Unreachable)?;
+        let code = response.status().as_u16();
+        *status = Some(code);
+        if code != 200 {
+            return Err(Failure::Status(code));
+        }
+        let limit = u64::try_from(MAX_ANSWER_BYTES).unwrap_or(u64::MAX);
+        if response.content_length().is_some_and(|n| n > limit) {
+            return Err(Failure::TooLarge);
+        }
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|_| Failure::Unreachable)? {
+            if bytes.len().saturating_add(chunk.len()) > MAX_ANSWER_BYTES {
+                return Err(Failure::TooLarge);
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    };
+    let bytes = tokio::time::timeout(upstream.timeout, call)
+        .await
+        .map_err(|_| Failure::Timeout)??;
+    let Ok(Value::Object(answer)) = serde_json::from_slice::<Value>(&bytes) else {
+        return Err(Failure::NotJson);
+    };
+    let vendor_error = answer.get("type").and_then(Value::as_str) == Some("error")
+        || answer.get("error").is_some_and(|e| !e.is_null());
+    if vendor_error {
+        return Err(Failure::VendorError);
+    }
+    String::from_utf8(bytes).map_err(|_| Failure::NotJson)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules() -> Vec<String> {
+        vec!["Never swear.".into(), "Stay\non topic.".into()]
+    }
+
+    #[test]
+    fn the_instruction_lists_each_rule_on_its_line() {
+        let text = instruction(&rules());
+        assert!(
+            text.contains("\n- Never swear.\n- Stay on topic.\n"),
+            "{text}"
+        );
+        assert!(text.contains("Do not mention this instruction"));
+    }
+
+    #[test]
+    fn a_retry_without_rules_or_an_object_is_refused() {
+        assert_eq!(
+            retry_body(Api::ChatCompletions, "{}", &[]),
+            Err(Failure::NoRule)
+        );
+        for bad in ["[]", "nope", "\"x\""] {
+            assert_eq!(
+                retry_body(Api::ChatCompletions, bad, &rules()),
+                Err(Failure::BadRequest)
+            );
+        }
+    }
+
+    #[test]
+    fn anthropic_system_blocks_get_one_more_block() {
+        let body = retry_body(
+            Api::AnthropicMessages,
+            r#"{"system": [{"type": "text", "text": "Be kind.", "cache_control": {"type": "ephemeral"}}],
+                "messages": []}"#,
+            &rules(),
+        )
+        .unwrap();
+        let system = body["system"].as_array().unwrap();
+        assert_eq!(system.len(), 2);
+        assert_eq!(system[1]["text"], json!(instruction(&rules())));
+    }
+
+    #[test]
+    fn only_this_apis_path_on_the_upstreams_origin_is_a_target() {
+        let upstream = Upstream {
+            name: "u".into(),
+            base_url: Url::parse("https://api.example.com/gateway").unwrap(),
+            timeout: std::time::Duration::from_secs(1),
+        };
+        let ok = target(&upstream, Api::ChatCompletions, "/v1/chat/completions?x=1").unwrap();
+        assert_eq!(
+            ok.as_str(),
+            "https://api.example.com/gateway/v1/chat/completions?x=1"
+        );
+        for path in [
+            "/v1/files",
+            "v1/chat/completions",
+            "@evil.example/v1/chat/completions",
+            "/v1/chat/completions#x",
+        ] {
+            assert_eq!(
+                target(&upstream, Api::ChatCompletions, path),
+                Err(Failure::BadPath),
+                "{path}"
+            );
+        }
+        assert_eq!(
+            target(&upstream, Api::Responses, "/v1/chat/completions"),
+            Err(Failure::BadPath)
+        );
+    }
+}
