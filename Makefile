@@ -14,7 +14,7 @@ WBG_RUNNER  := $(TOOLS)/bin/wasm-bindgen-test-runner
 
 export LIVECHECK_WASM_DIR := $(abspath $(WASM_DIR))
 
-.PHONY: test bench toolchain wasm fmt-check clippy native-tests wasm-unit envoy-validate e2e venv clean
+.PHONY: test bench toolchain wasm fmt-check clippy native-tests postgres-tools wasm-unit envoy-validate e2e venv clean
 
 test: fmt-check clippy native-tests wasm-unit envoy-validate e2e
 	@echo "make test: all green"
@@ -38,9 +38,16 @@ wasm: toolchain
 	cargo build --release --locked --target wasm32-wasip1 -p livecheck -p fidelity-filter --lib
 	touch $(WASM_DIR)/livecheck.wasm $(WASM_DIR)/fidelity_filter.wasm
 
-# Unit tests, harness tests and the harness side of the fidelity suite, against the fresh .wasm.
-native-tests: wasm
-	cargo nextest run --workspace --locked --no-fail-fast
+# Unit tests, harness tests and the harness side of the fidelity suite, against the fresh .wasm; the
+# sidecar's results tests run on SQLite and on a throwaway PostgreSQL server started (and always stopped)
+# around the run by judge/tests/postgres.sh, which passes its URL as LIVECHECK_TEST_POSTGRES_URL.
+native-tests: wasm postgres-tools
+	judge/tests/postgres.sh run cargo nextest run --workspace --locked --no-fail-fast
+
+# PostgreSQL's server binaries (initdb, pg_ctl) for those tests, installed only when missing.
+postgres-tools:
+	@if command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
+	else apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; fi
 
 # The pure logic's unit tests again, compiled to wasm32-unknown-unknown and run under Node.
 $(WBG_RUNNER): Cargo.lock

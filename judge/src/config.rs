@@ -37,6 +37,52 @@ struct RawConfig {
     backends: Vec<RawBackend>,
     #[serde(default)]
     upstreams: Vec<RawUpstream>,
+    store: Option<RawStore>,
+    api: Option<RawApi>,
+    alerts: Option<RawAlerts>,
+    #[serde(default)]
+    webhooks: Vec<RawWebhook>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    url: Option<String>,
+    url_env: Option<String>,
+    retention_days: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApi {
+    token_env: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlerts {
+    slack_webhook_url_env: Option<String>,
+    smtp: Option<RawSmtp>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSmtp {
+    host: String,
+    port: Option<u16>,
+    from: String,
+    #[serde(default)]
+    to: Vec<String>,
+    tls: Option<SmtpTls>,
+    username: Option<String>,
+    password_env: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWebhook {
+    url: String,
+    secret_env: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -94,6 +140,109 @@ pub struct Settings {
     pub models: ModelTable,
     /// Where recovery asks the model again (`[[upstreams]]`).
     pub upstreams: Upstreams,
+    pub store: StoreSettings,
+    /// The operator token of the results API (`[api] token_env`); without one the API answers 503.
+    pub api_token: Option<Secret>,
+    pub alerts: AlertSettings,
+    pub webhooks: Vec<Webhook>,
+    /// Intervals and retry delays of the background workers: not in the config file, tests shorten them.
+    pub timing: Timing,
+}
+
+/// A value read from an env var that must never be printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<secret>")
+    }
+}
+
+/// Where results are stored.
+#[derive(Debug, Clone)]
+pub struct StoreSettings {
+    /// `sqlite://…` (an absolute path, created on start) or `postgres://…`; may carry a password.
+    pub url: Secret,
+    pub retention: Duration,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AlertSettings {
+    /// A Slack incoming webhook URL (`[alerts] slack_webhook_url_env`).
+    pub slack_webhook_url: Option<Secret>,
+    pub smtp: Option<SmtpSettings>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SmtpTls {
+    /// Plain connection upgraded with STARTTLS (port 587); the default.
+    Starttls,
+    /// TLS from the first byte (port 465).
+    Tls,
+    /// No TLS at all: only for a relay on loopback.
+    None,
+}
+
+#[derive(Debug, Clone)]
+pub struct SmtpSettings {
+    pub host: String,
+    pub port: u16,
+    pub tls: SmtpTls,
+    pub from: String,
+    pub to: Vec<String>,
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+}
+
+/// A webhook receiver of `response.check_failed` events.
+#[derive(Debug, Clone)]
+pub struct Webhook {
+    pub url: Url,
+    /// Standard Webhooks style: `whsec_<base64>` is the base64 key, anything else the key's bytes.
+    pub secret: Secret,
+}
+
+#[derive(Debug, Clone)]
+pub struct Timing {
+    /// How often the retention sweep runs (also once at start).
+    pub sweep_every: Duration,
+    /// The first retry delay of an event delivery; doubled each attempt, capped at `event_retry_max`.
+    pub event_retry_base: Duration,
+    pub event_retry_max: Duration,
+    /// Delivery attempts of one event before it is dropped (logged).
+    pub event_attempts: u32,
+    /// How often the outbox and the pending background checks are looked at without a wake-up.
+    pub poll_every: Duration,
+    /// Delivery attempts of one alert notification, and the delay between them.
+    pub alert_attempts: u32,
+    pub alert_retry: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            sweep_every: Duration::from_secs(3600),
+            // 10 s, 20 s, … capped at 15 min: 12 attempts span a little over an hour.
+            event_retry_base: Duration::from_secs(10),
+            event_retry_max: Duration::from_secs(900),
+            event_attempts: 12,
+            poll_every: Duration::from_secs(5),
+            alert_attempts: 4,
+            alert_retry: Duration::from_secs(30),
+        }
+    }
 }
 
 /// Judge model name → backend: an exact name wins, else the longest matching prefix.
@@ -141,37 +290,50 @@ impl Settings {
         let is_json = path
             .extension()
             .is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
-        if is_json {
-            Self::from_json(&text, env).map_err(|e| prefixed(e, &shown.to_string()))
+        // A relative SQLite path is beside the config file.
+        let base = path.parent().unwrap_or(Path::new(""));
+        let raw = if is_json {
+            parse_json(&text)
         } else {
-            Self::from_toml(&text, env).map_err(|e| prefixed(e, &shown.to_string()))
-        }
+            parse_toml(&text)
+        };
+        raw.and_then(|raw| compile(raw, env, base))
+            .map_err(|e| prefixed(e, &shown.to_string()))
     }
 
+    /// A relative SQLite path is taken from the working directory.
     pub fn from_toml(
         text: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let raw: RawConfig = toml::from_str(text)
-            .map_err(|e| one(format!("not a valid config: {}", e.message().trim())))?;
-        compile(raw, env)
+        compile(parse_toml(text)?, env, Path::new(""))
     }
 
     pub fn from_json(
         text: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let raw: RawConfig =
-            serde_json::from_str(text).map_err(|e| one(format!("not a valid config: {e}")))?;
-        compile(raw, env)
+        compile(parse_json(text)?, env, Path::new(""))
     }
+}
+
+fn parse_toml(text: &str) -> Result<RawConfig, ConfigError> {
+    toml::from_str(text).map_err(|e| one(format!("not a valid config: {}", e.message().trim())))
+}
+
+fn parse_json(text: &str) -> Result<RawConfig, ConfigError> {
+    serde_json::from_str(text).map_err(|e| one(format!("not a valid config: {e}")))
 }
 
 fn prefixed(err: ConfigError, path: &str) -> ConfigError {
     ConfigError(err.0.into_iter().map(|p| format!("{path}: {p}")).collect())
 }
 
-fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
+fn compile(
+    raw: RawConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+    base: &Path,
+) -> Result<Settings, ConfigError> {
     let mut problems = Vec::new();
 
     let listen_text = env(LISTEN_ENV)
@@ -214,14 +376,29 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Setti
 
     let models = compile_backends(raw.backends, env, &mut problems);
     let upstreams = compile_upstreams(raw.upstreams, &mut problems);
+    let store = compile_store(raw.store.unwrap_or_default(), env, base, &mut problems);
+    let api_token = raw.api.and_then(|api| {
+        let var = api.token_env?;
+        secret_from(env, &var, "api: token_env", &mut problems)
+    });
+    let alerts = raw
+        .alerts
+        .map(|a| compile_alerts(a, env, &mut problems))
+        .unwrap_or_default();
+    let webhooks = compile_webhooks(raw.webhooks, env, &mut problems);
 
-    match listen {
-        Some(listen) if problems.is_empty() => Ok(Settings {
+    match (listen, store) {
+        (Some(listen), Some(store)) if problems.is_empty() => Ok(Settings {
             listen,
             timeout: Duration::from_millis(timeout_ms),
             max_concurrent,
             models,
             upstreams,
+            store,
+            api_token,
+            alerts,
+            webhooks,
+            timing: Timing::default(),
         }),
         _ => Err(ConfigError(problems)),
     }
@@ -326,6 +503,192 @@ fn compile_backends(
         .prefixes
         .sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
     table
+}
+
+/// The SQLite file used when the config names no store, beside the config file.
+pub const DEFAULT_SQLITE_FILE: &str = "livecheck-judge.sqlite";
+const DEFAULT_RETENTION_DAYS: u32 = 30;
+const MAX_RETENTION_DAYS: u32 = 3650;
+
+/// An env var's value, or a problem naming the setting and the variable (never the value).
+fn secret_from(
+    env: &dyn Fn(&str) -> Option<String>,
+    var: &str,
+    at: &str,
+    problems: &mut Vec<String>,
+) -> Option<Secret> {
+    match env(var) {
+        Some(value) if !value.trim().is_empty() => Some(Secret(value.trim().to_owned())),
+        _ => {
+            problems.push(format!("{at} names {var}, which is not set"));
+            None
+        }
+    }
+}
+
+fn compile_store(
+    raw: RawStore,
+    env: &dyn Fn(&str) -> Option<String>,
+    base: &Path,
+    problems: &mut Vec<String>,
+) -> Option<StoreSettings> {
+    let retention_days = raw.retention_days.unwrap_or(DEFAULT_RETENTION_DAYS);
+    if !(1..=MAX_RETENTION_DAYS).contains(&retention_days) {
+        problems.push(format!(
+            "store: retention_days must be between 1 and {MAX_RETENTION_DAYS}, not {retention_days}"
+        ));
+    }
+    let url = match (raw.url, raw.url_env) {
+        (Some(_), Some(_)) => {
+            problems.push("store: give url or url_env, not both".to_owned());
+            return None;
+        }
+        (None, Some(var)) => secret_from(env, &var, "store: url_env", problems)?.0,
+        (Some(url), None) => {
+            if url.starts_with("postgres") && has_password(&url) {
+                problems.push(
+                    "store: url carries a password; put the URL in an env var named by url_env"
+                        .to_owned(),
+                );
+                return None;
+            }
+            url
+        }
+        (None, None) => format!("sqlite://{DEFAULT_SQLITE_FILE}"),
+    };
+    let url = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        url
+    } else if let Some(path) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+    {
+        let path = path.split('?').next().unwrap_or_default();
+        if path.is_empty() || path == ":memory:" {
+            problems.push("store: a sqlite url needs a file path".to_owned());
+            return None;
+        }
+        let path = base.join(path);
+        let path = if path.is_absolute() {
+            path
+        } else {
+            std::env::current_dir().unwrap_or_default().join(path)
+        };
+        format!("sqlite://{}", path.display())
+    } else {
+        problems.push("store: url must start with sqlite:// or postgres://".to_owned());
+        return None;
+    };
+    Some(StoreSettings {
+        url: Secret(url),
+        retention: Duration::from_secs(u64::from(retention_days) * 86_400),
+    })
+}
+
+fn has_password(url: &str) -> bool {
+    Url::parse(url).is_ok_and(|u| u.password().is_some())
+}
+
+fn compile_alerts(
+    raw: RawAlerts,
+    env: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<String>,
+) -> AlertSettings {
+    let slack_webhook_url = raw.slack_webhook_url_env.and_then(|var| {
+        let url = secret_from(env, &var, "alerts: slack_webhook_url_env", problems)?;
+        match Url::parse(url.expose()) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => Some(url),
+            _ => {
+                problems.push(format!("alerts: {var} does not hold an http(s) URL"));
+                None
+            }
+        }
+    });
+    let smtp = raw.smtp.and_then(|smtp| {
+        let tls = smtp.tls.unwrap_or(SmtpTls::Starttls);
+        let loopback = smtp.host == "localhost"
+            || smtp
+                .host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        let mut ok = true;
+        if smtp.host.trim().is_empty() {
+            problems.push("alerts.smtp: host is empty".to_owned());
+            ok = false;
+        }
+        if tls == SmtpTls::None && !loopback {
+            problems.push(
+                "alerts.smtp: tls = \"none\" is only allowed for a relay on loopback".to_owned(),
+            );
+            ok = false;
+        }
+        if !smtp.from.contains('@') {
+            problems.push("alerts.smtp: from is not a mail address".to_owned());
+            ok = false;
+        }
+        if smtp.to.is_empty() {
+            problems.push("alerts.smtp: to lists no address".to_owned());
+            ok = false;
+        }
+        for (i, to) in smtp.to.iter().enumerate() {
+            if !to.contains('@') {
+                problems.push(format!("alerts.smtp: to[{i}] is not a mail address"));
+                ok = false;
+            }
+        }
+        let password = match (&smtp.username, smtp.password_env) {
+            (Some(_), Some(var)) => secret_from(env, &var, "alerts.smtp: password_env", problems),
+            (None, None) => None,
+            _ => {
+                problems.push("alerts.smtp: username and password_env go together".to_owned());
+                ok = false;
+                None
+            }
+        };
+        ok.then(|| SmtpSettings {
+            port: smtp.port.unwrap_or(match tls {
+                SmtpTls::Starttls => 587,
+                SmtpTls::Tls => 465,
+                SmtpTls::None => 25,
+            }),
+            host: smtp.host,
+            tls,
+            from: smtp.from,
+            to: smtp.to,
+            username: smtp.username,
+            password,
+        })
+    });
+    AlertSettings {
+        slack_webhook_url,
+        smtp,
+    }
+}
+
+fn compile_webhooks(
+    raw: Vec<RawWebhook>,
+    env: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<String>,
+) -> Vec<Webhook> {
+    let mut hooks: Vec<Webhook> = Vec::new();
+    for (i, w) in raw.into_iter().enumerate() {
+        let at = format!("webhooks[{i}]");
+        let url = match Url::parse(&w.url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => Some(u),
+            _ => {
+                problems.push(format!("{at}: url {:?} is not an http(s) URL", w.url));
+                None
+            }
+        };
+        let secret = secret_from(env, &w.secret_env, &format!("{at}: secret_env"), problems);
+        if let (Some(url), Some(secret)) = (url, secret) {
+            if hooks.iter().any(|h| h.url == url) {
+                problems.push(format!("{at}: url {:?} is listed twice", w.url));
+                continue;
+            }
+            hooks.push(Webhook { url, secret });
+        }
+    }
+    hooks
 }
 
 fn endpoint(base_url: &str, api: Api) -> Result<Url, &'static str> {
@@ -648,6 +1011,105 @@ mod tests {
     fn no_backends_is_an_error() {
         let err = Settings::from_toml("", &no_env).unwrap_err();
         assert!(err.to_string().contains("backends: none configured"));
+    }
+
+    #[test]
+    fn the_results_settings_are_read_from_env_vars_by_name() {
+        const ALL: &str = r#"
+            [[backends]]
+            api = "openai"
+            base_url = "http://h"
+            models = ["*"]
+            [store]
+            url_env = "DB_URL"
+            retention_days = 7
+            [api]
+            token_env = "API_TOKEN"
+            [alerts]
+            slack_webhook_url_env = "SLACK_URL"
+            [alerts.smtp]
+            host = "127.0.0.1"
+            tls = "none"
+            from = "lc@example.com"
+            to = ["ops@example.com"]
+            [[webhooks]]
+            url = "https://hooks.example.com/lc"
+            secret_env = "HOOK_SECRET"
+        "#;
+        let env = |var: &str| {
+            match var {
+                "DB_URL" => Some("postgres://u:pw-9z@db/lc"),
+                "API_TOKEN" => Some("tok-9z"),
+                "SLACK_URL" => Some("https://hooks.slack.com/services/T/B/x9z"),
+                "HOOK_SECRET" => Some("whsec-9z"),
+                _ => None,
+            }
+            .map(str::to_owned)
+        };
+        let s = Settings::from_toml(ALL, &env).unwrap();
+        assert_eq!(s.store.url.expose(), "postgres://u:pw-9z@db/lc");
+        assert_eq!(s.store.retention, Duration::from_secs(7 * 86_400));
+        assert_eq!(s.api_token.as_ref().unwrap().expose(), "tok-9z");
+        let smtp = s.alerts.smtp.as_ref().unwrap();
+        assert_eq!((smtp.port, smtp.tls), (25, SmtpTls::None));
+        assert_eq!(s.webhooks.len(), 1);
+        assert!(
+            !format!("{s:?}").contains("9z"),
+            "no secret in a debug dump"
+        );
+    }
+
+    #[test]
+    fn the_default_store_is_a_sqlite_file_beside_the_config() {
+        let dir = std::env::temp_dir().join(format!("lc-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("judge.toml");
+        std::fs::write(&path, TWO).unwrap();
+        let s = Settings::load(&path, &no_env).unwrap();
+        assert_eq!(
+            s.store.url.expose(),
+            format!("sqlite://{}", dir.join(DEFAULT_SQLITE_FILE).display())
+        );
+        assert_eq!(s.store.retention, Duration::from_secs(30 * 86_400));
+        assert!(s.api_token.is_none() && s.webhooks.is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_results_problem_is_listed() {
+        let bad = format!(
+            "{TWO}\n{}",
+            r#"
+            [store]
+            url = "postgres://u:secret@db/lc"
+            retention_days = 0
+            [api]
+            token_env = "NO_TOKEN"
+            [alerts.smtp]
+            host = "smtp.example.com"
+            tls = "none"
+            from = "nobody"
+            to = []
+            [[webhooks]]
+            url = "ftp://h"
+            secret_env = "NO_SECRET"
+            "#
+        );
+        let err = Settings::from_toml(&bad, &no_env).unwrap_err();
+        let all = err.to_string();
+        for needle in [
+            "store: retention_days must be between 1",
+            "store: url carries a password",
+            "api: token_env names NO_TOKEN, which is not set",
+            "alerts.smtp: tls = \"none\" is only allowed for a relay on loopback",
+            "alerts.smtp: from is not a mail address",
+            "alerts.smtp: to lists no address",
+            "webhooks[0]: url \"ftp://h\" is not an http(s) URL",
+            "webhooks[0]: secret_env names NO_SECRET, which is not set",
+        ] {
+            assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+        }
+        assert!(!all.contains("secret@"), "{all}");
     }
 
     #[test]

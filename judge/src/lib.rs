@@ -3,16 +3,27 @@
 //! the check's `judge_model`, through an OpenAI-compatible or an Anthropic backend, with the turn's own
 //! key, and answers `passed`, `failed` or `errored`. It never answers `passed` without a verdict.
 //!
+//! It also keeps the results: the filter reports each finished turn (`POST /v1/results`); results,
+//! pending background checks, alert state and the event outbox live in SQLite or PostgreSQL
+//! ([`store`]); operators read them through [`api`]; [`alerts`] and [`events`] tell people and
+//! systems when checks fail.
+//!
 //! Native only: on wasm targets this crate compiles to nothing.
 
 #![cfg(not(target_family = "wasm"))]
 
+pub mod alerts;
+pub mod api;
 pub mod backend;
 pub mod config;
+pub mod events;
+pub mod ids;
+pub mod pending;
 pub mod prompt;
 pub mod retry;
 pub mod server;
+pub mod store;
 pub mod verdict;
 
 pub use config::{ConfigError, Settings};
-pub use server::{router, serve, App};
+pub use server::{router, serve, App, StartError};

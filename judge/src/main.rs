@@ -13,6 +13,7 @@ fn main() -> std::process::ExitCode {
 mod native {
     use std::path::PathBuf;
     use std::process::ExitCode;
+    use std::sync::Arc;
 
     use livecheck_judge::config::CONFIG_ENV;
     use livecheck_judge::{serve, App, Settings};
@@ -85,7 +86,7 @@ mod native {
 
     async fn run(settings: Settings) -> Result<(), String> {
         let listen = settings.listen;
-        let app = App::new(settings).map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let app = App::start(settings).await.map_err(|e| e.to_string())?;
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
@@ -100,9 +101,10 @@ mod native {
             max_concurrent = app.settings().max_concurrent,
             "livecheck-judge listening"
         );
-        serve(listener, app, shutdown_signal())
+        serve(listener, Arc::clone(&app), shutdown_signal())
             .await
             .map_err(|e| format!("server failed: {e}"))?;
+        app.stop();
         tracing::info!("livecheck-judge stopped");
         Ok(())
     }

@@ -1,10 +1,12 @@
-//! The HTTP side: `POST /v1/judge`, `POST /v1/background` and `GET /healthz`.
+//! The HTTP side: `POST /v1/judge`, `POST /v1/background`, `GET /healthz`, and the results routes
+//! of [`crate::api`]; the running service's state and its background workers.
 //!
 //! Logs name the stage, kind, judge model, backend, outcome, failure and token counts of each call;
 //! never a judged text, a rule, a reason, a body or a key.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -18,13 +20,15 @@ use livecheck_wire::{
 };
 use serde_json::json;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::time::timeout_at;
 
 use crate::backend::{self, TurnKey};
 use crate::config::Settings;
 use crate::prompt::{self, Kind};
+use crate::store::{self, Store};
 use crate::verdict::{Failure, Reply};
+use crate::{api, events, ids, pending};
 
 /// The running service's state, shared by every request.
 pub struct App {
@@ -34,13 +38,58 @@ pub struct App {
     /// Background checks accepted and not yet judged: bounded, so a flood is refused (503), never
     /// queued without end.
     background: Arc<Semaphore>,
+    /// The results store; `None` for a judge-only app ([`App::new`]).
+    store: Option<Store>,
+    /// The turn's key of each pending background check, by (turn id, check name): memory only.
+    keys: Mutex<HashMap<(String, String), TurnKey>>,
+    events_wake: Notify,
+    pending_wake: Notify,
+    stop: watch::Sender<bool>,
 }
+
+/// Why the service could not start.
+#[derive(Debug)]
+pub enum StartError {
+    Client(reqwest::Error),
+    Store(store::StoreError),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Client(e) => write!(f, "cannot build the HTTP client: {e}"),
+            // A database error's message can quote values: name the kind only.
+            Self::Store(e) => write!(f, "cannot open the results store: {}", store::error_kind(e)),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
 
 /// Background checks one sidecar holds at most, per permit of judge concurrency.
 const BACKGROUND_PER_PERMIT: usize = 8;
 
 impl App {
+    /// A judge-only app: `POST /v1/judge` and `/v1/background`; the results routes answer 503.
     pub fn new(settings: Settings) -> Result<Arc<Self>, reqwest::Error> {
+        Self::build(settings, None)
+    }
+
+    /// The whole service: opens the results store (migrating it), then starts the workers that
+    /// judge pending background checks, deliver events and sweep old results (once now, then
+    /// every `timing.sweep_every`). [`App::stop`] ends them.
+    pub async fn start(settings: Settings) -> Result<Arc<Self>, StartError> {
+        let store = Store::open(settings.store.url.expose())
+            .await
+            .map_err(StartError::Store)?;
+        let app = Self::build(settings, Some(store)).map_err(StartError::Client)?;
+        tokio::spawn(pending::judge_loop(Arc::clone(&app)));
+        tokio::spawn(events::deliver_loop(Arc::clone(&app)));
+        tokio::spawn(sweep_loop(Arc::clone(&app)));
+        Ok(app)
+    }
+
+    fn build(settings: Settings, store: Option<Store>) -> Result<Arc<Self>, reqwest::Error> {
         let client = reqwest::Client::builder()
             .user_agent(concat!("livecheck-judge/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(settings.timeout)
@@ -57,11 +106,71 @@ impl App {
             )),
             settings,
             client,
+            store,
+            keys: Mutex::default(),
+            events_wake: Notify::new(),
+            pending_wake: Notify::new(),
+            stop: watch::Sender::new(false),
         }))
     }
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    pub fn store(&self) -> Option<&Store> {
+        self.store.as_ref()
+    }
+
+    /// Stops the background workers (the HTTP server stops with its own shutdown signal).
+    pub fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    pub(crate) fn stopped(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    pub(crate) fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
+    pub(crate) fn events_wake(&self) -> &Notify {
+        &self.events_wake
+    }
+
+    pub(crate) fn pending_wake(&self) -> &Notify {
+        &self.pending_wake
+    }
+
+    pub(crate) fn webhook_urls(&self) -> Vec<String> {
+        self.settings
+            .webhooks
+            .iter()
+            .map(|w| w.url.to_string())
+            .collect()
+    }
+
+    pub(crate) fn remember_turn_key(&self, turn_id: &str, check: &str, key: TurnKey) {
+        self.keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((turn_id.to_owned(), check.to_owned()), key);
+    }
+
+    pub(crate) fn forget_turn_key(&self, turn_id: &str, check: &str) {
+        self.keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&(turn_id.to_owned(), check.to_owned()));
+    }
+
+    pub(crate) fn turn_key(&self, turn_id: &str, check: &str) -> Option<TurnKey> {
+        self.keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(turn_id.to_owned(), check.to_owned()))
+            .cloned()
     }
 
     /// Decides one judged check. Never fails: whatever goes wrong is an `errored` verdict.
@@ -120,7 +229,29 @@ pub fn router(app: Arc<App>) -> Router {
         .route(BACKGROUND_PATH, post(post_background))
         .route(livecheck_wire::RETRY_PATH, post(post_retry))
         .route("/healthz", get(healthz))
+        .merge(api::routes())
         .with_state(app)
+}
+
+/// Deletes turns older than the retention, at start and then periodically, until the app stops.
+async fn sweep_loop(app: Arc<App>) {
+    let Some(store) = app.store().cloned() else {
+        return;
+    };
+    let mut stop = app.stopped();
+    loop {
+        let retention =
+            i64::try_from(app.settings().store.retention.as_millis()).unwrap_or(i64::MAX);
+        match store.sweep(ids::now_ms().saturating_sub(retention)).await {
+            Ok(0) => {}
+            Ok(turns) => tracing::info!(turns, "retention: deleted old turns and their results"),
+            Err(e) => tracing::warn!(error = store::error_kind(&e), "retention sweep failed"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(app.settings().timing.sweep_every) => {}
+            _ = stop.changed() => return,
+        }
+    }
 }
 
 /// Serves until `shutdown` completes, then finishes the requests in flight.

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod doubles;
+pub mod results;
 
 use std::sync::Arc;
 

@@ -1,0 +1,450 @@
+//! The results side of the HTTP service.
+//!
+//! - `POST /v1/results` (from the filter, on loopback, no token): one turn's report, stored in one
+//!   transaction; `200 {"stored": n}` only after the commit, `503` when the store is down. The filter
+//!   sends a report again until it gets a 2xx: a result already stored is not stored, evented or
+//!   alerted again.
+//! - With the operator token (`Authorization: Bearer …`, `[api] token_env`):
+//!   `GET /responses/{id}/checks`, `GET /agents/{id}/checks/summary`, `DELETE /people/{person}/checks`.
+//!
+//! Errors are `{"error": "…"}` and never quote the request.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use livecheck_wire::{Alert, TurnReport, RESULTS_PATH};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::alerts;
+use crate::backend::TurnKey;
+use crate::ids;
+use crate::server::App;
+use crate::store::{self, Store};
+
+const DEFAULT_LIMIT: i64 = 20;
+const MAX_LIMIT: i64 = 100;
+const DEFAULT_SINCE_DAYS: i64 = 7;
+const MAX_SINCE_DAYS: i64 = 90;
+const DAY_MS: i64 = 86_400_000;
+
+pub fn routes() -> Router<Arc<App>> {
+    Router::new()
+        .route(RESULTS_PATH, post(post_results))
+        .route("/responses/{id}/checks", get(get_checks))
+        .route("/agents/{id}/checks/summary", get(get_summary))
+        .route("/people/{person}/checks", delete(delete_person))
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({ "error": message }))).into_response()
+}
+
+fn store_down(e: &store::StoreError, what: &'static str) -> Response {
+    tracing::warn!(
+        error = store::error_kind(e),
+        what,
+        "results store unavailable"
+    );
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the results store is unavailable",
+    )
+}
+
+fn no_store() -> Response {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "this sidecar runs without a results store",
+    )
+}
+
+async fn post_results(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(store) = app.store().cloned() else {
+        return no_store();
+    };
+    let report: TurnReport = match parse_report(&body) {
+        Ok(r) => r,
+        Err(problem) => {
+            tracing::warn!(problem = %problem, "bad turn report");
+            return error(StatusCode::BAD_REQUEST, &problem);
+        }
+    };
+    if let Err(problem) = validate(&report) {
+        tracing::warn!(problem = %problem, "bad turn report");
+        return error(StatusCode::BAD_REQUEST, &problem);
+    }
+    // The key is in memory before the pending checks are visible to the judging loop.
+    let key = TurnKey::from_headers(&headers);
+    for check in &report.background {
+        app.remember_turn_key(&report.turn_id, &check.name, key.clone());
+    }
+    let ingested = match store
+        .ingest(&report, &app.webhook_urls(), ids::now_ms())
+        .await
+    {
+        Ok(i) => i,
+        Err(e) => {
+            for check in &report.background {
+                app.forget_turn_key(&report.turn_id, &check.name);
+            }
+            return store_down(&e, "storing a turn report");
+        }
+    };
+    for check in &report.background {
+        if !ingested.pending.contains(&check.name) {
+            app.forget_turn_key(&report.turn_id, &check.name);
+        }
+    }
+    tracing::info!(
+        agent = %report.agent,
+        version = %report.version,
+        results = report.results.len(),
+        stored = ingested.stored,
+        events = ingested.events,
+        pending = ingested.pending.len(),
+        "turn report stored"
+    );
+    if ingested.events > 0 {
+        app.events_wake().notify_one();
+    }
+    if !ingested.pending.is_empty() {
+        app.pending_wake().notify_one();
+    }
+    if !ingested.alerts.is_empty() {
+        alerts::evaluate(&app, &store, ingested.alerts).await;
+    }
+    Json(json!({ "stored": ingested.stored })).into_response()
+}
+
+/// The report, or a short problem naming the field; never quoting the body.
+fn parse_report(body: &[u8]) -> Result<TurnReport, String> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let mut segments: Vec<String> = Vec::new();
+        for segment in e.path().iter() {
+            match segment {
+                serde_path_to_error::Segment::Seq { index } => segments.push(format!("[{index}]")),
+                serde_path_to_error::Segment::Map { key } => segments.push(format!(".{key}")),
+                // A variant is the body's text.
+                serde_path_to_error::Segment::Enum { .. }
+                | serde_path_to_error::Segment::Unknown => {}
+            }
+        }
+        let inner = e.into_inner();
+        let what = match inner.classify() {
+            serde_json::error::Category::Syntax => "is not valid JSON".to_owned(),
+            serde_json::error::Category::Eof => "is cut short".to_owned(),
+            serde_json::error::Category::Io => "cannot be read".to_owned(),
+            serde_json::error::Category::Data => {
+                let message = inner.to_string();
+                // Our own field names are safe to repeat; the body's are not.
+                match message
+                    .strip_prefix("missing field `")
+                    .and_then(|rest| rest.split('`').next())
+                {
+                    Some(field) => format!("misses the field {field}"),
+                    None if message.starts_with("unknown field") => {
+                        // The path ends in the unknown key itself: the body's text.
+                        segments.pop();
+                        "has an unknown field".to_owned()
+                    }
+                    None if message.starts_with("unknown variant") => {
+                        "has an unknown value".to_owned()
+                    }
+                    None => "has a value of the wrong type".to_owned(),
+                }
+            }
+        };
+        let path = segments.concat();
+        let at = match path.strip_prefix('.') {
+            Some(p) => p.to_owned(),
+            None if path.is_empty() => "the report".to_owned(),
+            None => path,
+        };
+        format!("{at}: {what}")
+    })
+}
+
+fn text_field(at: &str, value: &str, max: usize) -> Result<(), String> {
+    if value.trim().is_empty() {
+        return Err(format!("{at}: must not be empty"));
+    }
+    if value.chars().count() > max || value.chars().any(char::is_control) {
+        return Err(format!(
+            "{at}: must be at most {max} characters without control characters"
+        ));
+    }
+    Ok(())
+}
+
+fn alert_field(at: &str, alert: Option<Alert>) -> Result<(), String> {
+    match alert {
+        Some(a) if !(a.failure_rate > 0.0 && a.failure_rate <= 1.0) => Err(format!(
+            "{at}.alert.failure_rate: must be above 0 and at most 1"
+        )),
+        Some(a) if !(1..=1000).contains(&a.over_last) => {
+            Err(format!("{at}.alert.over_last: must be from 1 to 1000"))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn validate(report: &TurnReport) -> Result<(), String> {
+    text_field("turn_id", &report.turn_id, 128)?;
+    if let Some(id) = &report.response_id {
+        text_field("response_id", id, 256)?;
+    }
+    text_field("agent", &report.agent, 200)?;
+    text_field("version", &report.version, 200)?;
+    if let Some(person) = &report.person {
+        text_field("person", person, 256)?;
+    }
+    if report.results.len() > 1000 {
+        return Err("results: at most 1000 per turn".to_owned());
+    }
+    if report.background.len() > 100 {
+        return Err("background: at most 100 per turn".to_owned());
+    }
+    for (i, r) in report.results.iter().enumerate() {
+        let at = format!("results[{i}]");
+        text_field(&format!("{at}.name"), &r.name, 200)?;
+        text_field(&format!("{at}.kind"), &r.kind, 64)?;
+        if !(1..=10).contains(&r.attempt) {
+            return Err(format!("{at}.attempt: must be from 1 to 10"));
+        }
+        if r.score.is_some_and(|s| !(0.0..=1.0).contains(&s)) {
+            return Err(format!("{at}.score: must be from 0 to 1"));
+        }
+        if r.reason.chars().count() > 4000 {
+            return Err(format!("{at}.reason: must be at most 4000 characters"));
+        }
+        if let Some(model) = &r.judge_model {
+            text_field(&format!("{at}.judge_model"), model, 200)?;
+        }
+        if i64::try_from(r.created_at_ms).is_err() {
+            return Err(format!("{at}.created_at_ms: out of range"));
+        }
+        alert_field(&at, r.alert)?;
+    }
+    for (i, b) in report.background.iter().enumerate() {
+        let at = format!("background[{i}]");
+        text_field(&format!("{at}.name"), &b.name, 200)?;
+        text_field(&format!("{at}.judge.kind"), &b.judge.kind, 64)?;
+        text_field(
+            &format!("{at}.judge.judge_model"),
+            &b.judge.judge_model,
+            200,
+        )?;
+        alert_field(&at, b.alert)?;
+    }
+    Ok(())
+}
+
+/// The operator token check: 503 when none is configured (never an open API), 401 without the
+/// right one. Compares digests in constant time, so neither content nor length leaks.
+fn authorize(app: &App, headers: &HeaderMap) -> Result<Store, Box<Response>> {
+    let Some(token) = &app.settings().api_token else {
+        return Err(Box::new(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no operator token configured",
+        )));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim())
+        .unwrap_or_default();
+    let expected = Sha256::digest(token.expose().as_bytes());
+    let got = Sha256::digest(given.as_bytes());
+    if !bool::from(expected.ct_eq(&got)) {
+        return Err(Box::new(
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                Json(json!({"error": "a valid operator token is needed"})),
+            )
+                .into_response(),
+        ));
+    }
+    app.store().cloned().ok_or_else(|| Box::new(no_store()))
+}
+
+type Params = Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>;
+
+fn params(query: Params) -> Result<HashMap<String, String>, Box<Response>> {
+    query.map(|Query(q)| q).map_err(|_| {
+        Box::new(error(
+            StatusCode::BAD_REQUEST,
+            "the query string is not valid",
+        ))
+    })
+}
+
+fn cursor_encode(seq: i64) -> String {
+    URL_SAFE_NO_PAD.encode(format!("s{seq}"))
+}
+
+fn cursor_decode(cursor: &str) -> Option<i64> {
+    let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
+    let text = std::str::from_utf8(&bytes).ok()?;
+    text.strip_prefix('s')?.parse().ok().filter(|n| *n >= 0)
+}
+
+async fn get_checks(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    query: Params,
+) -> Response {
+    let (store, query) = match authorize(&app, &headers).and_then(|s| Ok((s, params(query)?))) {
+        Ok(both) => both,
+        Err(r) => return *r,
+    };
+    let limit = match query.get("limit").map(|l| l.parse::<i64>()) {
+        None => DEFAULT_LIMIT,
+        Some(Ok(n)) if (1..=MAX_LIMIT).contains(&n) => n,
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "limit must be a whole number from 1 to 100",
+            )
+        }
+    };
+    let after = match query.get("cursor").filter(|c| !c.is_empty()) {
+        None => 0,
+        Some(c) => match cursor_decode(c) {
+            Some(seq) => seq,
+            None => return error(StatusCode::BAD_REQUEST, "cursor is not one this API gave"),
+        },
+    };
+    let turn = match store.find_turn(&id).await {
+        Ok(Some(t)) => t,
+        Ok(None) => return error(StatusCode::NOT_FOUND, "no stored turn has this id"),
+        Err(e) => return store_down(&e, "reading a turn"),
+    };
+    let mut rows = match store.results_page(&turn.turn_id, after, limit + 1).await {
+        Ok(rows) => rows,
+        Err(e) => return store_down(&e, "reading a turn's results"),
+    };
+    let more = i64::try_from(rows.len()).unwrap_or(i64::MAX) > limit;
+    rows.truncate(usize::try_from(limit).unwrap_or(0));
+    let next_cursor = match rows.last() {
+        Some(last) if more => Value::String(cursor_encode(last.seq)),
+        _ => Value::Null,
+    };
+    let items: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            json!({
+                "object": "response.check",
+                "id": r.id,
+                "response_id": turn.public_id(),
+                "name": r.name,
+                "stage": r.stage,
+                "kind": r.kind,
+                "mode": r.mode,
+                "attempt": r.attempt,
+                "outcome": r.outcome,
+                "score": r.score,
+                "reason": r.reason,
+                "judge_model": r.judge_model,
+                "passed_on_error": r.passed_on_error,
+                "created_at": ids::rfc3339(r.created_at_ms),
+            })
+        })
+        .collect();
+    Json(json!({ "items": items, "next_cursor": next_cursor })).into_response()
+}
+
+async fn get_summary(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(agent): Path<String>,
+    query: Params,
+) -> Response {
+    let (store, query) = match authorize(&app, &headers).and_then(|s| Ok((s, params(query)?))) {
+        Ok(both) => both,
+        Err(r) => return *r,
+    };
+    let now = ids::now_ms();
+    let since = match query.get("since") {
+        None => (now - DEFAULT_SINCE_DAYS * DAY_MS).div_euclid(1000) * 1000,
+        Some(text) => match ids::parse_rfc3339(text) {
+            Some(ms) => ms,
+            None => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "since must be an RFC 3339 time such as 2026-10-09T00:00:00Z",
+                )
+            }
+        },
+    };
+    if since < now - MAX_SINCE_DAYS * DAY_MS {
+        return error(StatusCode::BAD_REQUEST, "since may be at most 90 days back");
+    }
+    let counts = match store.summary(&agent, since).await {
+        Ok(c) => c,
+        Err(e) => return store_down(&e, "summing an agent's results"),
+    };
+    let items: Vec<Value> = counts
+        .iter()
+        .map(|c| json!({"name": c.name, "passed": c.passed, "failed": c.failed, "errored": c.errored}))
+        .collect();
+    Json(json!({ "since": ids::rfc3339(since), "items": items })).into_response()
+}
+
+async fn delete_person(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(person): Path<String>,
+) -> Response {
+    let store = match authorize(&app, &headers) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    match store.erase_person(&person).await {
+        Ok(turns) => {
+            tracing::info!(turns, "erased a person's turns");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(e) => store_down(&e, "erasing a person's turns"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_refuse_anything_else() {
+        assert_eq!(cursor_decode(&cursor_encode(17)), Some(17));
+        assert_eq!(cursor_decode("17"), None);
+        assert_eq!(cursor_decode("!!"), None);
+    }
+
+    #[test]
+    fn a_bad_report_names_the_field_and_never_quotes_the_body() {
+        let body = br#"{"turn_id":"lc_1","agent":"a","version":"1","results":[{"name":"n","stage":"input","kind":"k","mode":"block","attempt":"SECRET","outcome":"passed","reason":"r","created_at_ms":1}]}"#;
+        let problem = parse_report(body).unwrap_err();
+        assert_eq!(problem, "results[0].attempt: has a value of the wrong type");
+        let problem = parse_report(br#"{"turn_id":"lc_1","agent":"a","version":"1"}"#).unwrap_err();
+        assert_eq!(problem, "the report: misses the field results");
+        let problem = parse_report(
+            br#"{"turn_id":"lc_1","SECRET":1,"agent":"a","version":"1","results":[]}"#,
+        )
+        .unwrap_err();
+        assert!(!problem.contains("SECRET"), "{problem}");
+    }
+}

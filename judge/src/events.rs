@@ -1,0 +1,198 @@
+//! `response.check_failed` events to webhooks: written to the outbox in the transaction that stores
+//! the result, delivered at least once by [`deliver_loop`], signed the Standard Webhooks way
+//! (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of
+//! "{id}.{timestamp}.{body}">`) so a receiver can check the sender and refuse replays by the timestamp.
+//! An event names the check, its stage, kind and outcome and the turn's response id; never a text or a
+//! reason. Logs name the event id and the webhook's host, never the body or the secret.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use livecheck_wire::CheckResult;
+use serde_json::json;
+use sha2::Sha256;
+
+use crate::config::{Secret, Webhook};
+use crate::ids;
+use crate::server::App;
+use crate::store::{self, OutboxEvent};
+
+pub const EVENT_TYPE: &str = "response.check_failed";
+/// One delivery attempt's time limit.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+const BATCH: i64 = 50;
+
+/// The event's JSON.
+pub fn check_failed_body(
+    id: &str,
+    created_at_ms: i64,
+    result: &CheckResult,
+    response_id: &str,
+) -> String {
+    json!({
+        "type": EVENT_TYPE,
+        "id": id,
+        "created_at": ids::rfc3339(created_at_ms),
+        "data": {
+            "name": result.name,
+            "stage": store::stage_str(result.stage),
+            "kind": result.kind,
+            "outcome": store::outcome_str(result.outcome),
+            "response_id": response_id,
+        }
+    })
+    .to_string()
+}
+
+/// The signing key: a `whsec_` secret is base64 after the prefix (Standard Webhooks), anything else
+/// is used as it is.
+fn key(secret: &Secret) -> Vec<u8> {
+    let text = secret.expose();
+    text.strip_prefix("whsec_")
+        .and_then(|b64| STANDARD.decode(b64).ok())
+        .unwrap_or_else(|| text.as_bytes().to_vec())
+}
+
+/// `v1,<base64 HMAC-SHA256 over "{id}.{timestamp}.{body}">`.
+pub fn signature(secret: &Secret, id: &str, timestamp: i64, body: &str) -> String {
+    let mac = Hmac::<Sha256>::new_from_slice(&key(secret)).map(|mut mac| {
+        mac.update(format!("{id}.{timestamp}.{body}").as_bytes());
+        mac.finalize().into_bytes()
+    });
+    match mac {
+        Ok(bytes) => format!("v1,{}", STANDARD.encode(bytes)),
+        // HMAC takes keys of any length; this arm is never taken.
+        Err(_) => "v1,".to_owned(),
+    }
+}
+
+/// The delay before attempt `attempts + 1`: the base doubled per attempt, capped.
+fn backoff(base: Duration, max: Duration, attempts: i64) -> Duration {
+    let doublings = u32::try_from(attempts.clamp(0, 30)).unwrap_or(30);
+    base.saturating_mul(2u32.saturating_pow(doublings)).min(max)
+}
+
+/// Delivers due events until the app stops; woken early when a result queued one.
+pub async fn deliver_loop(app: Arc<App>) {
+    let Some(store) = app.store().cloned() else {
+        return;
+    };
+    let mut stop = app.stopped();
+    loop {
+        let mut wait = app.settings().timing.poll_every;
+        match store.due_events(ids::now_ms(), BATCH).await {
+            Ok(due) => {
+                let full = i64::try_from(due.len()).unwrap_or(0) >= BATCH;
+                for event in due {
+                    deliver(&app, &store, event).await;
+                }
+                if full {
+                    wait = Duration::ZERO;
+                } else if let Ok(Some(next)) = store.next_event_due().await {
+                    let until = u64::try_from(next - ids::now_ms()).unwrap_or(0);
+                    wait = wait.min(Duration::from_millis(until));
+                }
+            }
+            Err(e) => tracing::warn!(
+                error = store::error_kind(&e),
+                "cannot read the event outbox"
+            ),
+        }
+        tokio::select! {
+            _ = app.events_wake().notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+async fn deliver(app: &App, store: &store::Store, event: OutboxEvent) {
+    let hook: Option<&Webhook> = app
+        .settings()
+        .webhooks
+        .iter()
+        .find(|w| w.url.as_str() == event.webhook);
+    let host = reqwest::Url::parse(&event.webhook)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .unwrap_or_default();
+    let Some(hook) = hook else {
+        tracing::warn!(event = %event.id, %host, "event for a webhook no longer configured: dropped");
+        if let Err(e) = store.remove_event(&event.id, &event.webhook).await {
+            tracing::warn!(error = store::error_kind(&e), "cannot drop an event");
+        }
+        return;
+    };
+    let timestamp = ids::now_ms().div_euclid(1000);
+    let sent = app
+        .client()
+        .post(hook.url.clone())
+        .timeout(DELIVERY_TIMEOUT)
+        .header("content-type", "application/json")
+        .header("webhook-id", &event.id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header(
+            "webhook-signature",
+            signature(&hook.secret, &event.id, timestamp, &event.body),
+        )
+        .body(event.body.clone())
+        .send()
+        .await;
+    let status = match &sent {
+        Ok(resp) => Some(resp.status().as_u16()),
+        Err(_) => None,
+    };
+    let attempts = event.attempts + 1;
+    let result = if status.is_some_and(|s| (200..300).contains(&s)) {
+        tracing::info!(event = %event.id, %host, attempts, "event delivered");
+        store.remove_event(&event.id, &event.webhook).await
+    } else if attempts >= i64::from(app.settings().timing.event_attempts) {
+        tracing::warn!(event = %event.id, %host, attempts, status = status.unwrap_or(0), "event not delivered: given up");
+        store.remove_event(&event.id, &event.webhook).await
+    } else {
+        let timing = &app.settings().timing;
+        let delay = backoff(
+            timing.event_retry_base,
+            timing.event_retry_max,
+            attempts - 1,
+        );
+        tracing::info!(event = %event.id, %host, attempts, status = status.unwrap_or(0), retry_in_ms = delay.as_millis() as u64, "event delivery failed");
+        let next = ids::now_ms() + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2);
+        store
+            .retry_event(&event.id, &event.webhook, attempts, next)
+            .await
+    };
+    if let Err(e) = result {
+        tracing::warn!(
+            error = store::error_kind(&e),
+            "cannot update the event outbox"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signature_matches_the_standard_webhooks_example() {
+        // The example of the Standard Webhooks specification.
+        let secret = Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        let body = r#"{"test": 2432232314}"#;
+        assert_eq!(
+            signature(&secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body),
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let (base, max) = (Duration::from_secs(10), Duration::from_secs(900));
+        assert_eq!(backoff(base, max, 0), Duration::from_secs(10));
+        assert_eq!(backoff(base, max, 3), Duration::from_secs(80));
+        assert_eq!(backoff(base, max, 40), max);
+    }
+}

@@ -1,0 +1,720 @@
+//! The results store: turns, check results, pending background checks, alert state and the event
+//! outbox, in SQLite (a file, WAL) or PostgreSQL. One code path over both through sqlx's `Any` driver:
+//! runtime queries with `$n` placeholders (SQLite reads them too), only TEXT, BIGINT and DOUBLE PRECISION
+//! columns, booleans as 0/1, times as milliseconds since the Unix epoch.
+//!
+//! Every statement that writes for a turn starts its transaction by touching the turn's row: on
+//! PostgreSQL that row lock makes a report and a background result of the same turn wait for each
+//! other, so `seq` stays the order decided; SQLite writes through one connection anyway.
+
+mod migrate;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use livecheck_wire::{Alert, CheckResult, Mode, Outcome, Stage, TurnReport};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{Any, AnyPool, Row, Transaction};
+
+use crate::events;
+use crate::ids;
+
+pub use sqlx::Error as StoreError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    Sqlite,
+    Postgres,
+}
+
+/// An open store; cheap to clone (a pool).
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    flavor: Flavor,
+}
+
+/// A check that got new results and carries an alert rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertCheck {
+    pub agent: String,
+    pub check: String,
+    pub alert: Alert,
+}
+
+/// What one report changed.
+#[derive(Debug, Default)]
+pub struct Ingested {
+    /// Results stored now (not stored before).
+    pub stored: usize,
+    /// Events queued for delivery.
+    pub events: usize,
+    pub alerts: Vec<AlertCheck>,
+    /// Background checks of the report still to judge (new, or pending from an earlier delivery).
+    pub pending: Vec<String>,
+}
+
+/// A stored turn.
+#[derive(Debug, Clone)]
+pub struct Turn {
+    pub turn_id: String,
+    pub response_id: Option<String>,
+    pub agent: String,
+}
+
+impl Turn {
+    /// The id results and events name the turn by: the upstream's, else the filter's.
+    pub fn public_id(&self) -> &str {
+        self.response_id.as_deref().unwrap_or(&self.turn_id)
+    }
+}
+
+/// A stored result as the API shows it.
+#[derive(Debug, Clone)]
+pub struct StoredResult {
+    pub id: String,
+    pub seq: i64,
+    pub name: String,
+    pub stage: String,
+    pub kind: String,
+    pub mode: String,
+    pub attempt: i64,
+    pub outcome: String,
+    pub score: Option<f64>,
+    pub reason: String,
+    pub judge_model: Option<String>,
+    pub passed_on_error: bool,
+    pub created_at_ms: i64,
+}
+
+/// One check's counts in an agent's summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckCounts {
+    pub name: String,
+    pub passed: i64,
+    pub failed: i64,
+    pub errored: i64,
+}
+
+/// A background check waiting for its verdict.
+#[derive(Debug, Clone)]
+pub struct PendingCheck {
+    pub turn_id: String,
+    pub name: String,
+    /// The `JudgeRequest` as JSON (holds the judged text).
+    pub request: String,
+    pub alert: Option<Alert>,
+}
+
+/// An event waiting for delivery to one webhook.
+#[derive(Debug, Clone)]
+pub struct OutboxEvent {
+    pub id: String,
+    pub webhook: String,
+    pub body: String,
+    pub attempts: i64,
+}
+
+/// What a stored background result changed.
+#[derive(Debug, Default)]
+pub struct StoredBackground {
+    pub stored: bool,
+    pub events: usize,
+    pub alert: Option<AlertCheck>,
+}
+
+pub fn stage_str(stage: Stage) -> &'static str {
+    match stage {
+        Stage::Input => "input",
+        Stage::Output => "output",
+    }
+}
+
+pub fn mode_str(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Block => "block",
+        Mode::Background => "background",
+    }
+}
+
+pub fn outcome_str(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Passed => "passed",
+        Outcome::Failed => "failed",
+        Outcome::Errored => "errored",
+    }
+}
+
+/// A short name for a store error, for logs: a database error's message can quote values.
+pub fn error_kind(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::Database(_) => "database error",
+        StoreError::PoolTimedOut => "pool timed out",
+        StoreError::PoolClosed => "pool closed",
+        StoreError::Io(_) => "io error",
+        StoreError::Tls(_) => "tls error",
+        StoreError::Protocol(_) => "protocol error",
+        StoreError::RowNotFound => "row not found",
+        StoreError::ColumnDecode { .. } | StoreError::Decode(_) => "decode error",
+        StoreError::Configuration(_) => "configuration error",
+        StoreError::Migrate(_) => "migration error",
+        _ => "store error",
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Which<'a> {
+    Person(&'a str),
+    Before(i64),
+}
+
+const TURN_COLUMNS: &str = "turn_id, response_id, agent";
+
+fn turn_from(row: &AnyRow) -> Result<Turn, StoreError> {
+    Ok(Turn {
+        turn_id: row.try_get(0)?,
+        response_id: row.try_get(1)?,
+        agent: row.try_get(2)?,
+    })
+}
+
+impl Store {
+    /// Connects (creating a SQLite file and its directory), then brings the schema up to date.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let flavor = if url.starts_with("sqlite:") {
+            Flavor::Sqlite
+        } else {
+            Flavor::Postgres
+        };
+        let options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(5));
+        let pool = match flavor {
+            Flavor::Sqlite => {
+                if let Some(dir) = url
+                    .strip_prefix("sqlite://")
+                    .and_then(|p| std::path::Path::new(p).parent())
+                {
+                    std::fs::create_dir_all(dir)?;
+                }
+                // One connection: SQLite has one writer anyway, and this way a transaction never
+                // meets a busy database. `secure_delete` overwrites deleted rows (the judged text of
+                // a pending check) instead of leaving them in free pages.
+                options
+                    .max_connections(1)
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            sqlx::query("PRAGMA secure_delete = ON")
+                                .execute(&mut *conn)
+                                .await
+                                .map(|_| ())
+                        })
+                    })
+                    .connect(&format!("{url}?mode=rwc"))
+                    .await?
+            }
+            Flavor::Postgres => options.max_connections(8).connect(url).await?,
+        };
+        if flavor == Flavor::Sqlite {
+            sqlx::raw_sql("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await?;
+        }
+        migrate::run(&pool, flavor).await?;
+        Ok(Self { pool, flavor })
+    }
+
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+
+    /// Stores a report in one transaction: its turn, every result not stored before (with its
+    /// events), and its background checks not judged yet as pending checks.
+    pub async fn ingest(
+        &self,
+        report: &TurnReport,
+        webhooks: &[String],
+        now_ms: i64,
+    ) -> Result<Ingested, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO turns (turn_id, response_id, agent, version, person, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (turn_id) DO UPDATE SET response_id = COALESCE(turns.response_id, excluded.response_id)",
+        )
+        .bind(&report.turn_id)
+        .bind(&report.response_id)
+        .bind(&report.agent)
+        .bind(&report.version)
+        .bind(&report.person)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?;
+        let turn = turn_in(&mut tx, &report.turn_id)
+            .await?
+            .ok_or(StoreError::RowNotFound)?;
+        let version: String = sqlx::query_scalar("SELECT version FROM turns WHERE turn_id = $1")
+            .bind(&report.turn_id)
+            .fetch_one(&mut *tx)
+            .await?;
+        let mut out = Ingested::default();
+        let mut alerting = BTreeSet::new();
+        for result in &report.results {
+            if insert_result(&mut tx, &turn, &version, result).await? {
+                out.stored += 1;
+                out.events += queue_event(&mut tx, &turn, result, webhooks, now_ms).await?;
+                if let Some(alert) = result.alert {
+                    if alerting.insert(result.name.clone()) {
+                        out.alerts.push(AlertCheck {
+                            agent: turn.agent.clone(),
+                            check: result.name.clone(),
+                            alert,
+                        });
+                    }
+                }
+            }
+        }
+        for check in &report.background {
+            if result_exists(&mut tx, &turn.turn_id, &check.name).await? {
+                continue;
+            }
+            let request =
+                serde_json::to_string(&check.judge).map_err(|e| StoreError::Encode(Box::new(e)))?;
+            sqlx::query(
+                "INSERT INTO pending_checks (turn_id, name, request, alert_rate, alert_over, created_at) \
+                 VALUES ($1, $2, $3, CASE WHEN $7 = 1 THEN $4 END, $5, $6) ON CONFLICT (turn_id, name) DO NOTHING",
+            )
+            .bind(&turn.turn_id)
+            .bind(&check.name)
+            .bind(request)
+            .bind(check.alert.map_or(0.0, |a| a.failure_rate))
+            .bind(check.alert.map(|a| i64::from(a.over_last)))
+            .bind(now_ms)
+            .bind(i64::from(check.alert.is_some()))
+            .execute(&mut *tx)
+            .await?;
+            out.pending.push(check.name.clone());
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// Stores a judged background check's result (mode `background`, attempt 1) and deletes the
+    /// pending check with its text. A turn erased meanwhile stores nothing.
+    pub async fn store_background(
+        &self,
+        turn_id: &str,
+        result: &CheckResult,
+        webhooks: &[String],
+        now_ms: i64,
+    ) -> Result<StoredBackground, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let touched = sqlx::query("UPDATE turns SET agent = agent WHERE turn_id = $1")
+            .bind(turn_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        let mut out = StoredBackground::default();
+        if touched == 1 {
+            let turn = turn_in(&mut tx, turn_id)
+                .await?
+                .ok_or(StoreError::RowNotFound)?;
+            let version: String =
+                sqlx::query_scalar("SELECT version FROM turns WHERE turn_id = $1")
+                    .bind(turn_id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            if insert_result(&mut tx, &turn, &version, result).await? {
+                out.stored = true;
+                out.events = queue_event(&mut tx, &turn, result, webhooks, now_ms).await?;
+                out.alert = result.alert.map(|alert| AlertCheck {
+                    agent: turn.agent.clone(),
+                    check: result.name.clone(),
+                    alert,
+                });
+            }
+        }
+        sqlx::query("DELETE FROM pending_checks WHERE turn_id = $1 AND name = $2")
+            .bind(turn_id)
+            .bind(&result.name)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// Drops a pending check that cannot be judged (its request no longer parses).
+    pub async fn drop_pending(&self, turn_id: &str, name: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM pending_checks WHERE turn_id = $1 AND name = $2")
+            .bind(turn_id)
+            .bind(name)
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+    }
+
+    /// The oldest pending background checks.
+    pub async fn pending(&self, limit: i64) -> Result<Vec<PendingCheck>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT turn_id, name, request, alert_rate, alert_over FROM pending_checks \
+             ORDER BY created_at, turn_id, name LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let rate: Option<f64> = row.try_get(3)?;
+                let over: Option<i64> = row.try_get(4)?;
+                Ok(PendingCheck {
+                    turn_id: row.try_get(0)?,
+                    name: row.try_get(1)?,
+                    request: row.try_get(2)?,
+                    alert: match (rate, over) {
+                        (Some(failure_rate), Some(over)) => Some(Alert {
+                            failure_rate,
+                            over_last: u32::try_from(over).unwrap_or(u32::MAX),
+                        }),
+                        _ => None,
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// A turn by the filter's id (`lc_…`), else by the upstream's response id.
+    pub async fn find_turn(&self, id: &str) -> Result<Option<Turn>, StoreError> {
+        let by_turn = sqlx::query(&format!(
+            "SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let row = match by_turn {
+            Some(row) => Some(row),
+            None => {
+                sqlx::query(&format!(
+                    "SELECT {TURN_COLUMNS} FROM turns WHERE response_id = $1 \
+                     ORDER BY created_at DESC, turn_id LIMIT 1"
+                ))
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?
+            }
+        };
+        row.as_ref().map(turn_from).transpose()
+    }
+
+    /// A turn's results after `after_seq`, in decided order.
+    pub async fn results_page(
+        &self,
+        turn_id: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<StoredResult>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, seq, name, stage, kind, mode, attempt, outcome, score, reason, judge_model, \
+             passed_on_error, created_at FROM results WHERE turn_id = $1 AND seq > $2 \
+             ORDER BY seq LIMIT $3",
+        )
+        .bind(turn_id)
+        .bind(after_seq)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let passed_on_error: i64 = row.try_get(11)?;
+                Ok(StoredResult {
+                    id: row.try_get(0)?,
+                    seq: row.try_get(1)?,
+                    name: row.try_get(2)?,
+                    stage: row.try_get(3)?,
+                    kind: row.try_get(4)?,
+                    mode: row.try_get(5)?,
+                    attempt: row.try_get(6)?,
+                    outcome: row.try_get(7)?,
+                    score: row.try_get(8)?,
+                    reason: row.try_get(9)?,
+                    judge_model: row.try_get(10)?,
+                    passed_on_error: passed_on_error != 0,
+                    created_at_ms: row.try_get(12)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Per check name, the agent's results since `since_ms` (every version), sorted by name.
+    pub async fn summary(
+        &self,
+        agent: &str,
+        since_ms: i64,
+    ) -> Result<Vec<CheckCounts>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT name, \
+             COUNT(CASE WHEN outcome = 'passed' THEN 1 END), \
+             COUNT(CASE WHEN outcome = 'failed' THEN 1 END), \
+             COUNT(CASE WHEN outcome = 'errored' THEN 1 END) \
+             FROM results WHERE agent = $1 AND created_at >= $2 GROUP BY name ORDER BY name",
+        )
+        .bind(agent)
+        .bind(since_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(CheckCounts {
+                    name: row.try_get(0)?,
+                    passed: row.try_get(1)?,
+                    failed: row.try_get(2)?,
+                    errored: row.try_get(3)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Of an agent's check's latest `n` results (every version): how many, and how many did not pass.
+    pub async fn latest_counts(
+        &self,
+        agent: &str,
+        check: &str,
+        n: u32,
+    ) -> Result<(i64, i64), StoreError> {
+        let row = sqlx::query(
+            "SELECT COUNT(*), COUNT(CASE WHEN outcome <> 'passed' THEN 1 END) FROM \
+             (SELECT outcome FROM results WHERE agent = $1 AND name = $2 \
+              ORDER BY created_at DESC, id DESC LIMIT $3) AS latest",
+        )
+        .bind(agent)
+        .bind(check)
+        .bind(i64::from(n))
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((row.try_get(0)?, row.try_get(1)?))
+    }
+
+    /// Claims the day's alert of an agent's check: true for exactly one caller per UTC day, across
+    /// processes and restarts (one conditional upsert, atomic on both databases).
+    pub async fn claim_alert(
+        &self,
+        agent: &str,
+        check: &str,
+        day: i64,
+    ) -> Result<bool, StoreError> {
+        let claimed = sqlx::query(
+            "INSERT INTO alert_state (agent, check_name, last_fired_day) VALUES ($1, $2, $3) \
+             ON CONFLICT (agent, check_name) DO UPDATE SET last_fired_day = excluded.last_fired_day \
+             WHERE alert_state.last_fired_day < excluded.last_fired_day",
+        )
+        .bind(agent)
+        .bind(check)
+        .bind(day)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(claimed == 1)
+    }
+
+    /// Erases every turn of a person: results, pending checks and undelivered events included.
+    /// Returns how many turns were erased.
+    pub async fn erase_person(&self, person: &str) -> Result<u64, StoreError> {
+        self.delete_turns(Which::Person(person)).await
+    }
+
+    /// Deletes every turn first stored before `before_ms`, with its results, pending checks and
+    /// undelivered events. Returns how many turns were deleted.
+    pub async fn sweep(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.delete_turns(Which::Before(before_ms)).await
+    }
+
+    async fn delete_turns(&self, which: Which<'_>) -> Result<u64, StoreError> {
+        let condition = match which {
+            Which::Person(_) => "person = $1",
+            Which::Before(_) => "created_at < $1",
+        };
+        let mut tx = self.pool.begin().await?;
+        let mut turns = 0;
+        for table in ["results", "pending_checks", "event_outbox", "turns"] {
+            let sql = if table == "turns" {
+                format!("DELETE FROM turns WHERE {condition}")
+            } else {
+                format!(
+                    "DELETE FROM {table} WHERE turn_id IN (SELECT turn_id FROM turns WHERE {condition})"
+                )
+            };
+            let query = sqlx::query(&sql);
+            let query = match which {
+                Which::Person(person) => query.bind(person),
+                Which::Before(ms) => query.bind(ms),
+            };
+            turns = query.execute(&mut *tx).await?.rows_affected();
+        }
+        tx.commit().await?;
+        Ok(turns)
+    }
+
+    /// Events due for delivery.
+    pub async fn due_events(
+        &self,
+        now_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<OutboxEvent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, webhook, body, attempts FROM event_outbox WHERE next_attempt_at <= $1 \
+             ORDER BY next_attempt_at, created_at, id LIMIT $2",
+        )
+        .bind(now_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(OutboxEvent {
+                    id: row.try_get(0)?,
+                    webhook: row.try_get(1)?,
+                    body: row.try_get(2)?,
+                    attempts: row.try_get(3)?,
+                })
+            })
+            .collect()
+    }
+
+    /// When the next event is due, if any.
+    pub async fn next_event_due(&self) -> Result<Option<i64>, StoreError> {
+        sqlx::query_scalar("SELECT MIN(next_attempt_at) FROM event_outbox")
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    /// An event delivered (or given up on): gone from the outbox.
+    pub async fn remove_event(&self, id: &str, webhook: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM event_outbox WHERE id = $1 AND webhook = $2")
+            .bind(id)
+            .bind(webhook)
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+    }
+
+    /// An event whose delivery failed: tried again at `next_ms`.
+    pub async fn retry_event(
+        &self,
+        id: &str,
+        webhook: &str,
+        attempts: i64,
+        next_ms: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE event_outbox SET attempts = $1, next_attempt_at = $2 WHERE id = $3 AND webhook = $4",
+        )
+        .bind(attempts)
+        .bind(next_ms)
+        .bind(id)
+        .bind(webhook)
+        .execute(&self.pool)
+        .await
+        .map(|_| ())
+    }
+
+    /// Closes the pool (tests restart a sidecar on the same database).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+async fn turn_in(tx: &mut Transaction<'_, Any>, turn_id: &str) -> Result<Option<Turn>, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = $1"
+    ))
+    .bind(turn_id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    row.as_ref().map(turn_from).transpose()
+}
+
+async fn result_exists(
+    tx: &mut Transaction<'_, Any>,
+    turn_id: &str,
+    name: &str,
+) -> Result<bool, StoreError> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM results WHERE turn_id = $1 AND name = $2 AND attempt = 1",
+    )
+    .bind(turn_id)
+    .bind(name)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(n > 0)
+}
+
+// A NULL DOUBLE PRECISION is never bound: sqlx 0.8's Any driver binds it as a float4 NULL, and
+// PostgreSQL's cached statement then refuses the next real (float8) value. `CASE WHEN flag = 1` instead.
+
+/// Inserts a result unless its (turn, name, attempt) is stored already; true when it was new.
+async fn insert_result(
+    tx: &mut Transaction<'_, Any>,
+    turn: &Turn,
+    version: &str,
+    result: &CheckResult,
+) -> Result<bool, StoreError> {
+    let seq: i64 =
+        sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM results WHERE turn_id = $1")
+            .bind(&turn.turn_id)
+            .fetch_one(&mut **tx)
+            .await?;
+    let inserted = sqlx::query(
+        "INSERT INTO results (id, turn_id, seq, agent, version, name, stage, kind, mode, attempt, \
+         outcome, score, reason, judge_model, passed_on_error, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, CASE WHEN $17 = 1 THEN $12 END, $13, $14, $15, $16) \
+         ON CONFLICT (turn_id, name, attempt) DO NOTHING",
+    )
+    .bind(ids::random("rck_"))
+    .bind(&turn.turn_id)
+    .bind(seq)
+    .bind(&turn.agent)
+    .bind(version)
+    .bind(&result.name)
+    .bind(stage_str(result.stage))
+    .bind(&result.kind)
+    .bind(mode_str(result.mode))
+    .bind(i64::from(result.attempt))
+    .bind(outcome_str(result.outcome))
+    .bind(result.score.unwrap_or_default())
+    .bind(&result.reason)
+    .bind(&result.judge_model)
+    .bind(i64::from(result.passed_on_error))
+    .bind(i64::try_from(result.created_at_ms).unwrap_or(i64::MAX))
+    .bind(i64::from(result.score.is_some()))
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    Ok(inserted == 1)
+}
+
+/// Queues a `response.check_failed` event per webhook for a result that did not pass.
+async fn queue_event(
+    tx: &mut Transaction<'_, Any>,
+    turn: &Turn,
+    result: &CheckResult,
+    webhooks: &[String],
+    now_ms: i64,
+) -> Result<usize, StoreError> {
+    if result.outcome == Outcome::Passed || webhooks.is_empty() {
+        return Ok(0);
+    }
+    let id = ids::random("evt_");
+    let body = events::check_failed_body(&id, now_ms, result, turn.public_id());
+    for webhook in webhooks {
+        sqlx::query(
+            "INSERT INTO event_outbox (id, webhook, turn_id, body, attempts, next_attempt_at, created_at) \
+             VALUES ($1, $2, $3, $4, 0, $5, $5)",
+        )
+        .bind(&id)
+        .bind(webhook)
+        .bind(&turn.turn_id)
+        .bind(&body)
+        .bind(now_ms)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(1)
+}
