@@ -7,7 +7,9 @@ use livecheck_wire::{
 };
 
 use crate::config::{Check, Kind, Mode, Policy, Stage, Version};
+use crate::host::Host;
 use crate::outbox::Job;
+use crate::record::Record;
 use crate::verdict::Outcome;
 
 /// A callout to send: the sidecar's path and headers, and the JSON body.
@@ -148,6 +150,48 @@ pub fn outcome(verdict: Option<&JudgeVerdict>) -> Outcome {
         Some(WireOutcome::Failed) => Outcome::Failed,
         Some(WireOutcome::Errored) | None => Outcome::Errored,
     }
+}
+
+/// Judged checks sent to the judge: callouts in flight, and checks that could not be sent.
+#[derive(Default)]
+pub struct Dispatched {
+    /// Callout token → check index.
+    pub pending: Vec<(u32, usize)>,
+    /// Checks that could not be sent (no judge model, Envoy refused the callout): errored.
+    pub judged: Vec<(usize, Outcome)>,
+}
+
+/// Sends every blocking judged check of `read.stage` to the judge, in parallel.
+pub fn dispatch(
+    host: &mut dyn Host,
+    policy: &Policy,
+    record: &mut Record,
+    version: &Version,
+    read: &Judged<'_>,
+    attempt: u32,
+) -> Dispatched {
+    let mut sent = Dispatched::default();
+    for i in blocking_judged(version, read.stage) {
+        let Some(check) = version.checks.get(i) else {
+            continue;
+        };
+        if let Some(model) = judge_model(policy, check, read.turn_model) {
+            record.judge_model(i, attempt, &model);
+        }
+        let token = callout(policy, check, read).and_then(|c| {
+            let headers: Vec<(&str, &str)> = c
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            host.dispatch_callout(&policy.judge_cluster, &headers, &c.body, c.timeout_ms)
+        });
+        match token {
+            Some(token) => sent.pending.push((token, i)),
+            None => sent.judged.push((i, Outcome::Errored)),
+        }
+    }
+    sent
 }
 
 #[cfg(test)]

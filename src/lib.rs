@@ -11,6 +11,7 @@ pub mod judge;
 pub mod outbox;
 pub mod pattern;
 pub mod record;
+pub mod recovery;
 pub mod scan;
 pub mod sse;
 pub mod stop;

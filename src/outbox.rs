@@ -24,6 +24,29 @@ pub struct Job {
     pub body: Vec<u8>,
 }
 
+/// How the sidecar answered a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// A 2xx: stored.
+    Stored,
+    /// A 4xx other than 408/429: the sidecar will never take this report; sending it again would
+    /// only block the queue.
+    Refused,
+    /// No answer, a reset, a timeout, a 408/429 or a 5xx: sent again later.
+    Failed,
+}
+
+impl Delivery {
+    pub fn of_status(status: Option<u16>) -> Self {
+        match status {
+            Some(200..=299) => Self::Stored,
+            Some(408 | 429) => Self::Failed,
+            Some(400..=499) => Self::Refused,
+            _ => Self::Failed,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Outbox {
     waiting: VecDeque<Job>,
@@ -67,19 +90,21 @@ impl Outbox {
         self.failed(now_ms);
     }
 
-    /// The sidecar answered callout `token`; `stored`: it took the report (a 2xx). Returns
-    /// `false` for a token this outbox never sent.
-    pub fn answered(&mut self, token: u32, stored: bool, now_ms: u64) -> bool {
+    /// The sidecar answered callout `token`. Returns `false` for a token this outbox never sent.
+    pub fn answered(&mut self, token: u32, delivery: Delivery, now_ms: u64) -> bool {
         let Some(at) = self.in_flight.iter().position(|(t, _)| *t == token) else {
             return false;
         };
         let (_, job) = self.in_flight.swap_remove(at);
-        if stored {
-            self.consecutive_failures = 0;
-            self.resume_at_ms = 0;
-        } else {
-            self.waiting.push_front(job);
-            self.failed(now_ms);
+        match delivery {
+            Delivery::Stored | Delivery::Refused => {
+                self.consecutive_failures = 0;
+                self.resume_at_ms = 0;
+            }
+            Delivery::Failed => {
+                self.waiting.push_front(job);
+                self.failed(now_ms);
+            }
         }
         true
     }
@@ -140,14 +165,34 @@ mod tests {
     }
 
     #[test]
+    fn statuses_say_whether_to_send_again() {
+        assert_eq!(Delivery::of_status(Some(200)), Delivery::Stored);
+        assert_eq!(Delivery::of_status(Some(400)), Delivery::Refused);
+        assert_eq!(Delivery::of_status(Some(429)), Delivery::Failed);
+        assert_eq!(Delivery::of_status(Some(503)), Delivery::Failed);
+        assert_eq!(Delivery::of_status(None), Delivery::Failed);
+    }
+
+    #[test]
+    fn a_refused_report_is_dropped() {
+        let mut out = Outbox::default();
+        out.push(job(1));
+        let batch = out.take_batch(0);
+        out.sent(3, batch[0].clone());
+        assert!(out.answered(3, Delivery::Refused, 0));
+        assert!(out.is_empty());
+        assert!(out.take_batch(0).is_empty());
+    }
+
+    #[test]
     fn a_report_in_flight_counts_until_stored() {
         let mut out = Outbox::default();
         out.push(job(1));
         let batch = out.take_batch(0);
         out.sent(7, batch[0].clone());
         assert_eq!(out.len(), 1);
-        assert!(!out.answered(8, true, 0), "an unknown token");
-        assert!(out.answered(7, true, 0));
+        assert!(!out.answered(8, Delivery::Stored, 0), "an unknown token");
+        assert!(out.answered(7, Delivery::Stored, 0));
         assert!(out.is_empty());
     }
 
@@ -159,8 +204,8 @@ mod tests {
         let batch = out.take_batch(1_000);
         out.sent(1, batch[0].clone());
         out.sent(2, batch[1].clone());
-        assert!(out.answered(2, true, 1_000));
-        assert!(out.answered(1, false, 1_000));
+        assert!(out.answered(2, Delivery::Stored, 1_000));
+        assert!(out.answered(1, Delivery::Failed, 1_000));
         assert!(out.take_batch(1_100).is_empty(), "backing off");
         let again = out.take_batch(1_000 + FIRST_BACKOFF_MS);
         assert_eq!(again.len(), 1, "the stored report is gone");

@@ -8,6 +8,7 @@ use livecheck_wire::{
 };
 
 use crate::config::{Check, Kind, Stage, Version};
+use crate::host::Host;
 use crate::verdict::{CheckResult, Outcome};
 
 /// The reason of a check that could not decide.
@@ -166,6 +167,26 @@ impl Record {
     #[cfg(test)]
     pub fn results(&self) -> &[WireResult] {
         &self.results
+    }
+}
+
+/// Results decided now: counted as metrics and recorded for the turn's report.
+pub fn decided(
+    host: &mut dyn Host,
+    record: &mut Record,
+    version: &Version,
+    results: &[CheckResult],
+) {
+    record.decided(version, results, host.now_unix_millis());
+    for result in results {
+        if let Some(check) = version.checks.get(result.check) {
+            host.increment_counter(&format!(
+                "livecheck.{}.{}.{}",
+                version.agent,
+                check.name,
+                result.outcome.as_str()
+            ));
+        }
     }
 }
 

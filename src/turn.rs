@@ -11,7 +11,8 @@ use crate::config::{Policy, Stage, Version};
 use crate::frame::Frame;
 use crate::host::{Flow, Host, LogLevel};
 use crate::judge::{self, Judged};
-use crate::record::Record;
+use crate::record::{decided, Record};
+use crate::recovery::{self, Next, Recovery, Source};
 use crate::stop::{self, Stop};
 use crate::stream::{CutWhy, Hold, Rewriter, Step};
 use crate::vendor::{self, Api, Ids, Request};
@@ -22,6 +23,8 @@ pub struct Turn {
     state: State,
     /// What the turn's checks decided, reported to the sidecar when the turn ends.
     record: Record,
+    /// When the request arrived (ms since the Unix epoch): the turn's deadline counts from here.
+    started_ms: u64,
 }
 
 enum State {
@@ -46,8 +49,25 @@ enum State {
         copy: Vec<u8>,
         streamed: bool,
     },
+    /// A non-streamed answer failed checks that recover: the model is asked again, the answer's
+    /// headers and body held meanwhile.
+    Recovering(Box<Recovering>),
     /// Decided: everything left passes as it is.
     Done,
+}
+
+struct Recovering {
+    asked: Asked,
+    recovery: Recovery,
+    /// The first answer, withheld, sent when no attempt passes.
+    withheld: vendor::Reply,
+}
+
+/// A held streamed round being recovered: the response is paused; what this filter left in the
+/// paused buffer is `kept`.
+struct StreamRecovery {
+    recovery: Recovery,
+    kept: Vec<u8>,
 }
 
 struct Asked {
@@ -57,6 +77,26 @@ struct Asked {
     /// The turn's credentials, kept for the judge: request headers cannot be read once the
     /// request went upstream.
     credentials: Vec<(String, String)>,
+    /// What a retry is built from, when the version has a check that recovers.
+    source: Option<Rc<Source>>,
+    /// When the request arrived and when the question went upstream (ms since the Unix epoch).
+    started_ms: u64,
+    asked_at_ms: u64,
+    /// What the first answer cost, once read.
+    answer_usage: vendor::Usage,
+}
+
+impl Asked {
+    fn recovery_turn<'a>(&'a self, policy: &'a Policy, source: &'a Source) -> recovery::Turn<'a> {
+        recovery::Turn {
+            policy,
+            version: &self.version,
+            api: self.api,
+            request: &self.request,
+            source,
+            credentials: &self.credentials,
+        }
+    }
 }
 
 /// Judged checks in flight for one stage.
@@ -94,6 +134,8 @@ struct Streamed {
     /// After a cut, the stream is closed at the next upstream chunk (closing in the cut's own
     /// callback would reset the caller before the closing events reach it).
     close_pending: bool,
+    /// A held round failed checks that recover: the model is being asked again.
+    recovery: Option<StreamRecovery>,
 }
 
 /// A streamed round's judged checks in flight.
@@ -117,6 +159,7 @@ impl Turn {
             policy,
             state: State::Bypass,
             record: Record::default(),
+            started_ms: 0,
         }
     }
 
@@ -139,6 +182,7 @@ impl Turn {
             return Flow::Continue;
         };
         self.record = Record::new(format!("lc_{:016x}{:016x}", host.random(), host.random()));
+        self.started_ms = host.now_unix_millis();
         if let Some(header) = &self.policy.person_header {
             self.record.person = host.request_header(header);
         }
@@ -220,14 +264,25 @@ impl Turn {
             1,
         );
         let credentials = self.record.credentials.clone();
+        let source = version
+            .checks
+            .iter()
+            .any(|c| c.recover)
+            .then(|| retry_source(host, &body))
+            .flatten()
+            .map(Rc::new);
         let asked = Asked {
             api,
             version,
             request,
             credentials,
+            source,
+            started_ms: self.started_ms,
+            asked_at_ms: host.now_unix_millis(),
+            answer_usage: vendor::Usage::default(),
         };
         if rules.stop.is_some() {
-            record_decided(host, &mut self.record, &asked.version, &rules.results);
+            decided(host, &mut self.record, &asked.version, &rules.results);
             return self.refuse_question(host, &asked, rules.stop.as_ref());
         }
         let text = asked.request.input_text.clone();
@@ -265,12 +320,13 @@ impl Turn {
             turn_model: judging.asked.request.model.as_deref(),
             credentials: &judging.asked.credentials,
         };
-        let sent = dispatch_judged(
+        let sent = judge::dispatch(
             host,
             &self.policy,
             &mut self.record,
             &judging.asked.version,
             &read,
+            1,
         );
         judging.pending = sent.pending;
         judging.judged = sent.judged;
@@ -281,6 +337,10 @@ impl Turn {
     /// A verdict came back from the judge.
     pub fn on_callout_response(&mut self, host: &mut dyn Host, token: u32, body_size: usize) {
         if let State::Streaming(s) = &mut self.state {
+            if s.recovery.as_ref().is_some_and(|r| r.recovery.owns(token)) {
+                stream_recovery_answered(host, &self.policy, &mut self.record, s, token, body_size);
+                return;
+            }
             let body = host.callout_body(body_size).unwrap_or_default();
             let verdict = judge::verdict(host.callout_status(), &body);
             if let Some(judging) = &mut s.judging {
@@ -296,6 +356,21 @@ impl Turn {
                 }
             }
             host.log(LogLevel::Warn, "livecheck: an unknown callout answered");
+            return;
+        }
+        if let State::Recovering(r) = &mut self.state {
+            if !r.recovery.owns(token) {
+                host.log(LogLevel::Warn, "livecheck: an unknown callout answered");
+                return;
+            }
+            let Some(source) = r.asked.source.clone() else {
+                return;
+            };
+            let turn = r.asked.recovery_turn(&self.policy, &source);
+            let next = r
+                .recovery
+                .on_callout(host, &turn, &mut self.record, token, body_size);
+            self.recovering_next(host, next);
             return;
         }
         let judging = match std::mem::replace(&mut self.state, State::Done) {
@@ -358,13 +433,13 @@ impl Turn {
             1,
         );
         // Checks still with the judge never decided: they get no result.
-        let decided: Vec<CheckResult> = verdict
+        let settled: Vec<CheckResult> = verdict
             .results
             .iter()
             .filter(|r| !judging.pending.iter().any(|(_, c)| *c == r.check))
             .cloned()
             .collect();
-        record_decided(host, &mut self.record, &version, &decided);
+        decided(host, &mut self.record, &version, &settled);
         let stop = stopping.and_then(|(i, o)| {
             let check = version.checks.get(*i)?;
             Some(Stop {
@@ -386,6 +461,15 @@ impl Turn {
             }
             (Stage::Output, Some(stop)) => {
                 self.state = State::Done;
+                if let (Some(rules), Some(withheld)) = (
+                    recovery::recoverable(&version, &settled),
+                    judging.withheld.clone(),
+                ) {
+                    if let Some(flow) = self.recover(host, asked, stop.clone(), rules, withheld) {
+                        return flow;
+                    }
+                    return Flow::Pause;
+                }
                 let reply = judging.withheld.unwrap_or_else(|| {
                     let ids = fresh_ids(host);
                     vendor::refusal(
@@ -570,7 +654,9 @@ impl Turn {
             hold,
             self.policy.max_body_bytes,
         );
-        let copy = has_background_checks(&asked.version).then(Vec::new);
+        // The copy feeds background checks, and a recovered answer's usage.
+        let copy =
+            (has_background_checks(&asked.version) || hold == Hold::Everything).then(Vec::new);
         let mut streamed = Box::new(Streamed {
             asked,
             rewriter,
@@ -582,6 +668,7 @@ impl Turn {
             round_decided: false,
             copy,
             close_pending: false,
+            recovery: None,
         });
         if !identity {
             // Compressed despite `accept-encoding: identity`: nothing can be read, so the turn is
@@ -628,6 +715,13 @@ impl Turn {
         if let Some(id) = answer.as_ref().and_then(|a| a.id.clone()) {
             self.record.response_id = Some(id);
         }
+        let mut asked = asked;
+        if let Some(usage) = answer
+            .as_ref()
+            .and_then(|_| vendor::answer_usage(asked.api, body))
+        {
+            asked.answer_usage = usage;
+        }
         let reply = &asked.version.blocked_reply;
         // A readable answer keeps its id, model and usage; one that could not be read is replaced
         // by a refusal in the shape the caller asked for.
@@ -671,7 +765,17 @@ impl Turn {
                 return self.settle(host, judging, false);
             }
         }
-        record_decided(host, &mut self.record, &asked.version, &rules.results);
+        decided(host, &mut self.record, &asked.version, &rules.results);
+        if let (Some(stop), Some(_)) = (&rules.stop, &answer) {
+            if let Some(broken) = recovery::recoverable(&asked.version, &rules.results) {
+                let stop = stop.clone();
+                // Withheld at once (no time left, the retry could not be sent) or waiting for
+                // the retry: the answer's headers stay held either way.
+                return self
+                    .recover(host, asked, stop, broken, withheld)
+                    .unwrap_or(Flow::Pause);
+            }
+        }
         let Some(stop) = rules.stop else {
             if let Some(answer) = answer.as_ref().filter(|a| !a.asks_for_tool) {
                 queue_background(host, &self.policy, &mut self.record, &asked, &answer.text);
@@ -691,6 +795,92 @@ impl Turn {
             );
         }
         Flow::Continue
+    }
+
+    /// Asks the model again for a non-streamed answer whose headers are still held. `None`: the
+    /// retry is out and the turn waits in `Recovering`; `Some`: it was withheld at once.
+    fn recover(
+        &mut self,
+        host: &mut dyn Host,
+        asked: Asked,
+        stop: Stop,
+        rules: Vec<String>,
+        withheld: vendor::Reply,
+    ) -> Option<Flow> {
+        let estimate = host.now_unix_millis().saturating_sub(asked.asked_at_ms);
+        let Some(source) = asked.source.clone() else {
+            self.state = State::Done;
+            return Some(self.withhold(host, &asked, &stop, withheld, &asked.answer_usage));
+        };
+        let turn = asked.recovery_turn(&self.policy, &source);
+        let (recovery, next) = Recovery::start(
+            host,
+            &turn,
+            stop,
+            rules,
+            asked.answer_usage,
+            estimate,
+            asked.started_ms,
+        );
+        self.state = State::Recovering(Box::new(Recovering {
+            asked,
+            recovery,
+            withheld,
+        }));
+        match next {
+            Next::Wait => None,
+            other => Some(self.recovering_next(host, other)),
+        }
+    }
+
+    /// A non-streamed recovery moved on: an answer passed (sent in place of the first), none did
+    /// (the first is withheld), or it waits.
+    fn recovering_next(&mut self, host: &mut dyn Host, next: Next) -> Flow {
+        if next == Next::Wait {
+            return Flow::Pause;
+        }
+        let State::Recovering(r) = std::mem::replace(&mut self.state, State::Done) else {
+            return Flow::Pause;
+        };
+        let Recovering {
+            asked,
+            recovery,
+            withheld,
+        } = *r;
+        match next {
+            Next::Deliver(body) => {
+                // The answer's headers are still held: a local reply replaces the whole answer.
+                host.send_local_reply(
+                    200,
+                    &[
+                        ("content-type", "application/json"),
+                        (livecheck_wire::TURN_ID_HEADER, &self.record.turn_id),
+                    ],
+                    &body,
+                );
+                Flow::Pause
+            }
+            _ => self.withhold(
+                host,
+                &asked,
+                &recovery.first_stop,
+                withheld,
+                recovery.usage(),
+            ),
+        }
+    }
+
+    /// Withholds a non-streamed answer whose headers are held, with the usage of every attempt.
+    fn withhold(
+        &mut self,
+        host: &mut dyn Host,
+        asked: &Asked,
+        stop: &Stop,
+        withheld: vendor::Reply,
+        usage: &vendor::Usage,
+    ) -> Flow {
+        let body = vendor::with_usage(asked.api, &withheld.body, usage).unwrap_or(withheld.body);
+        send_stop(host, &self.record, stop, withheld.content_type, &body)
     }
 
     fn refuse_request(
@@ -717,26 +907,6 @@ impl Turn {
     }
 }
 
-/// Results decided now: counted as metrics and recorded for the turn's report.
-fn record_decided(
-    host: &mut dyn Host,
-    record: &mut Record,
-    version: &Version,
-    results: &[CheckResult],
-) {
-    record.decided(version, results, host.now_unix_millis());
-    for result in results {
-        if let Some(check) = version.checks.get(result.check) {
-            host.increment_counter(&format!(
-                "livecheck.{}.{}.{}",
-                version.agent,
-                check.name,
-                result.outcome.as_str()
-            ));
-        }
-    }
-}
-
 /// One upstream chunk of a streamed answer: rewritten, framed, and after a cut dropped.
 fn stream_chunk(
     host: &mut dyn Host,
@@ -758,6 +928,19 @@ fn stream_chunk(
         return Flow::Continue;
     }
     let buffered = host.response_body(body_size).unwrap_or_default();
+    if let Some(r) = &mut s.recovery {
+        // Paused while the model is asked again: the rest of the first answer is not shown; a
+        // copy is kept for its usage.
+        let fresh = buffered.get(r.kept.len()..).unwrap_or_default();
+        if let Some(copy) = &mut s.copy {
+            if copy.len().saturating_add(fresh.len()) <= policy.max_body_bytes {
+                copy.extend_from_slice(fresh);
+            }
+        }
+        let kept = r.kept.clone();
+        replace_chunk(host, body_size, &kept);
+        return Flow::Pause;
+    }
     if let Some(judging) = &mut s.judging {
         // Paused while the judge decides: Envoy keeps buffering after what this filter kept.
         let fresh = buffered.get(judging.kept.len()..).unwrap_or_default();
@@ -804,7 +987,7 @@ fn stream_chunk(
                 turn_model: s.asked.request.model.as_deref(),
                 credentials: &s.asked.credentials,
             };
-            let sent = dispatch_judged(host, policy, record, &s.asked.version, &read);
+            let sent = judge::dispatch(host, policy, record, &s.asked.version, &read, 1);
             let judging = StreamJudging {
                 answer_text: round.answer_text,
                 rule_text: round.rule_text,
@@ -825,9 +1008,24 @@ fn stream_chunk(
             replace_chunk(host, body_size, &kept);
             return Flow::Pause;
         }
-        let released = close_round(host, record, s, &round.rule_text, &[], &[], &mut step);
-        if released && !round.asks_for_tool {
-            queue_background(host, policy, record, &s.asked, &round.answer_text);
+        let decided_round = Decided {
+            rule_text: &round.rule_text,
+            judged: &[],
+            undecided: &[],
+        };
+        match close_round(host, policy, record, s, &decided_round, &mut step) {
+            Closed::Released if !round.asks_for_tool => {
+                queue_background(host, policy, record, &s.asked, &round.answer_text);
+            }
+            Closed::Recovering => {
+                let kept = std::mem::take(&mut step.out);
+                replace_chunk(host, body_size, &kept);
+                if let Some(r) = &mut s.recovery {
+                    r.kept = kept;
+                }
+                return Flow::Pause;
+            }
+            _ => {}
         }
     }
     let round_decided = s.round_decided;
@@ -844,47 +1042,6 @@ fn stream_chunk(
     }
     replace_chunk(host, body_size, &out);
     Flow::Continue
-}
-
-/// Judged checks sent to the judge: callouts in flight, and checks that could not be sent.
-#[derive(Default)]
-struct Dispatched {
-    /// Callout token → check index.
-    pending: Vec<(u32, usize)>,
-    /// Checks that could not be sent (no judge model, Envoy refused the callout): errored.
-    judged: Vec<(usize, Outcome)>,
-}
-
-/// Sends every blocking judged check of `read.stage` to the judge, in parallel.
-fn dispatch_judged(
-    host: &mut dyn Host,
-    policy: &Policy,
-    record: &mut Record,
-    version: &Version,
-    read: &Judged<'_>,
-) -> Dispatched {
-    let mut sent = Dispatched::default();
-    for i in judge::blocking_judged(version, read.stage) {
-        let Some(check) = version.checks.get(i) else {
-            continue;
-        };
-        if let Some(model) = judge::judge_model(policy, check, read.turn_model) {
-            record.judge_model(i, 1, &model);
-        }
-        let token = judge::callout(policy, check, read).and_then(|c| {
-            let headers: Vec<(&str, &str)> = c
-                .headers
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            host.dispatch_callout(&policy.judge_cluster, &headers, &c.body, c.timeout_ms)
-        });
-        match token {
-            Some(token) => sent.pending.push((token, i)),
-            None => sent.judged.push((i, Outcome::Errored)),
-        }
-    }
-    sent
 }
 
 /// A streamed round with verdicts in hand: when one stops it or none is pending, the round is
@@ -915,17 +1072,25 @@ fn settle_stream(
         round_end: None,
     };
     let undecided: Vec<usize> = judging.pending.iter().map(|(_, c)| *c).collect();
-    let released = close_round(
-        host,
-        record,
-        s,
-        &judging.rule_text,
-        &judging.judged,
-        &undecided,
-        &mut step,
-    );
-    if released {
-        queue_background(host, policy, record, &s.asked, &judging.answer_text);
+    let round = Decided {
+        rule_text: &judging.rule_text,
+        judged: &judging.judged,
+        undecided: &undecided,
+    };
+    match close_round(host, policy, record, s, &round, &mut step) {
+        Closed::Released => {
+            queue_background(host, policy, record, &s.asked, &judging.answer_text);
+        }
+        Closed::Recovering => {
+            // Still paused: what this filter left in the buffer stays as it is.
+            let kept = step.out;
+            replace_chunk(host, buffered, &kept);
+            if let Some(r) = &mut s.recovery {
+                r.kept = kept;
+            }
+            return Some(Flow::Pause);
+        }
+        Closed::Cut => {}
     }
     let end_of_stream = judging.end_of_stream;
     if end_of_stream && step.cut.is_none() {
@@ -943,17 +1108,39 @@ fn settle_stream(
     Some(Flow::Continue)
 }
 
-/// Decides a round on its rules and the judge's verdicts, then releases or cuts it; `true` when
-/// released.
+/// What a round's checks read and the judge said of it.
+#[derive(Clone, Copy)]
+struct Decided<'a> {
+    rule_text: &'a str,
+    judged: &'a [(usize, Outcome)],
+    /// Checks still with the judge when another stopped the round.
+    undecided: &'a [usize],
+}
+
+/// How a decided round went on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    Released,
+    Cut,
+    /// The model is being asked again; the response stays paused.
+    Recovering,
+}
+
+/// Decides a round on its rules and the judge's verdicts, then releases it, cuts it, or (a held
+/// round that only failed checks that recover) asks the model again.
 fn close_round(
     host: &mut dyn Host,
+    policy: &Policy,
     record: &mut Record,
     s: &mut Streamed,
-    rule_text: &str,
-    judged: &[(usize, Outcome)],
-    undecided: &[usize],
+    round: &Decided<'_>,
     step: &mut Step,
-) -> bool {
+) -> Closed {
+    let Decided {
+        rule_text,
+        judged,
+        undecided,
+    } = *round;
     let verdict = decide(
         &s.asked.version,
         Stage::Output,
@@ -973,7 +1160,12 @@ fn close_round(
         .filter(|r| !undecided.contains(&r.check))
         .cloned()
         .collect();
-    record_decided(host, record, &s.asked.version, &results);
+    decided(host, record, &s.asked.version, &results);
+    if let Some(stop) = &verdict.stop {
+        if start_stream_recovery(host, policy, s, stop, &results) {
+            return Closed::Recovering;
+        }
+    }
     let mut more = match verdict
         .stop
         .as_ref()
@@ -989,7 +1181,98 @@ fn close_round(
         None => s.rewriter.release(),
     };
     step.out.append(&mut more);
-    step.cut.is_none()
+    if step.cut.is_none() {
+        Closed::Released
+    } else {
+        Closed::Cut
+    }
+}
+
+/// Asks the model again for a held round nothing of which was shown (`Hold::Everything`), when
+/// every check that stopped it recovers; `false` when the round must be cut instead.
+fn start_stream_recovery(
+    host: &mut dyn Host,
+    policy: &Policy,
+    s: &mut Streamed,
+    stop: &Stop,
+    results: &[CheckResult],
+) -> bool {
+    if Hold::for_version(&s.asked.version) != Some(Hold::Everything) {
+        return false;
+    }
+    let (Some(rules), Some(source)) = (
+        recovery::recoverable(&s.asked.version, results),
+        s.asked.source.clone(),
+    ) else {
+        return false;
+    };
+    let first_usage = s
+        .copy
+        .as_deref()
+        .and_then(|copy| vendor::stream_usage(s.asked.api, copy))
+        .unwrap_or_default();
+    let estimate = host.now_unix_millis().saturating_sub(s.asked.asked_at_ms);
+    let turn = s.asked.recovery_turn(policy, &source);
+    let (recovery, next) = Recovery::start(
+        host,
+        &turn,
+        stop.clone(),
+        rules,
+        first_usage,
+        estimate,
+        s.asked.started_ms,
+    );
+    if next != Next::Wait {
+        return false;
+    }
+    s.recovery = Some(StreamRecovery {
+        recovery,
+        kept: Vec::new(),
+    });
+    true
+}
+
+/// A callout of a streamed round's recovery answered: the passing answer is re-emitted as the
+/// vendor's events in place of the held round, or the round is cut with the first stop; the
+/// paused response then goes on.
+fn stream_recovery_answered(
+    host: &mut dyn Host,
+    policy: &Policy,
+    record: &mut Record,
+    s: &mut Streamed,
+    token: u32,
+    body_size: usize,
+) {
+    let (Some(mut r), Some(source)) = (s.recovery.take(), s.asked.source.clone()) else {
+        return;
+    };
+    let turn = s.asked.recovery_turn(policy, &source);
+    let next = r.recovery.on_callout(host, &turn, record, token, body_size);
+    let buffered = r.kept.len();
+    let mut out = std::mem::take(&mut r.kept);
+    let replacement = match next {
+        Next::Wait => {
+            r.kept = out;
+            s.recovery = Some(r);
+            return;
+        }
+        Next::Deliver(body) => vendor::as_stream(s.asked.api, &body, &s.asked.request).ok(),
+        Next::Withhold => None,
+    };
+    match replacement {
+        Some(mut events) => out.append(&mut events),
+        None => {
+            let check = check_index(&s.asked.version, &r.recovery.first_stop.check)
+                .or_else(|| first_blocking_output_check(&s.asked.version))
+                .unwrap_or_default();
+            out.append(&mut s.rewriter.cut(check));
+            s.cut = true;
+        }
+    }
+    // Whatever the upstream still sends of the first answer is dropped.
+    s.ended = true;
+    replace_chunk(host, buffered, &out);
+    host.resume_response();
 }
 
 /// What a step sends once cuts, the frame and the end of the upstream are accounted for.
@@ -1098,7 +1381,7 @@ fn count_one(
 ) {
     let passed_on_error =
         outcome == Outcome::Errored && version.checks.get(check).is_some_and(|c| c.on_error_pass);
-    record_decided(
+    decided(
         host,
         record,
         version,
@@ -1158,6 +1441,20 @@ fn resume(host: &mut dyn Host, stage: Stage, through_host: bool) -> Flow {
     Flow::Continue
 }
 
+/// What a retry is built from: the request's authority, path, body and forwarded headers, read
+/// while the request headers are still readable.
+fn retry_source(host: &mut dyn Host, body: &[u8]) -> Option<Source> {
+    Some(Source {
+        authority: host.request_header(":authority")?,
+        path: host.request_header(":path")?,
+        body: String::from_utf8(body.to_vec()).ok()?,
+        headers: recovery::FORWARDED_HEADERS
+            .iter()
+            .filter_map(|h| Some(((*h).to_owned(), host.request_header(h)?)))
+            .collect(),
+    })
+}
+
 /// Ids for a body the filter writes itself: a random token and the host's clock.
 fn fresh_ids(host: &mut dyn Host) -> Ids {
     Ids {
@@ -1215,8 +1512,11 @@ mod tests {
     }
 
     fn chat_request(question: &str) -> FakeHost {
-        let mut host =
-            FakeHost::with_request(&[(":method", "POST"), (":path", "/v1/chat/completions")]);
+        let mut host = FakeHost::with_request(&[
+            (":method", "POST"),
+            (":path", "/v1/chat/completions"),
+            (":authority", "api.test"),
+        ]);
         host.request_body = serde_json::json!({
             "model": "gpt-4.1-mini",
             "messages": [{"role": "user", "content": question}]
@@ -1295,10 +1595,21 @@ mod tests {
     fn a_forbidden_answer_is_withheld_and_its_headers_held_until_decided() {
         let (mut t, mut host) = (turn(), chat_request("hello"));
         ask(&mut t, &mut host);
+        // The seed's no-iban recovers: the model is asked again first, the answer held.
         assert_eq!(
             answer(&mut t, &mut host, "NL91ABNA0417164300"),
-            (Flow::Pause, Flow::Continue)
+            (Flow::Pause, Flow::Pause)
         );
+        assert_eq!(host.callouts.len(), 1);
+        assert!(host.callouts[0]
+            .1
+            .contains(&(":path".to_owned(), "/v1/retry".to_owned())));
+        // The sidecar cannot retry: the first answer is withheld in its place.
+        host.callout_answer = Some((None, Vec::new()));
+        t.on_callout_response(&mut host, 1, 0);
+        let reply = host.local_reply.take().unwrap();
+        host.response_headers.extend(reply.headers);
+        host.response_body = reply.body;
         let body: serde_json::Value = serde_json::from_slice(&host.response_body).unwrap();
         assert_eq!(body["choices"][0]["finish_reason"], "content_filter");
         assert_eq!(body["usage"]["completion_tokens"], 4);

@@ -193,12 +193,17 @@ fn unframed_streams_drop_everything_after_a_cut() {
 
 #[test]
 fn with_recovery_asked_nothing_of_the_round_shows_until_decided() {
-    // The seed's no-iban asks for recovery: the whole round is held, then (no retry yet) withheld
-    // with the agent's reply in place of the answer.
+    // The seed's no-iban asks for recovery: the whole round is held while the model is asked
+    // again; with the sidecar unreachable the round is withheld with the agent's reply in place of
+    // the answer.
     for vendor in VENDORS {
         let mut host = livecheck(SEED);
         let s = ask(&mut host, vendor);
         stream_answer(&mut host, s, vendor, &FORBIDDEN, Chunking::Bytes(7));
+        assert!(host.caller_received(s).body.is_empty());
+        let retry = host.pending_callouts().remove(0);
+        assert_eq!(retry.header(":path"), Some("/v1/retry"));
+        host.fail_callout(retry.token).unwrap();
         let got = read_stream(vendor, &host.caller_received(s).body_text());
         assert!(!got.text.contains("Pay to"), "{vendor:?}: {got:?}");
         assert!(

@@ -24,6 +24,8 @@ pub const MIN_STREAM_FRAME_BYTES: usize = 64 * 1024;
 pub const DEFAULT_BLOCKED_REPLY: &str = "I can't help with that.";
 pub const DEFAULT_RECOVER_ATTEMPTS: u32 = 2;
 pub const DEFAULT_PERSON_HEADER: &str = "x-core-person";
+pub const DEFAULT_DEADLINE_MS: u64 = 60_000;
+pub const MAX_DEADLINE_MS: u64 = 3_600_000;
 pub const DEFAULT_SAMPLE: f64 = 0.1;
 pub const DEFAULT_JUDGE_CLUSTER: &str = "livecheck-judge";
 pub const DEFAULT_JUDGE_TIMEOUT_MS: u64 = 10_000;
@@ -60,6 +62,8 @@ pub struct Version {
     pub model: Option<String>,
     pub blocked_reply: String,
     pub recover_attempts: u32,
+    /// How long a turn may take, from its question, before no further answer is asked for.
+    pub deadline_ms: u64,
     pub checks: Vec<Check>,
     pub input_rules: RuleSet,
     pub output_rules: RuleSet,
@@ -73,6 +77,9 @@ pub struct Check {
     pub mode: Mode,
     pub recover: bool,
     pub description: Option<String>,
+    /// What a retry tells the model the answer broke: the description, else the expected text,
+    /// else the check's name.
+    pub broken_rule: String,
     pub sample: f64,
     pub alert: Option<Alert>,
     pub on_error_pass: bool,
@@ -445,6 +452,13 @@ impl Compiler<'_> {
                 format!("is {recover_attempts}; it must be 1 to 3"),
             ));
         }
+        let deadline_ms = raw.deadline_ms.unwrap_or(DEFAULT_DEADLINE_MS);
+        if !(1..=MAX_DEADLINE_MS).contains(&deadline_ms) {
+            self.errors.push(at.error(
+                Some("deadline_ms"),
+                format!("is {deadline_ms}; it must be 1 to {MAX_DEADLINE_MS}"),
+            ));
+        }
         let blocked_reply = raw
             .blocked_reply
             .unwrap_or_else(|| DEFAULT_BLOCKED_REPLY.to_owned());
@@ -488,6 +502,7 @@ impl Compiler<'_> {
             model: raw.model,
             blocked_reply,
             recover_attempts,
+            deadline_ms,
             checks,
             input_rules,
             output_rules,
@@ -675,8 +690,14 @@ impl Compiler<'_> {
             return None;
         }
         let kind = kind?;
+        let broken_rule = raw
+            .description
+            .clone()
+            .or_else(|| raw.expected.clone())
+            .unwrap_or_else(|| raw.name.clone());
         Some((
             Check {
+                broken_rule,
                 name: raw.name,
                 stage,
                 kind,

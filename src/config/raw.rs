@@ -46,6 +46,8 @@ pub struct RawVersion {
     pub model: Option<String>,
     pub blocked_reply: Option<String>,
     pub recover_attempts: Option<u32>,
+    /// How long a turn may take before no further attempt is made to recover it (default 60 s).
+    pub deadline_ms: Option<u64>,
     #[serde(default)]
     pub live_checks: Vec<serde_json::Value>,
 }

@@ -20,7 +20,7 @@ use proxy_wasm::types::{Action, ContextType, LogLevel as SdkLevel};
 use crate::build_info;
 use crate::config::Policy;
 use crate::host::{Flow, Host, LogLevel};
-use crate::outbox::{Job, Outbox};
+use crate::outbox::{Delivery, Job, Outbox};
 use crate::turn::Turn;
 
 proxy_wasm::main! {{
@@ -72,8 +72,8 @@ impl Default for Root {
 }
 
 impl Context for Root {
-    /// The sidecar's answer to a turn report: a 2xx means stored; anything else (no answer, a
-    /// reset, a 5xx) puts the report back in line.
+    /// The sidecar's answer to a turn report: a 2xx means stored, a 4xx that it never will be;
+    /// anything else (no answer, a reset, a 5xx) puts the report back in line.
     fn on_http_call_response(
         &mut self,
         token: u32,
@@ -81,14 +81,20 @@ impl Context for Root {
         _body: usize,
         _trailers: usize,
     ) {
-        let stored = self
-            .host
-            .callout_status()
-            .is_some_and(|s| (200..300).contains(&s));
+        let delivery = Delivery::of_status(self.host.callout_status());
         let now = self.host.now_unix_millis();
-        let known = self.host.outbox.borrow_mut().answered(token, stored, now);
-        if known && !stored {
-            self.host.increment_counter("livecheck.reports.retried");
+        let known = self.host.outbox.borrow_mut().answered(token, delivery, now);
+        match delivery {
+            _ if !known => {}
+            Delivery::Stored => {}
+            Delivery::Failed => self.host.increment_counter("livecheck.reports.retried"),
+            Delivery::Refused => {
+                self.host.increment_counter("livecheck.reports.refused");
+                self.host.log(
+                    LogLevel::Error,
+                    "livecheck: the sidecar refused a turn report; it is dropped",
+                );
+            }
         }
     }
 }
