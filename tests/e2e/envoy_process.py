@@ -218,7 +218,9 @@ class JudgeSidecar:
     Stopped by its own PID; its stderr log is kept in `log_path`."""
 
     def __init__(self, workdir: pathlib.Path, backends: list[dict], timeout_ms: int = 5000,
-                 binary: Optional[pathlib.Path] = None, **settings) -> None:
+                 binary: Optional[pathlib.Path] = None, tables: Optional[dict[str, dict]] = None,
+                 arrays: Optional[dict[str, list[dict]]] = None, env: Optional[dict[str, str]] = None,
+                 **settings) -> None:
         self.binary = binary or cargo_binary("livecheck-judge", "livecheck-judge")
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
@@ -226,6 +228,10 @@ class JudgeSidecar:
         self._log = open(self.log_path, "ab")
         self.backends = backends
         self.settings = {"timeout_ms": timeout_ms, **settings}
+        # `[name]` tables (e.g. store, api) and `[[name]]` arrays of tables (e.g. upstreams, webhooks).
+        self.tables = tables or {}
+        self.arrays = arrays or {}
+        self.env = env or {}
         self.process: Optional[subprocess.Popen] = None
         self.start()
 
@@ -243,16 +249,26 @@ class JudgeSidecar:
         for backend in self.backends:
             lines.append("\n[[backends]]")
             lines += [f"{k} = {value(v)}" for k, v in backend.items()]
+        for name, table in self.tables.items():
+            lines.append(f"\n[{name}]")
+            lines += [f"{k} = {value(v)}" for k, v in table.items()]
+        for name, entries in self.arrays.items():
+            for entry in entries:
+                lines.append(f"\n[[{name}]]")
+                lines += [f"{k} = {value(v)}" for k, v in entry.items()]
         return "\n".join(lines) + "\n"
 
-    def start(self, attempts: int = 3) -> None:
-        """Starts the sidecar (again, on a fresh port each attempt) and waits for /healthz."""
+    def start(self, attempts: int = 3, same_port: bool = False) -> None:
+        """Starts the sidecar (again, on a fresh port each attempt, or on the port it had, which an
+        Envoy cluster may point at) and waits for /healthz."""
         for attempt in range(attempts):
-            self.port = free_port()
+            if not same_port:
+                self.port = free_port()
             self.config_path = self.workdir / "judge.toml"
             self.config_path.write_text(self._config())
             env = {k: v for k, v in os.environ.items() if not k.startswith("LIVECHECK_JUDGE_")}
             env.setdefault("RUST_LOG", "info")
+            env.update(self.env)
             self.process = subprocess.Popen(
                 [str(self.binary), "--config", str(self.config_path)],
                 stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
