@@ -69,6 +69,8 @@ class Received:
 class UpstreamDouble:
     def __init__(self) -> None:
         self.default = Answer(body_chunks=["no script"])
+        # Upstream requests take these answers in turn (the last one repeats) before `default`.
+        self.sequence: list[Answer] = []
         self.by_path: dict[str, Answer] = {}
         self.received: list[Received] = []
         self.incomplete: list[str] = []  # paths of requests whose body never completed
@@ -100,6 +102,8 @@ class UpstreamDouble:
                     )
                     answer = double.by_path.get(path.split("?", 1)[0])
                     is_upstream = answer is None
+                    if is_upstream and double.sequence:
+                        answer = double.sequence.pop(0) if len(double.sequence) > 1 else double.sequence[0]
                     answer = answer or double.default
                 written = Written(path, time.monotonic())
                 with double._lock:
@@ -202,10 +206,13 @@ class UpstreamDouble:
         self._server.shutdown()
         self._server.server_close()
 
-    def script(self, default: Optional[Answer] = None, by_path: Optional[dict] = None) -> None:
-        """Replace the script and forget what was received."""
+    def script(self, default: Optional[Answer] = None, by_path: Optional[dict] = None,
+               sequence: Optional[list[Answer]] = None) -> None:
+        """Replace the script and forget what was received. `sequence`: the answers to upstream
+        requests in turn (a first answer, then a retry's), the last one repeating."""
         with self._lock:
             self.default = default or Answer(body_chunks=["no script"])
+            self.sequence = list(sequence or [])
             self.by_path = dict(by_path or {})
             self.received = []
             self.incomplete = []
