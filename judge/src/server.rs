@@ -1,4 +1,4 @@
-//! The HTTP side: `POST /v1/judge`, `POST /v1/background`, `GET /healthz`, and the results routes
+//! The HTTP side: `POST /v1/judge`, `POST /v1/retry`, `GET /healthz`, and the results routes
 //! of [`crate::api`]; the running service's state and its background workers.
 //!
 //! Logs name the stage, kind, judge model, backend, outcome, failure and token counts of each call;
@@ -15,9 +15,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use livecheck_wire::{
-    BackgroundJob, JudgeRequest, JudgeVerdict, Outcome, Stage, BACKGROUND_PATH, JUDGE_PATH,
-};
+use livecheck_wire::{JudgeRequest, JudgeVerdict, Outcome, Stage, JUDGE_PATH};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify, Semaphore};
@@ -35,9 +33,6 @@ pub struct App {
     settings: Settings,
     client: reqwest::Client,
     permits: Semaphore,
-    /// Background checks accepted and not yet judged: bounded, so a flood is refused (503), never
-    /// queued without end.
-    background: Arc<Semaphore>,
     /// The results store; `None` for a judge-only app ([`App::new`]).
     store: Option<Store>,
     /// The turn's key of each pending background check, by (turn id, check name): memory only.
@@ -66,11 +61,8 @@ impl std::fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
-/// Background checks one sidecar holds at most, per permit of judge concurrency.
-const BACKGROUND_PER_PERMIT: usize = 8;
-
 impl App {
-    /// A judge-only app: `POST /v1/judge` and `/v1/background`; the results routes answer 503.
+    /// A judge-only app: `POST /v1/judge` and `/v1/retry`; the results routes answer 503.
     pub fn new(settings: Settings) -> Result<Arc<Self>, reqwest::Error> {
         Self::build(settings, None)
     }
@@ -99,11 +91,6 @@ impl App {
             .build()?;
         Ok(Arc::new(Self {
             permits: Semaphore::new(settings.max_concurrent),
-            background: Arc::new(Semaphore::new(
-                settings
-                    .max_concurrent
-                    .saturating_mul(BACKGROUND_PER_PERMIT),
-            )),
             settings,
             client,
             store,
@@ -226,7 +213,6 @@ impl App {
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route(JUDGE_PATH, post(post_judge))
-        .route(BACKGROUND_PATH, post(post_background))
         .route(livecheck_wire::RETRY_PATH, post(post_retry))
         .route("/healthz", get(healthz))
         .merge(api::routes())
@@ -263,38 +249,6 @@ pub async fn serve(
     axum::serve(listener, router(app))
         .with_graceful_shutdown(shutdown)
         .await
-}
-
-/// A finished turn's background check: accepted at once (202), judged on the sidecar's time, and
-/// recorded (the structured log line today; the results store with the results issue). A full
-/// sidecar answers 503 and the filter drops the job, counted: the turn is long over either way.
-async fn post_background(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let job: BackgroundJob = match parse(&body) {
-        Ok(job) => job,
-        Err(response) => return *response,
-    };
-    let Ok(permit) = Arc::clone(&app.background).try_acquire_owned() else {
-        tracing::warn!(agent = %job.agent, check = %job.check, "background queue full");
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
-    };
-    let key = TurnKey::from_headers(&headers);
-    tokio::spawn(async move {
-        let verdict = app.judge(&job.judge, &key).await;
-        tracing::info!(
-            agent = %job.agent,
-            version = %job.version,
-            check = %job.check,
-            outcome = match verdict.outcome {
-                Outcome::Passed => "passed",
-                Outcome::Failed => "failed",
-                Outcome::Errored => "errored",
-            },
-            score = verdict.score.unwrap_or(-1.0),
-            "background check recorded"
-        );
-        drop(permit);
-    });
-    StatusCode::ACCEPTED.into_response()
 }
 
 async fn post_judge(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {

@@ -7,10 +7,6 @@ use serde::{Deserialize, Serialize};
 /// The path of a judged check on the sidecar.
 pub const JUDGE_PATH: &str = "/v1/judge";
 
-/// The path where the filter hands over a background check after a turn; the sidecar answers
-/// `202 Accepted` at once and judges and records it on its own time.
-pub const BACKGROUND_PATH: &str = "/v1/background";
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
@@ -35,16 +31,6 @@ pub struct JudgeRequest {
     pub question: Option<String>,
     /// The model that judges: the check's `judge_model`, else the turn's model.
     pub judge_model: String,
-}
-
-/// A background check of a finished turn: what to judge, and whose result it is.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BackgroundJob {
-    pub agent: String,
-    pub version: String,
-    pub check: String,
-    pub judge: JudgeRequest,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
