@@ -849,6 +849,8 @@ impl Turn {
         } = *r;
         match next {
             Next::Deliver(body) => {
+                self.record.response_id =
+                    answer_id(asked.api, &body).or(self.record.response_id.take());
                 // The answer's headers are still held: a local reply replaces the whole answer.
                 host.send_local_reply(
                     200,
@@ -959,6 +961,9 @@ fn stream_chunk(
         }
     }
     let mut step = s.rewriter.feed(&buffered);
+    if record.response_id.is_none() {
+        record.response_id = s.rewriter.answer_id().map(str::to_owned);
+    }
     if end_of_stream && step.cut.is_none() && step.round_end.is_none() {
         let mut last = s.rewriter.finish();
         step.out.append(&mut last.out);
@@ -1256,7 +1261,10 @@ fn stream_recovery_answered(
             s.recovery = Some(r);
             return;
         }
-        Next::Deliver(body) => vendor::as_stream(s.asked.api, &body, &s.asked.request).ok(),
+        Next::Deliver(body) => {
+            record.response_id = answer_id(s.asked.api, &body).or(record.response_id.take());
+            vendor::as_stream(s.asked.api, &body, &s.asked.request).ok()
+        }
         Next::Withhold => None,
     };
     match replacement {
@@ -1453,6 +1461,11 @@ fn retry_source(host: &mut dyn Host, body: &[u8]) -> Option<Source> {
             .filter_map(|h| Some(((*h).to_owned(), host.request_header(h)?)))
             .collect(),
     })
+}
+
+/// The upstream's id of a non-streamed answer: the id the caller of a recovered turn sees.
+fn answer_id(api: Api, body: &[u8]) -> Option<String> {
+    vendor::parse_answer(api, body).ok()?.id
 }
 
 /// Ids for a body the filter writes itself: a random token and the host's clock.

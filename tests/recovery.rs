@@ -212,7 +212,8 @@ fn a_retry_can_pass_on_the_third_answer() {
     let call = retries(&host).remove(0);
     retried(&mut host, &call, &vendor.answer(ANOTHER_FORBIDDEN));
     let call = retries(&host).remove(0);
-    retried(&mut host, &call, &vendor.answer(CLEAN_ANSWER));
+    let third = vendor.answer(CLEAN_ANSWER).replace("resp_up", "resp_third");
+    retried(&mut host, &call, &third);
     // The third answer passed its rules; the judge decides it too.
     let judge = judge_calls(&host).remove(0);
     assert_eq!(json(&judge.body)["text"], CLEAN_ANSWER);
@@ -226,6 +227,8 @@ fn a_retry_can_pass_on_the_third_answer() {
     let body = json(caller.body_text().as_bytes());
     assert_eq!(vendor.text_of(&body), CLEAN_ANSWER);
     assert_eq!(usage_total(vendor, &body), (33, 21));
+    let shown_id = body["id"].clone();
+    assert_eq!(shown_id, "resp_third");
     // The report counts answers.
     host.finish_stream(s).unwrap();
     host.advance_time(Duration::from_millis(250));
@@ -234,6 +237,11 @@ fn a_retry_can_pass_on_the_third_answer() {
         .into_iter()
         .find(|c| c.header(":path") == Some("/v1/results"))
         .unwrap();
+    assert_eq!(
+        json(&report.body)["response_id"],
+        shown_id,
+        "the id of the answer shown"
+    );
     let results: Vec<(String, u64, String)> = json(&report.body)["results"]
         .as_array()
         .unwrap()

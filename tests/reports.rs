@@ -214,6 +214,13 @@ fn a_streamed_turn_reports_its_results_too() {
             host.advance_time(TICK);
             let report = json(&reports(&host)[0].body);
             assert_eq!(report["turn_id"], turn_id.as_str());
+            let upstream_id = report["response_id"].as_str().unwrap();
+            assert!(
+                ["msg_", "chatcmpl-", "resp_"]
+                    .iter()
+                    .any(|p| upstream_id.starts_with(p)),
+                "{upstream_id}"
+            );
             assert_eq!(report["results"][0]["outcome"], outcome, "{vendor:?}");
             assert_eq!(report["results"].as_array().unwrap().len(), 1);
         }

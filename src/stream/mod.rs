@@ -152,6 +152,17 @@ pub struct Rewriter {
     asks_for_tool: bool,
     /// `finish` was called: what is queued goes as it is (a tool call cut mid-escape included).
     upstream_done: bool,
+    /// The answer's own id, from the first event that carries it.
+    answer_id: Option<String>,
+}
+
+/// The answer's id an event carries: Anthropic `message_start`'s `message.id`, a Responses event's
+/// `response.id`, a Chat chunk's `id`.
+fn answer_id(data: &Value) -> Option<String> {
+    ["/message/id", "/response/id", "/id"]
+        .iter()
+        .find_map(|p| data.pointer(p).and_then(Value::as_str))
+        .map(str::to_owned)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,7 +211,13 @@ impl Rewriter {
             phase: Phase::Open,
             asks_for_tool: false,
             upstream_done: false,
+            answer_id: None,
         }
+    }
+
+    /// The upstream's id of the answer, once an event carried it (`msg_…`, `chatcmpl-…`, `resp_…`).
+    pub fn answer_id(&self) -> Option<&str> {
+        self.answer_id.as_deref()
     }
 
     /// One upstream body chunk.
@@ -283,6 +300,9 @@ impl Rewriter {
         let unit = self.format.read(event)?;
         self.asks_for_tool |= unit.asks_for_tool;
         let ev = unit.ev;
+        if self.answer_id.is_none() {
+            self.answer_id = answer_id(&ev.data);
+        }
         let mut fields = Vec::new();
         let mut touched = Vec::new();
         for text in unit.texts {
