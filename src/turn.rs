@@ -52,6 +52,9 @@ enum State {
     /// A non-streamed answer failed checks that recover: the model is asked again, the answer's
     /// headers and body held meanwhile.
     Recovering(Box<Recovering>),
+    /// No check reads the answer: it passes untouched while its first bytes are read for the
+    /// upstream's id (the caller may look its turn up by it).
+    Peeking { seen: Vec<u8> },
     /// Decided: everything left passes as it is.
     Done,
 }
@@ -532,6 +535,8 @@ impl Turn {
                     copy: Vec::new(),
                     streamed,
                 };
+            } else if identity && !end_of_stream {
+                self.state = State::Peeking { seen: Vec::new() };
             }
             return Flow::Continue;
         }
@@ -571,12 +576,31 @@ impl Turn {
                 end_of_stream,
             );
         }
+        if let State::Peeking { seen } = &mut self.state {
+            let room = vendor::PEEK_BYTES.saturating_sub(seen.len());
+            if let Some(mut chunk) = host.response_body(body_size.min(room)) {
+                seen.append(&mut chunk);
+            }
+            self.record.response_id = vendor::peek_id(seen);
+            if self.record.response_id.is_some()
+                || seen.len() >= vendor::PEEK_BYTES
+                || end_of_stream
+            {
+                self.state = State::Done;
+            }
+            return Flow::Continue;
+        }
         if let State::Observing { copy, .. } = &mut self.state {
             let fits = copy.len().saturating_add(body_size) <= self.policy.max_body_bytes;
             match host.response_body(body_size).filter(|_| fits) {
                 Some(mut chunk) => copy.append(&mut chunk),
                 // Too large to keep, or unreadable: the background checks skip this turn.
                 None => self.state = State::Done,
+            }
+            if let State::Observing { copy, .. } = &self.state {
+                if self.record.response_id.is_none() {
+                    self.record.response_id = vendor::peek_id(copy);
+                }
             }
             if end_of_stream {
                 if let State::Observing {

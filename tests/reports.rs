@@ -261,3 +261,52 @@ fn a_call_the_filter_does_not_check_reports_nothing() {
     host.advance_time(TICK);
     assert!(reports(&host).is_empty());
 }
+
+#[test]
+fn the_upstream_id_is_reported_whatever_reads_the_answer() {
+    let input_only = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {"live_checks": [
+        {"name": "no-passwords", "stage": "input", "kind": "not_contains", "expected": "password"}]}}}}}"#;
+    let background = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {"live_checks": [
+        {"name": "tone", "stage": "output", "kind": "polite_tone", "mode": "background", "sample": 1, "judge_model": "j"}]}}}}}"#;
+    for config in [input_only, background] {
+        for vendor in VENDORS {
+            for streamed in [false, true] {
+                let mut host = livecheck(config);
+                let s = send_request(
+                    &mut host,
+                    vendor.path(),
+                    &[],
+                    &vendor.request(CLEAN_QUESTION, streamed),
+                    Chunking::Whole,
+                );
+                let (content_type, body) = if streamed {
+                    (
+                        "text/event-stream",
+                        stream(vendor, &["Your order ", "ships."]).concat(),
+                    )
+                } else {
+                    ("application/json", vendor.answer(CLEAN_ANSWER))
+                };
+                send_answer(
+                    &mut host,
+                    s,
+                    &[("content-type", content_type)],
+                    &body,
+                    Chunking::Bytes(5),
+                );
+                assert_eq!(host.caller_received(s).body_text(), body, "untouched");
+                host.finish_stream(s).unwrap();
+                host.advance_time(TICK);
+                let report = json(&reports(&host)[0].body);
+                let id = report["response_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                assert!(
+                    body.contains(&format!("\"{id}\"")) && id.len() > 3,
+                    "{vendor:?} streamed={streamed}: {id:?}"
+                );
+            }
+        }
+    }
+}

@@ -15,11 +15,13 @@ mod chat;
 #[cfg(test)]
 mod fixtures;
 mod json;
+mod peek;
 mod recovered;
 mod responses;
 
 use serde_json::Value;
 
+pub use peek::{peek_id, PEEK_BYTES};
 pub use recovered::{answer_usage, as_stream, stream_usage, with_usage, Usage};
 
 /// An API shape the filter checks.

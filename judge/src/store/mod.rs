@@ -339,7 +339,20 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        self.forget_deleted().await?;
         Ok(out)
+    }
+
+    /// SQLite keeps the pages a transaction wrote in its write-ahead log until a checkpoint, so a
+    /// deleted pending check's judged text would linger in `-wal` after `secure_delete` zeroed it in
+    /// the database: checkpoint and truncate the log at once. PostgreSQL: nothing to do here.
+    async fn forget_deleted(&self) -> Result<(), StoreError> {
+        if self.flavor == Flavor::Sqlite {
+            sqlx::raw_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
     }
 
     /// Drops a pending check that cannot be judged (its request no longer parses).
@@ -348,8 +361,8 @@ impl Store {
             .bind(turn_id)
             .bind(name)
             .execute(&self.pool)
-            .await
-            .map(|_| ())
+            .await?;
+        self.forget_deleted().await
     }
 
     /// The oldest pending background checks.
@@ -549,6 +562,7 @@ impl Store {
             turns = query.execute(&mut *tx).await?.rows_affected();
         }
         tx.commit().await?;
+        self.forget_deleted().await?;
         Ok(turns)
     }
 
