@@ -75,10 +75,31 @@ e2e: venv wasm
 	cargo build --locked -p livecheck --bin livecheck
 	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q tests/e2e
 
-# What checks cost, measured side by side in one run (not part of `make test`: timings are noisy).
-bench: wasm venv
+# What checks cost, measured side by side in one run (not part of `make test`: timings are noisy):
+# bench/results.md and bench/latency.png (benches/compare.py: plain Envoy, a no-op wasm filter, livecheck
+# and LiteLLM; streamed turns via benches/streaming.py; scanning; memory), bench/results-streaming.md,
+# bench/results-judge.md. Loopback only, every load run bounded; about 10-15 minutes on 2 busy cores.
+BENCH_VENV := .venv-bench
+OHA        := $(TOOLS)/bin/oha
+
+# oha, the load generator (open loop with latency correction, and closed loop). The registry mirror may
+# lack a version that --locked pins, so fall back to a fresh resolution.
+$(OHA):
+	cargo install --root $(TOOLS) oha --locked || cargo install --root $(TOOLS) oha
+
+# LiteLLM (the comparison) and matplotlib, in their own venv: LiteLLM pins many packages of its own.
+$(BENCH_VENV)/.installed: requirements-bench.txt
+	python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-bench.txt
+	touch $@
+
+bench: wasm venv $(OHA) $(BENCH_VENV)/.installed
+	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib
+	touch $(WASM_DIR)/noop_filter.wasm
+	cargo build --release --locked -p upstream-double
+	cargo build --locked -p livecheck --bin livecheck
 	cargo bench --locked --profile bench-native --bench rule_cost
-	$(PYTHON) benches/streaming.py
+	$(BENCH_VENV)/bin/python benches/compare.py
 	$(PYTHON) benches/judge_overhead.py
 
 # The demo: Envoy with the filter, the judge sidecar and a local model (SmolLM2-135M from a PyPI wheel,

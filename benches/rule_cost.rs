@@ -2,6 +2,12 @@
 //! filter in the wasmtime harness (a whole turn with the seed's checks against the same turn with
 //! no checks, so the harness's own cost cancels out). Prints medians of repeated runs, as ratios
 //! and per-request figures measured side by side in one run.
+//!
+//! Then the scanning throughput of the bench rule set (`benches/rules.json`: 5 input and 5 output
+//! rules) on Chat requests of 1 KiB, 64 KiB and 1 MiB: natively (the input stage's automaton on the
+//! request's text; and parsing the request plus that scan) and in the harness (a whole question
+//! through livecheck.wasm minus the same question through the no-op filter's .wasm). Written as JSON
+//! to `$BENCH_JSON` (default `target/bench/rule_cost.json`) for `benches/compare.py`.
 // A benchmark, not filter code: a broken set-up should stop it loudly.
 #![allow(
     clippy::panic,
@@ -20,6 +26,8 @@ use livecheck::verdict::{decide, Reading};
 use livecheck_harness::{compile, read_fresh_wasm, Host, Options};
 
 const SEED: &str = include_str!("../examples/seed.json");
+const RULES: &str = include_str!("rules.json");
+const SCAN_SIZES: [usize; 3] = [1 << 10, 64 << 10, 1 << 20];
 const NO_CHECKS: &str =
     r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {}}}}}"#;
 
@@ -33,6 +41,26 @@ fn body_4k() -> String {
         .collect();
     serde_json::json!({"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": text}]})
         .to_string()
+}
+
+/// A Chat request of exactly `size` bytes of ordinary text, which passes the bench rules.
+fn chat_body(size: usize) -> String {
+    let sentence = "where is my order and when will it arrive at the depot near the station ? ";
+    let wrap = |text: &str| {
+        serde_json::json!({"model": "gpt-4.1-mini", "messages": [
+            {"role": "system", "content": "You are a helpful shop assistant."},
+            {"role": "user", "content": text}]})
+        .to_string()
+    };
+    let overhead = wrap("").len();
+    let text: String = sentence
+        .chars()
+        .cycle()
+        .take(size.saturating_sub(overhead))
+        .collect();
+    let body = wrap(&text);
+    assert_eq!(body.len(), size);
+    body
 }
 
 fn median(mut xs: Vec<Duration>) -> Duration {
@@ -151,4 +179,127 @@ fn main() {
         with.saturating_sub(without),
         with.as_secs_f64() / without.as_secs_f64().max(1e-12)
     );
+
+    scanning_throughput(&module);
+}
+
+/// Median and range of `reps` interleaved samples of each series, in ns per call.
+#[derive(Default)]
+struct Series(Vec<f64>);
+
+impl Series {
+    fn push(&mut self, d: Duration) {
+        self.0.push(d.as_secs_f64() * 1e9);
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!(self.0)
+    }
+}
+
+fn scanning_throughput(livecheck: &livecheck_harness::Module) {
+    const REPS: usize = 5;
+    let policy = Policy::from_json(RULES.as_bytes()).unwrap_or_else(|e| panic!("{e:?}"));
+    let version = policy
+        .select(None, None, None)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let noop_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/noop-filter");
+    let noop = read_fresh_wasm(&noop_dir, "noop_filter").unwrap_or_else(|e| panic!("{e}"));
+    let noop = compile(&noop).unwrap_or_else(|e| panic!("{e}"));
+    let options = || Options {
+        plugin_config: RULES.as_bytes().to_vec(),
+        allow_on_headers_stop_iteration: true,
+        buffer_limit: 4 << 20,
+        ..Options::default()
+    };
+    let host = |module| Host::from_module(module, options()).unwrap_or_else(|e| panic!("{e}"));
+    let (mut checked, mut baseline) = (host(livecheck), host(&noop));
+
+    let mut sizes = Vec::new();
+    println!();
+    println!("scanning throughput, bench rules (5 input rules) on Chat requests, median of {REPS}");
+    println!("| body | native scan | native parse + scan | harness (livecheck - no-op) |");
+    println!("| --- | --- | --- | --- |");
+    for size in SCAN_SIZES {
+        let body = chat_body(size);
+        // Enough calls per sample for ~20 ms of native scanning.
+        let iters = u32::try_from((64 << 20) / size)
+            .unwrap_or(1)
+            .clamp(4, 20_000);
+        let turns = u32::try_from((8 << 20) / size).unwrap_or(1).clamp(2, 2_000);
+        let request = vendor::parse_request(Api::ChatCompletions, body.as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let reading = Reading {
+            rule_text: &request.input_text,
+            judged_apply: true,
+            readable: true,
+            judged: &[],
+        };
+        // The checks must run and pass, and the question must reach upstream whole.
+        let verdict = decide(&version, Stage::Input, &reading, 1);
+        assert!(verdict.stop.is_none() && verdict.results.len() == 5);
+        for h in [&mut checked, &mut baseline] {
+            assert_eq!(turn(h, &body), body.len(), "the question reached upstream");
+        }
+        let (mut scan, mut parse_scan, mut with, mut without) = (
+            Series::default(),
+            Series::default(),
+            Series::default(),
+            Series::default(),
+        );
+        for _ in 0..REPS {
+            scan.push(measure(1, iters, || {
+                black_box(decide(&version, Stage::Input, black_box(&reading), 1));
+            }));
+            parse_scan.push(measure(1, iters, || {
+                let r = vendor::parse_request(Api::ChatCompletions, black_box(body.as_bytes()))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let reading = Reading {
+                    rule_text: &r.input_text,
+                    judged_apply: true,
+                    readable: true,
+                    judged: &[],
+                };
+                black_box(decide(&version, Stage::Input, &reading, 1));
+            }));
+            with.push(measure(1, turns, || {
+                black_box(turn(&mut checked, &body));
+            }));
+            without.push(measure(1, turns, || {
+                black_box(turn(&mut baseline, &body));
+            }));
+        }
+        let med = |s: &Series| {
+            let mut v = s.0.clone();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let mbps = |ns: f64| size as f64 / ns * 1e3;
+        println!(
+            "| {} KiB | {:.0} MB/s | {:.0} MB/s | {:.0} MB/s |",
+            size >> 10,
+            mbps(med(&scan)),
+            mbps(med(&parse_scan)),
+            mbps(med(&with) - med(&without)),
+        );
+        sizes.push(serde_json::json!({
+            "body_bytes": size,
+            "text_chars": request.input_text.chars().count(),
+            "native_scan_ns": scan.json(),
+            "native_parse_scan_ns": parse_scan.json(),
+            "harness_livecheck_ns": with.json(),
+            "harness_noop_ns": without.json(),
+        }));
+    }
+    // livecheck really ran its input rules on every question (and passed them).
+    assert!(checked
+        .metric("livecheck.bench.in-api-key.passed")
+        .is_some_and(|n| n >= (SCAN_SIZES.len() * REPS) as u64));
+    assert_eq!(checked.metric("livecheck.bench.in-api-key.failed"), None);
+    let out = std::env::var("BENCH_JSON")
+        .unwrap_or_else(|_| format!("{}/target/bench/rule_cost.json", env!("CARGO_MANIFEST_DIR")));
+    let out = Path::new(&out);
+    std::fs::create_dir_all(out.parent().unwrap_or(Path::new("."))).unwrap();
+    std::fs::write(out, serde_json::json!({"sizes": sizes}).to_string()).unwrap();
+    println!("wrote {}", out.display());
 }

