@@ -169,9 +169,11 @@ mod native {
     /// A stream's writes (each `group` events) and its closing events, built once per shape: 1,000
     /// concurrent streams must not each spend the double's one thread building the same answer.
     type Script = Arc<(Vec<Bytes>, Bytes)>;
+    /// (tokens, characters per event, events per write).
+    type Shape = (u64, u64, u64);
 
     fn script(tokens: u64, event_chars: u64, group: u64) -> Script {
-        static CACHE: Mutex<Vec<((u64, u64, u64), Script)>> = Mutex::new(Vec::new());
+        static CACHE: Mutex<Vec<(Shape, Script)>> = Mutex::new(Vec::new());
         let key = (tokens, event_chars, group);
         let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, s)) = cache.iter().find(|(k, _)| *k == key) {
