@@ -179,13 +179,15 @@ pub fn decided(
 ) {
     record.decided(version, results, host.now_unix_millis());
     for result in results {
-        if let Some(check) = version.checks.get(result.check) {
-            host.increment_counter(&format!(
-                "livecheck.{}.{}.{}",
-                version.agent,
-                check.name,
-                result.outcome.as_str()
-            ));
+        let counter = version.checks.get(result.check).and_then(|c| {
+            c.counters.get(match result.outcome {
+                Outcome::Passed => 0,
+                Outcome::Failed => 1,
+                Outcome::Errored => 2,
+            })
+        });
+        if let Some(counter) = counter {
+            host.increment_counter(counter);
         }
     }
 }

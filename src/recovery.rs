@@ -100,7 +100,6 @@ pub struct Recovery {
 #[derive(Debug)]
 struct Candidate {
     body: Vec<u8>,
-    rule_text: String,
     pending: Vec<(u32, usize)>,
     judged: Vec<(usize, Outcome)>,
 }
@@ -246,6 +245,7 @@ impl Recovery {
             Stage::Output,
             &Reading {
                 rule_text: answer.as_ref().map_or("", |a| a.rule_text.as_str()),
+                failed: None,
                 judged_apply: answer.is_none(),
                 readable: answer.is_some(),
                 judged: &[],
@@ -274,7 +274,6 @@ impl Recovery {
         let sent = judge::dispatch(host, turn.policy, record, turn.version, &read, self.attempt);
         self.candidate = Some(Candidate {
             body,
-            rule_text: answer.rule_text,
             pending: sent.pending,
             judged: sent.judged,
         });
@@ -305,7 +304,9 @@ impl Recovery {
             turn.version,
             Stage::Output,
             &Reading {
-                rule_text: &candidate.rule_text,
+                // The judge is asked only once the answer's rules passed.
+                rule_text: "",
+                failed: Some(&[]),
                 judged_apply: true,
                 readable: true,
                 judged: &candidate.judged,

@@ -85,8 +85,6 @@ struct Asked {
     /// When the request arrived and when the question went upstream (ms since the Unix epoch).
     started_ms: u64,
     asked_at_ms: u64,
-    /// What the first answer cost, once read.
-    answer_usage: vendor::Usage,
 }
 
 impl Asked {
@@ -106,8 +104,6 @@ impl Asked {
 struct Judging {
     asked: Asked,
     stage: Stage,
-    /// What rule checks read, to decide the stage once every verdict is in.
-    rule_text: String,
     /// Callout token → check index.
     pending: Vec<(u32, usize)>,
     judged: Vec<(usize, Outcome)>,
@@ -145,7 +141,6 @@ struct Streamed {
 struct StreamJudging {
     /// What the judge reads, kept for background checks once the round passed.
     answer_text: String,
-    rule_text: String,
     pending: Vec<(u32, usize)>,
     judged: Vec<(usize, Outcome)>,
     /// What this filter left in the paused buffer: bytes decided before the round ended.
@@ -260,6 +255,7 @@ impl Turn {
             Stage::Input,
             &Reading {
                 rule_text: &request.input_text,
+                failed: None,
                 judged_apply: false,
                 readable: true,
                 judged: &[],
@@ -282,14 +278,13 @@ impl Turn {
             source,
             started_ms: self.started_ms,
             asked_at_ms: host.now_unix_millis(),
-            answer_usage: vendor::Usage::default(),
         };
         if rules.stop.is_some() {
             decided(host, &mut self.record, &asked.version, &rules.results);
             return self.refuse_question(host, &asked, rules.stop.as_ref());
         }
         let text = asked.request.input_text.clone();
-        let judging = self.ask_judge(host, asked, Stage::Input, text.clone(), text, None);
+        let judging = self.ask_judge(host, asked, Stage::Input, text, None);
         self.settle(host, judging, false)
     }
 
@@ -299,7 +294,6 @@ impl Turn {
         host: &mut dyn Host,
         asked: Asked,
         stage: Stage,
-        rule_text: String,
         text: String,
         withheld: Option<vendor::Reply>,
     ) -> Box<Judging> {
@@ -309,7 +303,6 @@ impl Turn {
         };
         let mut judging = Box::new(Judging {
             stage,
-            rule_text,
             pending: Vec::new(),
             judged: Vec::new(),
             withheld,
@@ -428,7 +421,9 @@ impl Turn {
             &version,
             judging.stage,
             &Reading {
-                rule_text: &judging.rule_text,
+                // The judge is asked only once the stage's rules passed: no need to scan again.
+                rule_text: "",
+                failed: Some(&[]),
                 judged_apply: true,
                 readable: true,
                 judged: &judging.judged,
@@ -739,34 +734,30 @@ impl Turn {
         if let Some(id) = answer.as_ref().and_then(|a| a.id.clone()) {
             self.record.response_id = Some(id);
         }
-        let mut asked = asked;
-        if let Some(usage) = answer
-            .as_ref()
-            .and_then(|_| vendor::answer_usage(asked.api, body))
-        {
-            asked.answer_usage = usage;
-        }
-        let reply = &asked.version.blocked_reply;
         // A readable answer keeps its id, model and usage; one that could not be read is replaced
-        // by a refusal in the shape the caller asked for.
-        let withheld = answer
-            .is_some()
-            .then(|| vendor::withheld(asked.api, body, reply).ok())
-            .flatten()
-            .map(|body| vendor::Reply {
-                content_type: "application/json",
-                body,
-            })
-            .unwrap_or_else(|| {
-                let ids = fresh_ids(host);
-                vendor::refusal(asked.api, reply, &asked.request, &ids)
-            });
+        // by a refusal in the shape the caller asked for. Written only when it may be needed.
+        let withheld = |host: &mut dyn Host, asked: &Asked| {
+            let reply = &asked.version.blocked_reply;
+            answer
+                .is_some()
+                .then(|| vendor::withheld(asked.api, body, reply).ok())
+                .flatten()
+                .map(|body| vendor::Reply {
+                    content_type: "application/json",
+                    body,
+                })
+                .unwrap_or_else(|| {
+                    let ids = fresh_ids(host);
+                    vendor::refusal(asked.api, reply, &asked.request, &ids)
+                })
+        };
         // Rules first (an unreadable answer errors every check); the judge only if they passed.
         let rules = decide(
             &asked.version,
             Stage::Output,
             &Reading {
                 rule_text: answer.as_ref().map_or("", |a| a.rule_text.as_str()),
+                failed: None,
                 judged_apply: answer.is_none(),
                 readable: answer.is_some(),
                 judged: &[],
@@ -778,11 +769,11 @@ impl Turn {
             let judged = !answer.asks_for_tool
                 && !judge::blocking_judged(&asked.version, Stage::Output).is_empty();
             if judged {
+                let withheld = withheld(host, &asked);
                 let judging = self.ask_judge(
                     host,
                     asked,
                     Stage::Output,
-                    answer.rule_text.clone(),
                     answer.text.clone(),
                     Some(withheld),
                 );
@@ -793,6 +784,7 @@ impl Turn {
         if let (Some(stop), Some(_)) = (&rules.stop, &answer) {
             if let Some(broken) = recovery::recoverable(&asked.version, &rules.results) {
                 let stop = stop.clone();
+                let withheld = withheld(host, &asked);
                 // Withheld at once (no time left, the retry could not be sent) or waiting for
                 // the retry: the answer's headers stay held either way.
                 return self
@@ -809,6 +801,7 @@ impl Turn {
         if let Some(value) = stop.header_value() {
             host.set_response_header(stop::HEADER, Some(&value));
         }
+        let withheld = withheld(host, &asked);
         host.set_response_header("content-type", Some(withheld.content_type));
         // The filter's own body is plain: whatever encoding upstream declared no longer applies.
         host.set_response_header("content-encoding", None);
@@ -832,9 +825,11 @@ impl Turn {
         withheld: vendor::Reply,
     ) -> Option<Flow> {
         let estimate = host.now_unix_millis().saturating_sub(asked.asked_at_ms);
+        // The withheld form keeps the rejected answer's usage: the first attempt's.
+        let first_usage = vendor::answer_usage(asked.api, &withheld.body).unwrap_or_default();
         let Some(source) = asked.source.clone() else {
             self.state = State::Done;
-            return Some(self.withhold(host, &asked, &stop, withheld, &asked.answer_usage));
+            return Some(self.withhold(host, &asked, &stop, withheld, &first_usage));
         };
         let turn = asked.recovery_turn(&self.policy, &source);
         let (recovery, next) = Recovery::start(
@@ -842,7 +837,7 @@ impl Turn {
             &turn,
             stop,
             rules,
-            asked.answer_usage,
+            first_usage,
             estimate,
             asked.started_ms,
         );
@@ -995,20 +990,11 @@ fn stream_chunk(
         step.round_end = last.round_end;
     }
     if let Some(round) = step.round_end.take() {
-        let verdict = decide(
-            &s.asked.version,
-            Stage::Output,
-            &Reading {
-                rule_text: &round.rule_text,
-                judged_apply: false,
-                readable: true,
-                judged: &[],
-            },
-            1,
-        );
+        // The round's text is scanned once; the judge is asked only when every rule passed.
+        let failed = s.asked.version.output_rules.failed_checks(&round.rule_text);
         let judged_apply = !round.asks_for_tool
             && !judge::blocking_judged(&s.asked.version, Stage::Output).is_empty();
-        if verdict.stop.is_none() && judged_apply {
+        if failed.is_empty() && judged_apply {
             let read = Judged {
                 stage: Stage::Output,
                 text: &round.answer_text,
@@ -1019,7 +1005,6 @@ fn stream_chunk(
             let sent = judge::dispatch(host, policy, record, &s.asked.version, &read, 1);
             let judging = StreamJudging {
                 answer_text: round.answer_text,
-                rule_text: round.rule_text,
                 pending: sent.pending,
                 judged: sent.judged,
                 kept: std::mem::take(&mut step.out),
@@ -1038,7 +1023,7 @@ fn stream_chunk(
             return Flow::Pause;
         }
         let decided_round = Decided {
-            rule_text: &round.rule_text,
+            failed: &failed,
             judged: &[],
             undecided: &[],
         };
@@ -1102,7 +1087,7 @@ fn settle_stream(
     };
     let undecided: Vec<usize> = judging.pending.iter().map(|(_, c)| *c).collect();
     let round = Decided {
-        rule_text: &judging.rule_text,
+        failed: &[],
         judged: &judging.judged,
         undecided: &undecided,
     };
@@ -1140,7 +1125,8 @@ fn settle_stream(
 /// What a round's checks read and the judge said of it.
 #[derive(Clone, Copy)]
 struct Decided<'a> {
-    rule_text: &'a str,
+    /// The rule checks the round's text failed (scanned once, when the round ended).
+    failed: &'a [usize],
     judged: &'a [(usize, Outcome)],
     /// Checks still with the judge when another stopped the round.
     undecided: &'a [usize],
@@ -1166,7 +1152,7 @@ fn close_round(
     step: &mut Step,
 ) -> Closed {
     let Decided {
-        rule_text,
+        failed,
         judged,
         undecided,
     } = *round;
@@ -1174,7 +1160,8 @@ fn close_round(
         &s.asked.version,
         Stage::Output,
         &Reading {
-            rule_text,
+            rule_text: "",
+            failed: Some(failed),
             judged_apply: true,
             readable: true,
             judged,

@@ -43,6 +43,9 @@ pub struct Verdict {
 pub struct Reading<'a> {
     /// The text rule checks read (for output: the answer plus text beside and inside tool calls).
     pub rule_text: &'a str,
+    /// The rule checks that failed on `rule_text`, when an earlier decision already scanned it:
+    /// the text is then not scanned again.
+    pub failed: Option<&'a [usize]>,
     /// Whether judged checks apply: on output only when the round ended without asking for a tool.
     pub judged_apply: bool,
     /// `false`: the text could not be read at all, so no check of the stage can decide.
@@ -59,10 +62,10 @@ pub fn decide(version: &Version, stage: Stage, reading: &Reading<'_>, attempt: u
         Stage::Input => &version.input_rules,
         Stage::Output => &version.output_rules,
     };
-    let failed = if reading.readable {
-        rules.failed_checks(reading.rule_text)
-    } else {
-        Vec::new()
+    let failed = match (reading.readable, reading.failed) {
+        (false, _) => Vec::new(),
+        (true, Some(failed)) => failed.to_vec(),
+        (true, None) => rules.failed_checks(reading.rule_text),
     };
     let mut results = Vec::new();
     let mut stop = None;
@@ -138,6 +141,7 @@ mod tests {
     fn read(text: &str) -> Reading<'_> {
         Reading {
             rule_text: text,
+            failed: None,
             judged_apply: true,
             readable: true,
             judged: &[],
@@ -178,6 +182,7 @@ mod tests {
             Stage::Output,
             &Reading {
                 rule_text: "",
+                failed: None,
                 judged_apply: true,
                 readable: false,
                 judged: &[],
@@ -252,6 +257,7 @@ mod tests {
             Stage::Output,
             &Reading {
                 rule_text: "",
+                failed: None,
                 judged_apply: false,
                 readable: true,
                 judged: &[],

@@ -86,6 +86,8 @@ pub struct Check {
     pub judge_model: Option<String>,
     /// How long the judge may take on this check.
     pub timeout_ms: u64,
+    /// The metric names of its results: `livecheck.<agent>.<check>.<passed|failed|errored>`.
+    pub counters: [String; 3],
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -494,6 +496,10 @@ impl Compiler<'_> {
             }
             checks.push(check);
         }
+        for check in &mut checks {
+            check.counters = ["passed", "failed", "errored"]
+                .map(|outcome| format!("livecheck.{agent}.{}.{outcome}", check.name));
+        }
         let input_rules = self.rule_set(at, &input)?;
         let output_rules = self.rule_set(at, &output)?;
         Some(Version {
@@ -712,6 +718,7 @@ impl Compiler<'_> {
                 on_error_pass: raw.on_error == Some(RawOnError::Pass),
                 judge_model: raw.judge_model,
                 timeout_ms,
+                counters: Default::default(),
             },
             rule,
         ))
