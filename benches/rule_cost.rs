@@ -116,6 +116,7 @@ fn main() {
     let scan = measure(15, 2000, || {
         let reading = Reading {
             rule_text: black_box(&request.input_text),
+            failed: None,
             judged_apply: true,
             readable: true,
             judged: &[],
@@ -231,6 +232,7 @@ fn scanning_throughput(livecheck: &livecheck_harness::Module) {
             .unwrap_or_else(|e| panic!("{e}"));
         let reading = Reading {
             rule_text: &request.input_text,
+            failed: None,
             judged_apply: true,
             readable: true,
             judged: &[],
@@ -256,6 +258,7 @@ fn scanning_throughput(livecheck: &livecheck_harness::Module) {
                     .unwrap_or_else(|e| panic!("{e}"));
                 let reading = Reading {
                     rule_text: &r.input_text,
+                    failed: None,
                     judged_apply: true,
                     readable: true,
                     judged: &[],
