@@ -11,6 +11,8 @@ use std::collections::VecDeque;
 
 /// The most reports waiting or in flight in one VM.
 pub const CAPACITY: usize = 1024;
+/// The most bytes they may hold together (a report carries the texts of its background checks).
+pub const MAX_BYTES: usize = 16 << 20;
 /// The most reports sent per tick.
 pub const PER_TICK: usize = 32;
 /// The wait after a failed delivery, doubled per consecutive failure up to [`MAX_BACKOFF_MS`].
@@ -55,6 +57,8 @@ pub struct Outbox {
     /// Reports dropped because the queue was full, since the VM started.
     pub dropped: u64,
     consecutive_failures: u32,
+    /// Bytes held by reports waiting or in flight.
+    bytes: usize,
     /// Nothing is sent before this time (ms since the Unix epoch).
     resume_at_ms: u64,
 }
@@ -62,10 +66,12 @@ pub struct Outbox {
 impl Outbox {
     /// Queues a report; `false` (and counted) when full.
     pub fn push(&mut self, job: Job) -> bool {
-        if self.len() >= CAPACITY {
+        let size = job_size(&job);
+        if self.len() >= CAPACITY || self.bytes.saturating_add(size) > MAX_BYTES {
             self.dropped += 1;
             return false;
         }
+        self.bytes += size;
         self.waiting.push_back(job);
         true
     }
@@ -98,6 +104,7 @@ impl Outbox {
         let (_, job) = self.in_flight.swap_remove(at);
         match delivery {
             Delivery::Stored | Delivery::Refused => {
+                self.bytes = self.bytes.saturating_sub(job_size(&job));
                 self.consecutive_failures = 0;
                 self.resume_at_ms = 0;
             }
@@ -118,6 +125,11 @@ impl Outbox {
         self.resume_at_ms = now_ms.saturating_add(backoff);
     }
 
+    /// Bytes held by reports waiting or in flight.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// Reports waiting or in flight.
     pub fn len(&self) -> usize {
         self.waiting.len() + self.in_flight.len()
@@ -126,6 +138,15 @@ impl Outbox {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+fn job_size(job: &Job) -> usize {
+    job.body.len()
+        + job
+            .headers
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
 }
 
 #[cfg(test)]
@@ -150,6 +171,24 @@ mod tests {
         }
         assert!(!out.push(job(2)));
         assert_eq!((out.len(), out.dropped), (CAPACITY, 1));
+    }
+
+    #[test]
+    fn reports_are_bounded_in_bytes_too() {
+        let mut out = Outbox::default();
+        let big = Job {
+            headers: vec![],
+            body: vec![0; MAX_BYTES / 2],
+        };
+        assert!(out.push(big.clone()));
+        assert!(out.push(big.clone()));
+        assert!(!out.push(job(1)), "full by bytes");
+        assert_eq!(out.dropped, 1);
+        let batch = out.take_batch(0);
+        out.sent(1, batch[0].clone());
+        assert!(out.answered(1, Delivery::Stored, 0));
+        assert_eq!(out.bytes(), MAX_BYTES / 2);
+        assert!(out.push(job(1)), "room again once one was stored");
     }
 
     #[test]
