@@ -16,18 +16,7 @@ use crate::judge::{self, Judged};
 use crate::record::{decided, Record};
 use crate::stop::Stop;
 use crate::vendor::{self, Api, Request, Usage};
-use crate::verdict::{decide, CheckResult, Outcome, Reading};
-
-/// The request headers a retry carries to the upstream: the turn's credentials and the vendor's
-/// own version and account headers.
-pub const FORWARDED_HEADERS: [&str; 6] = [
-    "authorization",
-    "x-api-key",
-    "anthropic-version",
-    "anthropic-beta",
-    "openai-organization",
-    "openai-project",
-];
+use crate::verdict::{decide, judged_stops, CheckResult, Outcome, Reading};
 
 /// What a retry is built from, kept from the request while the turn runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -285,15 +274,10 @@ impl Recovery {
         let Some(candidate) = &self.candidate else {
             return Next::Wait;
         };
-        let stopping = candidate.judged.iter().any(|(i, o)| {
-            *o == Outcome::Failed
-                || (*o == Outcome::Errored
-                    && turn
-                        .version
-                        .checks
-                        .get(*i)
-                        .is_some_and(|c| !c.on_error_pass))
-        });
+        let stopping = candidate
+            .judged
+            .iter()
+            .any(|j| judged_stops(turn.version, j));
         if !stopping && !candidate.pending.is_empty() {
             return Next::Wait;
         }

@@ -16,7 +16,7 @@ use crate::recovery::{self, Next, Recovery, Source};
 use crate::stop::{self, Stop};
 use crate::stream::{CutWhy, Hold, Rewriter, Step};
 use crate::vendor::{self, Api, Ids, Request};
-use crate::verdict::{decide, CheckResult, Outcome, Reading};
+use crate::verdict::{decide, judged_stops, CheckResult, Outcome, Reading};
 
 pub struct Turn {
     policy: Rc<Policy>,
@@ -408,11 +408,7 @@ impl Turn {
     /// `resumed` says whether the stream was paused and must be resumed through the host.
     fn settle(&mut self, host: &mut dyn Host, judging: Box<Judging>, resumed: bool) -> Flow {
         let version = Rc::clone(&judging.asked.version);
-        let stopping = judging.judged.iter().find(|(i, o)| {
-            *o == Outcome::Failed
-                || (*o == Outcome::Errored
-                    && version.checks.get(*i).is_some_and(|c| !c.on_error_pass))
-        });
+        let stopping = judging.judged.iter().find(|j| judged_stops(&version, j));
         if stopping.is_none() && !judging.pending.is_empty() {
             self.state = self.judging_state(judging);
             return Flow::Pause;
@@ -593,7 +589,9 @@ impl Turn {
                 None => self.state = State::Done,
             }
             if let State::Observing { copy, .. } = &self.state {
-                if self.record.response_id.is_none() {
+                // The id is in the answer's first bytes: looked for only until they are in.
+                let looking = copy.len().saturating_sub(body_size) < vendor::PEEK_BYTES;
+                if self.record.response_id.is_none() && looking {
                     self.record.response_id = vendor::peek_id(copy);
                 }
             }
@@ -1072,10 +1070,7 @@ fn settle_stream(
 ) -> Option<Flow> {
     let judging = s.judging.as_ref()?;
     let version = Rc::clone(&s.asked.version);
-    let stopping = judging.judged.iter().any(|(i, o)| {
-        *o == Outcome::Failed
-            || (*o == Outcome::Errored && version.checks.get(*i).is_some_and(|c| !c.on_error_pass))
-    });
+    let stopping = judging.judged.iter().any(|j| judged_stops(&version, j));
     if !stopping && !judging.pending.is_empty() {
         return None;
     }
@@ -1467,7 +1462,7 @@ fn retry_source(host: &mut dyn Host, body: &[u8]) -> Option<Source> {
         authority: host.request_header(":authority")?,
         path: host.request_header(":path")?,
         body: String::from_utf8(body.to_vec()).ok()?,
-        headers: recovery::FORWARDED_HEADERS
+        headers: livecheck_wire::FORWARDED_HEADERS
             .iter()
             .filter_map(|h| Some(((*h).to_owned(), host.request_header(h)?)))
             .collect(),

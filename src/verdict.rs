@@ -54,6 +54,14 @@ pub struct Reading<'a> {
     pub judged: &'a [(usize, Outcome)],
 }
 
+/// Whether a judge's outcome for `check` stops the turn on its own: a failure, or an error the
+/// check does not let through with `on_error: "pass"`. The other verdicts are then not awaited.
+pub fn judged_stops(version: &Version, (check, outcome): &(usize, Outcome)) -> bool {
+    *outcome == Outcome::Failed
+        || (*outcome == Outcome::Errored
+            && version.checks.get(*check).is_some_and(|c| !c.on_error_pass))
+}
+
 /// Decides the blocking checks of `stage` on what was read. A judged check takes the judge's
 /// outcome from `reading.judged`; without one it could not decide, so it is errored (and stops the
 /// turn unless `on_error: "pass"`). Background checks never decide here.

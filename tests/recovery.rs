@@ -31,17 +31,11 @@ const TONE: &str = r#", {"name": "tone", "stage": "output", "kind": "polite_tone
 const ANOTHER_FORBIDDEN: &str = "Send it to NL02RABO0123456789 please.";
 
 fn retries(host: &Host) -> Vec<Callout> {
-    host.pending_callouts()
-        .into_iter()
-        .filter(|c| c.header(":path") == Some("/v1/retry"))
-        .collect()
+    callouts_to(host, "/v1/retry")
 }
 
 fn judge_calls(host: &Host) -> Vec<Callout> {
-    host.pending_callouts()
-        .into_iter()
-        .filter(|c| c.header(":path") == Some("/v1/judge"))
-        .collect()
+    callouts_to(host, "/v1/judge")
 }
 
 fn ask(host: &mut Host, vendor: Vendor, stream: bool) -> StreamId {
@@ -232,11 +226,7 @@ fn a_retry_can_pass_on_the_third_answer() {
     // The report counts answers.
     host.finish_stream(s).unwrap();
     host.advance_time(Duration::from_millis(250));
-    let report = host
-        .pending_callouts()
-        .into_iter()
-        .find(|c| c.header(":path") == Some("/v1/results"))
-        .unwrap();
+    let report = callouts_to(&host, "/v1/results").remove(0);
     assert_eq!(
         json(&report.body)["response_id"],
         shown_id,

@@ -24,17 +24,11 @@ const CONFIG: &str = r#"{"default_agent": "orders", "agents": {"orders": {"publi
     ]}}}}}"#;
 
 fn reports(host: &Host) -> Vec<Callout> {
-    host.pending_callouts()
-        .into_iter()
-        .filter(|c| c.header(":path") == Some("/v1/results"))
-        .collect()
+    callouts_to(host, "/v1/results")
 }
 
 fn judge_calls(host: &Host) -> Vec<Callout> {
-    host.pending_callouts()
-        .into_iter()
-        .filter(|c| c.header(":path") == Some("/v1/judge"))
-        .collect()
+    callouts_to(host, "/v1/judge")
 }
 
 const VERDICT: &str = r#"{"outcome": "passed", "score": 0.875, "reason": "Courteous.", "usage": {"input_tokens": 3, "output_tokens": 1}}"#;

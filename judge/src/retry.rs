@@ -25,15 +25,8 @@ use crate::config::{Upstream, Upstreams};
 pub const MAX_ANSWER_BYTES: usize = 4 << 20;
 
 /// The callout's headers that are the turn's credentials and vendor options, sent upstream as they
-/// came.
-pub const FORWARDED_HEADERS: [&str; 6] = [
-    "authorization",
-    "x-api-key",
-    "anthropic-version",
-    "anthropic-beta",
-    "openai-organization",
-    "openai-project",
-];
+/// came (one list, shared with the filter).
+pub use livecheck_wire::FORWARDED_HEADERS;
 
 /// Why a retry has no answer. Each says a fixed sentence; none quotes the upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,15 +10,16 @@
     clippy::indexing_slicing
 )]
 
+mod common;
 #[path = "common/upstream.rs"]
 mod upstream;
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
+use common::Judge;
 use livecheck_judge::retry::instruction;
-use livecheck_judge::{serve, App, Settings};
+use livecheck_judge::Settings;
 use livecheck_wire::{Api, RetryAnswer, RetryOutcome, RetryRequest, RETRY_PATH};
 use serde_json::{json, Value};
 use upstream::{Reply, UpstreamDouble};
@@ -54,22 +55,6 @@ fn config(base_url: &str, timeout_ms: u64) -> String {
     )
 }
 
-/// A judge under test, in process.
-struct Judge {
-    url: String,
-}
-
-impl Judge {
-    async fn start(config_toml: &str) -> Self {
-        let settings = Settings::from_toml(config_toml, &|_| None).unwrap();
-        let app: Arc<App> = App::new(settings).unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(serve(listener, app, std::future::pending()));
-        Self { url }
-    }
-}
-
 async fn judge_for(upstream: &UpstreamDouble) -> Judge {
     Judge::start(&config(&upstream.base_url(), 5_000)).await
 }
@@ -86,19 +71,7 @@ fn retry_request(api: Api, path: &str, original: &Value) -> RetryRequest {
 }
 
 async fn post(judge: &Judge, body: &str, headers: &[(&str, &str)]) -> (u16, Value) {
-    let mut req = reqwest::Client::new()
-        .post(format!("{}{RETRY_PATH}", judge.url))
-        .header("content-type", "application/json")
-        .body(body.to_owned());
-    for (name, value) in headers {
-        req = req.header(*name, *value);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (
-        status,
-        serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap(),
-    )
+    judge.post_to(RETRY_PATH, body, headers).await
 }
 
 async fn retry(judge: &Judge, req: &RetryRequest, headers: &[(&str, &str)]) -> RetryAnswer {

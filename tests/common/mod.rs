@@ -7,7 +7,9 @@ pub mod fixtures;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use livecheck_harness::{compile, read_fresh_wasm, HarnessError, Host, Module, Options, StreamId};
+use livecheck_harness::{
+    compile, read_fresh_wasm, Callout, HarnessError, Host, Module, Options, StreamId,
+};
 
 /// The filter built for wasm32-wasip1, refused when missing or stale, compiled once.
 fn module() -> &'static Module {
@@ -102,4 +104,12 @@ pub fn send_answer(
 pub fn json(bytes: &[u8]) -> serde_json::Value {
     serde_json::from_slice(bytes)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(bytes)))
+}
+
+/// The callouts in flight to the sidecar's `path` (`/v1/judge`, `/v1/retry`, `/v1/results`).
+pub fn callouts_to(host: &Host, path: &str) -> Vec<Callout> {
+    host.pending_callouts()
+        .into_iter()
+        .filter(|c| c.header(":path") == Some(path))
+        .collect()
 }

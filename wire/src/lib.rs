@@ -165,10 +165,19 @@ pub enum Api {
     Responses,
 }
 
-/// Ask the model again (`POST /v1/retry`). The turn's credentials and vendor headers
-/// (`authorization`, `x-api-key`, `anthropic-version`, `anthropic-beta`, `openai-organization`,
-/// `openai-project`) travel as the callout's own headers and are forwarded upstream. The rejected
-/// answer is never part of it.
+/// The request headers a retry carries from the caller to the upstream, as the callout's own
+/// headers: the turn's credentials and the vendor's version and account headers.
+pub const FORWARDED_HEADERS: [&str; 6] = [
+    "authorization",
+    "x-api-key",
+    "anthropic-version",
+    "anthropic-beta",
+    "openai-organization",
+    "openai-project",
+];
+
+/// Ask the model again (`POST /v1/retry`). The turn's [`FORWARDED_HEADERS`] travel as the callout's
+/// own headers and are forwarded upstream. The rejected answer is never part of it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetryRequest {

@@ -54,11 +54,16 @@ impl Judge {
         }
     }
 
-    /// Posts a raw body; returns the status and the body as JSON.
+    /// Posts a raw body to `/v1/judge`; returns the status and the body as JSON.
     pub async fn post_raw(&self, body: &str, headers: &[(&str, &str)]) -> (u16, Value) {
+        self.post_to("/v1/judge", body, headers).await
+    }
+
+    /// Posts a raw body to `path`; returns the status and the body, which must be JSON.
+    pub async fn post_to(&self, path: &str, body: &str, headers: &[(&str, &str)]) -> (u16, Value) {
         let mut req = self
             .client
-            .post(format!("{}/v1/judge", self.url))
+            .post(format!("{}{path}", self.url))
             .header("content-type", "application/json")
             .body(body.to_owned());
         for (name, value) in headers {
