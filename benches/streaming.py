@@ -808,6 +808,10 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+class BenchFailed(RuntimeError):
+    pass
+
+
 def main() -> int:
     t_start = time.monotonic()
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="livecheck-bench-"))
@@ -849,9 +853,14 @@ def main() -> int:
         report["filter_counters"] = passed
         report["filter_ran"] = all(v == b_runs for v in passed.values())
         report["latency_streams_b"] = b_runs
-        hashes = {r["sha256"] for rs in results.values() for r in rs}
         report["identical_bytes"] = len({r["sha256"] for k, rs in results.items() for r in rs if k[0] == "paced"}) == 1 \
             and len({r["sha256"] for k, rs in results.items() for r in rs if k[0] == "fast"}) == 1
+        # A run in which livecheck skipped a stream, or (a) and (b) were sent different answers, measures
+        # nothing: stop rather than report it.
+        if not report["filter_ran"]:
+            raise BenchFailed(f"livecheck's output checks did not pass once per stream: {passed} for {b_runs} streams")
+        if not report["identical_bytes"]:
+            raise BenchFailed("the double did not send the same bytes to (a) and (b) in every run")
         report["latency"] = results
         for e in envoys:
             e.stop()
@@ -887,6 +896,12 @@ def main() -> int:
                             counters[c][1] += n + 1
                     envoy.stop()
                     envoys.remove(envoy)
+        broken = [k for k, m in mem.items() if len(m["hashes"]) != 1 or not m["complete"]]
+        if broken:
+            raise BenchFailed(f"memory runs with an incomplete stream or differing bytes: {broken}")
+        short = {c: f"{v}/{tot}" for c, (v, tot) in counters.items() if v != tot}
+        if short:
+            raise BenchFailed(f"livecheck's output checks did not pass once per memory-run stream: {short}")
         report["memory_counters"] = counters
         report["memory"] = mem
     finally:
@@ -937,8 +952,8 @@ def write_report(r: dict) -> None:
       f"default `stream_frame_bytes` (4 MiB).")
     w(f"- Answer: {'OpenAI Chat Completions' if SHAPE == 'chat' else 'Anthropic Messages'} SSE, {TOKENS} text deltas of {DELTA_CHARS} characters, one event per HTTP "
       f"chunk and per write; upstream double in its own process; raw-socket client that timestamps each read "
-      f"and parses afterwards. Same bytes to (a) and (b): {'yes (sha256 equal)' if r['identical_bytes'] else 'NO'}. "
-      f"Filter ran: {'yes' if r['filter_ran'] else 'NO'} ("
+      f"and parses afterwards. Checked before reporting (the run stops otherwise): the same bytes to (a) and (b) "
+      f"(sha256 equal), and livecheck's output checks each passed once per stream ("
       + ", ".join(f"`{k}` +{v}" for k, v in r["filter_counters"].items())
       + f" for the {r['latency_streams_b']} streams sent through (b)); the client's decoded text equals the "
       f"double's in every run.")
@@ -1048,11 +1063,10 @@ def write_report(r: dict) -> None:
                   f"{A['aplateau']:.1f} / {B['aplateau']:.1f} | {A['apeak']:.1f} / {B['apeak']:.1f} | {ratio} |")
         w("")
         mc = r.get("memory_counters", {})
-        ok = all(len(m["hashes"]) == 1 and m["complete"] for m in mem.values())
         slow = max(m["send_slowdown"] for m in mem.values())
         drains = ", ".join(f"{k[0]} {k[1] // 1024} KiB × {k[2]}: {m['drain_s']:.2f} s" for k, m in mem.items())
         w("- Filter ran in the memory runs: " + ", ".join(f"`{k}` +{v}/{tot}" for k, (v, tot) in mc.items())
-          + f". Every stream completed, identical bytes per size: {'yes' if ok else 'NO'}. Slowest double vs its "
+          + f" (checked). Every stream completed, with identical bytes per size (checked). Slowest double vs its "
           f"schedule: ×{slow:.2f} (1.00 = Envoy kept up; above, upstream was held back by flow control). Backlog Envoy still had to drain when "
           f"the double reached the plateau: {drains}.")
         big, small = MEMORY_SIZES[-1], MEMORY_SIZES[0]

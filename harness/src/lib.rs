@@ -50,6 +50,6 @@ pub use metrics::STAT_PREFIX;
 pub use options::{FailurePolicy, LogLevel, Options};
 pub use state::LogRecord;
 pub use stream::{Downstream, Received, StreamId, Upstream};
-pub use wasm_file::{fresh_wasm, read_fresh_wasm, WASM_DIR_ENV};
+pub use wasm_file::{fresh_wasm, fresh_wasm_in, read_fresh_wasm, WASM_DIR_ENV};
 /// The compiled module type accepted by [`Host::from_module`].
 pub use wasmtime::Module;

@@ -9,20 +9,40 @@ use crate::error::HarnessError;
 pub const WASM_DIR_ENV: &str = "LIVECHECK_WASM_DIR";
 
 /// The path of `<wasm_name>.wasm`, built from the package at `package_dir`, after checking it
-/// is fresh. It lives in `$LIVECHECK_WASM_DIR`, else `<workspace>/target/wasm32-wasip1/release`.
-/// Fails, naming the file and the command that builds it, when the file is missing or older
-/// than any source it was built from (cargo's dep-info `<wasm_name>.d` beside it lists them;
-/// without one, every file under the package's `src/`), its `Cargo.toml` or `build.rs`, or the
-/// workspace's `Cargo.lock`. Files that only test builds read (`#[cfg(test)] mod tests;`) do not
-/// make a `.wasm` stale: cargo rightly does not rebuild it for them.
+/// is fresh (see [`fresh_wasm_in`]). It lives in `$LIVECHECK_WASM_DIR`, else
+/// `<workspace>/target/wasm32-wasip1/release`.
 pub fn fresh_wasm(package_dir: &Path, wasm_name: &str) -> Result<PathBuf, HarnessError> {
-    let workspace = package_dir
+    let dir = wasm_dir(
+        package_dir,
+        std::env::var_os(WASM_DIR_ENV).map(PathBuf::from),
+    );
+    fresh_wasm_in(&dir, package_dir, wasm_name)
+}
+
+/// Where [`fresh_wasm`] looks: the directory the environment names, else the release directory
+/// of the workspace that holds `package_dir` (the nearest ancestor with a `Cargo.lock`).
+fn wasm_dir(package_dir: &Path, from_env: Option<PathBuf>) -> PathBuf {
+    from_env.unwrap_or_else(|| workspace(package_dir).join("target/wasm32-wasip1/release"))
+}
+
+fn workspace(package_dir: &Path) -> &Path {
+    package_dir
         .ancestors()
         .find(|d| d.join("Cargo.lock").is_file())
-        .unwrap_or(package_dir);
-    let dir = std::env::var_os(WASM_DIR_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target/wasm32-wasip1/release"));
+        .unwrap_or(package_dir)
+}
+
+/// The path of `<dir>/<wasm_name>.wasm`, built from the package at `package_dir`. Fails, naming
+/// the file and the command that builds it, when the file is missing or older than any source it
+/// was built from (cargo's dep-info `<wasm_name>.d` beside it lists them; without one, every file
+/// under the package's `src/`), its `Cargo.toml` or `build.rs`, or the workspace's `Cargo.lock`.
+/// Files that only test builds read (`#[cfg(test)] mod tests;`) do not make a `.wasm` stale:
+/// cargo rightly does not rebuild it for them.
+pub fn fresh_wasm_in(
+    dir: &Path,
+    package_dir: &Path,
+    wasm_name: &str,
+) -> Result<PathBuf, HarnessError> {
     let wasm = dir.join(format!("{wasm_name}.wasm"));
     let package = package_name(package_dir).unwrap_or_else(|| wasm_name.replace('_', "-"));
     let how =
@@ -33,7 +53,7 @@ pub fn fresh_wasm(package_dir: &Path, wasm_name: &str) -> Result<PathBuf, Harnes
     let mut sources = vec![
         package_dir.join("Cargo.toml"),
         package_dir.join("build.rs"),
-        workspace.join("Cargo.lock"),
+        workspace(package_dir).join("Cargo.lock"),
     ];
     match dep_info_sources(&dir.join(format!("{wasm_name}.d"))) {
         Some(listed) => sources.extend(listed),
@@ -113,4 +133,23 @@ fn package_name(package_dir: &Path) -> Option<String> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_names_the_directory_else_the_workspace_release_dir() {
+        let harness = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let workspace = harness.parent().unwrap();
+        assert_eq!(
+            wasm_dir(harness, None),
+            workspace.join("target/wasm32-wasip1/release")
+        );
+        assert_eq!(
+            wasm_dir(harness, Some(PathBuf::from("/elsewhere"))),
+            PathBuf::from("/elsewhere")
+        );
+    }
 }

@@ -12,7 +12,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use livecheck_harness::{fresh_wasm, read_fresh_wasm, HarnessError, Host, LogLevel, Options};
+use livecheck_harness::{
+    fresh_wasm, fresh_wasm_in, read_fresh_wasm, HarnessError, Host, LogLevel, Options,
+};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -105,13 +107,17 @@ fn set_mtime(path: &Path, at: SystemTime) {
         .unwrap();
 }
 
+/// The release directory of a [`temp_package`], where `make wasm` would put its `.wasm`.
+fn release_dir(package: &Path) -> PathBuf {
+    package.join("target/wasm32-wasip1/release")
+}
+
+// These call `fresh_wasm_in` with the directory spelled out, so they run whatever
+// `LIVECHECK_WASM_DIR` says (the Makefile sets it for every step).
 #[test]
 fn fresh_wasm_fails_loudly_when_the_wasm_is_missing() {
-    if std::env::var_os(livecheck_harness::WASM_DIR_ENV).is_some() {
-        return; // the directory is fixed by the environment
-    }
     let dir = temp_package("missing");
-    let err = fresh_wasm(&dir, "demo_filter").unwrap_err();
+    let err = fresh_wasm_in(&release_dir(&dir), &dir, "demo_filter").unwrap_err();
     let HarnessError::StaleWasm(message) = err else {
         panic!("{err:?}")
     };
@@ -120,29 +126,100 @@ fn fresh_wasm_fails_loudly_when_the_wasm_is_missing() {
     let _ = fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn fresh_wasm_refuses_a_wasm_older_than_its_sources() {
-    if std::env::var_os(livecheck_harness::WASM_DIR_ENV).is_some() {
-        return;
-    }
-    let dir = temp_package("stale");
-    let wasm = dir.join("target/wasm32-wasip1/release/demo_filter.wasm");
+/// A wasm an hour old, with its package's files a minute older still.
+fn built_an_hour_ago(dir: &Path) -> PathBuf {
+    let wasm = release_dir(dir).join("demo_filter.wasm");
     fs::write(&wasm, b"\0asm").unwrap();
     let old = SystemTime::now() - Duration::from_secs(3600);
-    for f in ["Cargo.toml", "Cargo.lock", "src/lib.rs"] {
-        set_mtime(&dir.join(f), old - Duration::from_secs(60));
+    for f in ["Cargo.toml", "Cargo.lock", "src/lib.rs", "src/other.rs"] {
+        if dir.join(f).is_file() {
+            set_mtime(&dir.join(f), old - Duration::from_secs(60));
+        }
     }
     set_mtime(&wasm, old);
-    assert_eq!(fresh_wasm(&dir, "demo_filter").unwrap(), wasm);
+    wasm
+}
+
+fn stale_message(result: Result<PathBuf, HarnessError>) -> String {
+    match result {
+        Err(HarnessError::StaleWasm(message)) => message,
+        other => panic!("a stale wasm was accepted: {other:?}"),
+    }
+}
+
+#[test]
+fn fresh_wasm_refuses_a_wasm_older_than_its_sources() {
+    let dir = temp_package("stale");
+    let wasm = built_an_hour_ago(&dir);
+    assert_eq!(
+        fresh_wasm_in(&release_dir(&dir), &dir, "demo_filter").unwrap(),
+        wasm
+    );
     set_mtime(&dir.join("src/lib.rs"), SystemTime::now());
-    let err = fresh_wasm(&dir, "demo_filter").unwrap_err();
-    let HarnessError::StaleWasm(message) = err else {
-        panic!("{err:?}")
-    };
+    let message = stale_message(fresh_wasm_in(&release_dir(&dir), &dir, "demo_filter"));
     assert!(
         message.contains("is older than") && message.contains("lib.rs"),
         "{message}"
     );
     assert!(message.contains("make wasm"), "{message}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn fresh_wasm_refuses_a_wasm_older_than_the_lock_file() {
+    let dir = temp_package("stale-lock");
+    built_an_hour_ago(&dir);
+    set_mtime(&dir.join("Cargo.lock"), SystemTime::now());
+    let message = stale_message(fresh_wasm_in(&release_dir(&dir), &dir, "demo_filter"));
+    assert!(message.contains("Cargo.lock"), "{message}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn fresh_wasm_reads_the_sources_from_cargos_dep_info() {
+    // cargo writes `<name>.d` beside the artifact; a source it lists outside `src/` counts, and a
+    // file under `src/` it does not list (a test-only module) does not.
+    let dir = temp_package("dep-info");
+    fs::write(dir.join("src/other.rs"), "").unwrap();
+    let shared = dir.join("shared.rs");
+    fs::write(&shared, "").unwrap();
+    let wasm = built_an_hour_ago(&dir);
+    set_mtime(&shared, SystemTime::now() - Duration::from_secs(7200));
+    fs::write(
+        release_dir(&dir).join("demo_filter.d"),
+        format!(
+            "{}: {} {}\n",
+            wasm.display(),
+            dir.join("src/lib.rs").display(),
+            shared.display()
+        ),
+    )
+    .unwrap();
+    set_mtime(&dir.join("src/other.rs"), SystemTime::now());
+    assert_eq!(
+        fresh_wasm_in(&release_dir(&dir), &dir, "demo_filter").unwrap(),
+        wasm,
+        "a file the dep-info does not list made the wasm stale"
+    );
+    set_mtime(&shared, SystemTime::now());
+    let message = stale_message(fresh_wasm_in(&release_dir(&dir), &dir, "demo_filter"));
+    assert!(message.contains("shared.rs"), "{message}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn fresh_wasm_looks_where_the_environment_says_else_in_the_workspace_release_dir() {
+    // Whatever this run's environment says, fresh_wasm finds the wasm in the directory it names;
+    // the rule for an unset variable is pinned in wasm_file's unit tests.
+    let dir = temp_package("env");
+    let err = stale_message(fresh_wasm(&dir, "demo_filter"));
+    let expected = match std::env::var_os(livecheck_harness::WASM_DIR_ENV) {
+        Some(from_env) => PathBuf::from(from_env).join("demo_filter.wasm"),
+        None => release_dir(&dir).join("demo_filter.wasm"),
+    };
+    assert!(
+        err.starts_with(&format!("{} is missing", expected.display())),
+        "{err}"
+    );
     let _ = fs::remove_dir_all(&dir);
 }

@@ -510,34 +510,6 @@ fn errors_are_in_each_vendor_shape() {
     }
 }
 
-/// Writes every body the filter can write to /tmp/livecheck-vendor-samples, for checking them
-/// against the official SDKs (`cargo test -p livecheck --lib vendor -- --ignored`).
-#[test]
-#[ignore]
-#[cfg(not(target_arch = "wasm32"))]
-fn write_samples_for_the_sdk_check() {
-    let dir = std::path::Path::new("/tmp/livecheck-vendor-samples");
-    std::fs::create_dir_all(dir).unwrap();
-    let answers = [
-        (Api::AnthropicMessages, "anthropic", ANTHROPIC_ANSWER_TOOL),
-        (Api::ChatCompletions, "chat", CHAT_ANSWER_TOOL),
-        (Api::Responses, "responses", RESPONSES_ANSWER),
-    ];
-    for (api, name, answer) in answers {
-        for stream in [false, true] {
-            let file = format!("{name}-refusal{}.txt", if stream { "-stream" } else { "" });
-            let body = refusal(api, REPLY, &request(stream), &ids()).body;
-            std::fs::write(dir.join(file), body).unwrap();
-        }
-        let body = withheld(api, answer.as_bytes(), REPLY).unwrap();
-        std::fs::write(dir.join(format!("{name}-withheld.txt")), body).unwrap();
-        for status in [400, 413, 415] {
-            let body = error(api, status, "The request body is not valid JSON.").body;
-            std::fs::write(dir.join(format!("{name}-error-{status}.txt")), body).unwrap();
-        }
-    }
-}
-
 #[test]
 fn every_prefix_and_byte_flip_of_every_fixture_is_read_without_panic() {
     let fixtures = [

