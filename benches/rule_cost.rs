@@ -20,8 +20,8 @@ use std::hint::black_box;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use livecheck::api::{self, Api};
 use livecheck::config::{Policy, Stage};
-use livecheck::vendor::{self, Api};
 use livecheck::verdict::{decide, Reading};
 use livecheck_harness::{compile, read_fresh_wasm, Host, Options};
 
@@ -141,10 +141,10 @@ fn main() {
         .unwrap_or_else(|e| panic!("{e}"));
 
     let parse = measure(15, 2000, || {
-        black_box(vendor::parse_request(Api::ChatCompletions, black_box(body.as_bytes())).ok());
+        black_box(api::parse_request(Api::ChatCompletions, black_box(body.as_bytes())).ok());
     });
-    let request = vendor::parse_request(Api::ChatCompletions, body.as_bytes())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let request =
+        api::parse_request(Api::ChatCompletions, body.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
     let scan = measure(15, 2000, || {
         let reading = Reading {
             rule_text: black_box(&request.input_text),
@@ -273,7 +273,7 @@ fn scanning_throughput(livecheck: &livecheck_harness::Module) {
             .unwrap_or(1)
             .clamp(4, 20_000);
         let turns = u32::try_from((8 << 20) / size).unwrap_or(1).clamp(2, 2_000);
-        let request = vendor::parse_request(Api::ChatCompletions, body.as_bytes())
+        let request = api::parse_request(Api::ChatCompletions, body.as_bytes())
             .unwrap_or_else(|e| panic!("{e}"));
         let reading = Reading {
             rule_text: &request.input_text,
@@ -300,7 +300,7 @@ fn scanning_throughput(livecheck: &livecheck_harness::Module) {
                 black_box(decide(&version, Stage::Input, black_box(&reading), 1));
             }));
             parse_scan.push(measure(1, iters, || {
-                let r = vendor::parse_request(Api::ChatCompletions, black_box(body.as_bytes()))
+                let r = api::parse_request(Api::ChatCompletions, black_box(body.as_bytes()))
                     .unwrap_or_else(|e| panic!("{e}"));
                 let reading = Reading {
                     rule_text: &r.input_text,

@@ -3,6 +3,7 @@
 //! The logic lives in plain Rust modules, tested natively and as wasm32-unknown-unknown; the
 //! proxy-wasm adapter (`proxy`, wasip1 builds only) is a thin layer over it.
 
+pub mod api;
 pub mod build_info;
 pub mod config;
 pub mod frame;
@@ -17,7 +18,6 @@ pub mod sse;
 pub mod stop;
 pub mod stream;
 pub mod turn;
-pub mod vendor;
 pub mod verdict;
 
 #[cfg(target_os = "wasi")]

@@ -10,12 +10,12 @@
 
 use livecheck_wire::{RetryAnswer, RetryOutcome, RetryRequest, RETRY_PATH};
 
+use crate::api::{self, Api, Request, Usage};
 use crate::config::{Policy, Stage, Version};
 use crate::host::Host;
 use crate::judge::{self, Judged};
 use crate::record::{decided, Record};
 use crate::stop::Stop;
-use crate::vendor::{self, Api, Request, Usage};
 use crate::verdict::{decide, judged_stops, CheckResult, Outcome, Reading};
 
 /// What a retry is built from, kept from the request while the turn runs.
@@ -225,10 +225,10 @@ impl Recovery {
         record: &mut Record,
         body: Vec<u8>,
     ) -> Next {
-        if let Some(usage) = vendor::answer_usage(turn.api, &body) {
+        if let Some(usage) = api::answer_usage(turn.api, &body) {
             self.usage.add(&usage);
         }
-        let answer = vendor::parse_answer(turn.api, &body).ok();
+        let answer = api::parse_answer(turn.api, &body).ok();
         let rules = decide(
             turn.version,
             Stage::Output,
@@ -308,7 +308,7 @@ impl Recovery {
         if verdict.stop.is_some() {
             return self.stopped(host, turn, &results);
         }
-        match vendor::with_usage(turn.api, &candidate.body, &self.usage) {
+        match api::with_usage(turn.api, &candidate.body, &self.usage) {
             Ok(body) => Next::Deliver(body),
             Err(_) => Next::Withhold,
         }

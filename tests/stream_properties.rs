@@ -6,10 +6,10 @@
 
 use std::rc::Rc;
 
+use livecheck::api::{Api, Request};
 use livecheck::config::{Policy, Version};
 use livecheck::sse;
 use livecheck::stream::{Hold, Rewriter};
-use livecheck::vendor::{Api, Request};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 

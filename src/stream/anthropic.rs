@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 
 use super::util::{self, str_at, u64_at};
 use super::{Ev, Format, Lane, TextIn, TextKind, Unit, Unreadable};
+use crate::api::Request;
 use crate::sse;
-use crate::vendor::Request;
 
 pub(super) struct Anthropic {
     model: Option<String>,

@@ -2,7 +2,7 @@
 //!
 //! The model writes arguments as JSON text in fragments cut anywhere (inside a key, an escape, or
 //! between the two halves of a surrogate pair). This reader is a small state machine over those
-//! fragments: every value starts with `"\n"` (as `vendor`'s non-streamed reader separates a call
+//! fragments: every value starts with `"\n"` (as `api`'s non-streamed reader separates a call
 //! and its values), string values are decoded (`\uXXXX` and surrogate pairs included), numbers,
 //! `true`, `false` and `null` are read as written, keys are skipped. For each character of text it
 //! gives where the character's JSON starts in the fragment, so a fragment can be cut just before

@@ -13,8 +13,8 @@ use serde_json::{json, Map, Value};
 
 use super::util::{self, str_at, u64_at};
 use super::{Ev, Format, Lane, TextIn, TextKind, Unit, Unreadable};
+use crate::api::Request;
 use crate::sse;
-use crate::vendor::Request;
 
 /// Top-level fields of a chunk that a bare chunk repeats.
 const HEAD_FIELDS: &[&str] = &[

@@ -24,9 +24,9 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
+use crate::api::{Api, Request};
 use crate::config::{Mode, Stage, Version};
 use crate::sse;
-use crate::vendor::{Api, Request};
 use args::ArgsReader;
 use holdback::Holdback;
 

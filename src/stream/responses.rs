@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 
 use super::util::{self, str_at, u64_at};
 use super::{Ev, Format, Lane, TextIn, TextKind, Unit, Unreadable};
+use crate::api::{self, Request};
 use crate::sse;
-use crate::vendor::{self, Request};
 
 pub(super) struct Responses {
     model: Option<String>,
@@ -171,7 +171,7 @@ impl Format for Responses {
                 texts.push(tool(false));
             }
             "response.output_item.done" => {
-                asks = str_at(&data, "/item/type").is_some_and(vendor::asks_for_tool_item);
+                asks = str_at(&data, "/item/type").is_some_and(api::asks_for_tool_item);
             }
             "response.completed" | "response.incomplete" | "response.failed" => {
                 lane = Lane::End;

@@ -1,0 +1,255 @@
+//! A non-streamed answer: held (headers included) until its output checks decided, then passed,
+//! withheld, or handed to recovery; and the answers no check holds, passed while observed.
+
+use super::stream::stream_chunk;
+use super::*;
+
+impl Turn {
+    pub fn on_response_headers(&mut self, host: &mut dyn Host, end_of_stream: bool) -> Flow {
+        let State::AwaitingAnswer(_) = &self.state else {
+            return Flow::Continue;
+        };
+        host.set_response_header(livecheck_wire::TURN_ID_HEADER, Some(&self.record.turn_id));
+        let State::AwaitingAnswer(asked) = std::mem::replace(&mut self.state, State::Done) else {
+            return Flow::Continue;
+        };
+        let status = host.response_header(":status").unwrap_or_default();
+        // Error answers carry no model text; they reach the caller as the vendor sent them.
+        if !status.starts_with('2') {
+            return Flow::Continue;
+        }
+        if !has_blocking_output_checks(&asked.version) {
+            let identity = host
+                .response_header("content-encoding")
+                .is_none_or(|e| e.trim().eq_ignore_ascii_case("identity"));
+            if identity && has_background_checks(&asked.version) && !end_of_stream {
+                let streamed = host
+                    .response_header("content-type")
+                    .is_some_and(|t| t.trim_start().starts_with("text/event-stream"));
+                self.state = State::Observing {
+                    asked,
+                    copy: Vec::new(),
+                    streamed,
+                };
+            } else if identity && !end_of_stream {
+                self.state = State::Peeking { seen: Vec::new() };
+            }
+            return Flow::Continue;
+        }
+        let identity = host
+            .response_header("content-encoding")
+            .is_none_or(|e| e.trim().eq_ignore_ascii_case("identity"));
+        let streamed = host
+            .response_header("content-type")
+            .is_some_and(|t| t.trim_start().starts_with("text/event-stream"));
+        if streamed && !end_of_stream {
+            return self.start_stream(host, asked, identity);
+        }
+        let readable = identity && !streamed;
+        if end_of_stream {
+            // An empty answer has nothing to check but cannot be read as the vendor's shape either.
+            return self.finish_answer(host, asked, &[], readable);
+        }
+        // The body will change size when withheld.
+        host.set_response_header("content-length", None);
+        self.state = State::HoldingAnswer { asked, readable };
+        Flow::Pause
+    }
+
+    pub fn on_response_body(
+        &mut self,
+        host: &mut dyn Host,
+        body_size: usize,
+        end_of_stream: bool,
+    ) -> Flow {
+        if let State::Streaming(streamed) = &mut self.state {
+            return stream_chunk(
+                host,
+                &self.policy,
+                &mut self.record,
+                streamed,
+                body_size,
+                end_of_stream,
+            );
+        }
+        if let State::Peeking { seen } = &mut self.state {
+            let room = api::PEEK_BYTES.saturating_sub(seen.len());
+            if let Some(mut chunk) = host.response_body(body_size.min(room)) {
+                seen.append(&mut chunk);
+            }
+            self.record.response_id = api::peek_id(seen);
+            if self.record.response_id.is_some() || seen.len() >= api::PEEK_BYTES || end_of_stream {
+                self.state = State::Done;
+            }
+            return Flow::Continue;
+        }
+        if let State::Observing { copy, .. } = &mut self.state {
+            let fits = copy.len().saturating_add(body_size) <= self.policy.max_body_bytes;
+            match host.response_body(body_size).filter(|_| fits) {
+                Some(mut chunk) => copy.append(&mut chunk),
+                // Too large to keep, or unreadable: the background checks skip this turn.
+                None => self.state = State::Done,
+            }
+            if let State::Observing { copy, .. } = &self.state {
+                // The id is in the answer's first bytes: looked for only until they are in.
+                let looking = copy.len().saturating_sub(body_size) < api::PEEK_BYTES;
+                if self.record.response_id.is_none() && looking {
+                    self.record.response_id = api::peek_id(copy);
+                }
+            }
+            if end_of_stream {
+                if let State::Observing {
+                    asked,
+                    copy,
+                    streamed,
+                } = std::mem::replace(&mut self.state, State::Done)
+                {
+                    let text = if streamed {
+                        crate::stream::answer_of(asked.api, &asked.version, &asked.request, &copy)
+                    } else {
+                        api::parse_answer(asked.api, &copy)
+                            .ok()
+                            .filter(|a| !a.asks_for_tool)
+                            .map(|a| a.text)
+                    };
+                    if let Some(text) = text {
+                        queue_background(host, &self.policy, &mut self.record, &asked, &text);
+                    }
+                }
+            }
+            return Flow::Continue;
+        }
+        let State::HoldingAnswer { .. } = &self.state else {
+            return Flow::Continue;
+        };
+        if !end_of_stream && body_size <= self.policy.max_body_bytes {
+            return Flow::Pause;
+        }
+        let State::HoldingAnswer { asked, readable } =
+            std::mem::replace(&mut self.state, State::Done)
+        else {
+            return Flow::Continue;
+        };
+        let fits = body_size <= self.policy.max_body_bytes;
+        let body = if fits {
+            host.response_body(body_size)
+        } else {
+            None
+        };
+        let readable = readable && body.is_some();
+        let flow = self.finish_answer(host, asked, body.as_deref().unwrap_or_default(), readable);
+        if fits {
+            return flow;
+        }
+        // Too large to hold: the answer is withheld and what remains of it dropped.
+        let _ = host.replace_response_body(body_size, b"");
+        flow
+    }
+
+    /// Decides a complete non-streamed answer and rewrites it when a check stopped it.
+    fn finish_answer(
+        &mut self,
+        host: &mut dyn Host,
+        asked: Asked,
+        body: &[u8],
+        readable: bool,
+    ) -> Flow {
+        let answer = readable
+            .then(|| api::parse_answer(asked.api, body).ok())
+            .flatten();
+        if let Some(id) = answer.as_ref().and_then(|a| a.id.clone()) {
+            self.record.response_id = Some(id);
+        }
+        // A readable answer keeps its id, model and usage; one that could not be read is replaced
+        // by a refusal in the shape the caller asked for. Written only when it may be needed.
+        let withheld = |host: &mut dyn Host, asked: &Asked| {
+            let reply = &asked.version.blocked_reply;
+            answer
+                .is_some()
+                .then(|| api::withheld(asked.api, body, reply).ok())
+                .flatten()
+                .map(|body| api::Reply {
+                    content_type: "application/json",
+                    body,
+                })
+                .unwrap_or_else(|| {
+                    let ids = fresh_ids(host);
+                    api::refusal(asked.api, reply, &asked.request, &ids)
+                })
+        };
+        // Rules first (an unreadable answer errors every check); the judge only if they passed.
+        let rules = decide(
+            &asked.version,
+            Stage::Output,
+            &Reading {
+                rule_text: answer.as_ref().map_or("", |a| a.rule_text.as_str()),
+                failed: None,
+                judged_apply: answer.is_none(),
+                readable: answer.is_some(),
+                judged: &[],
+            },
+            1,
+        );
+        self.state = State::Done;
+        if let (None, Some(answer)) = (&rules.stop, &answer) {
+            let judged = !answer.asks_for_tool
+                && !judge::blocking_judged(&asked.version, Stage::Output).is_empty();
+            if judged {
+                let withheld = withheld(host, &asked);
+                let judging = self.ask_judge(
+                    host,
+                    asked,
+                    Stage::Output,
+                    answer.text.clone(),
+                    Some(withheld),
+                );
+                return self.settle(host, judging, false);
+            }
+        }
+        decided(host, &mut self.record, &asked.version, &rules.results);
+        if let (Some(stop), Some(_)) = (&rules.stop, &answer) {
+            if let Some(broken) = recovery::recoverable(&asked.version, &rules.results) {
+                let stop = stop.clone();
+                let withheld = withheld(host, &asked);
+                // Withheld at once (no time left, the retry could not be sent) or waiting for
+                // the retry: the answer's headers stay held either way.
+                return self
+                    .recover(host, asked, stop, broken, withheld)
+                    .unwrap_or(Flow::Pause);
+            }
+        }
+        let Some(stop) = rules.stop else {
+            if let Some(answer) = answer.as_ref().filter(|a| !a.asks_for_tool) {
+                queue_background(host, &self.policy, &mut self.record, &asked, &answer.text);
+            }
+            return Flow::Continue;
+        };
+        if let Some(value) = stop.header_value() {
+            host.set_response_header(stop::HEADER, Some(&value));
+        }
+        let withheld = withheld(host, &asked);
+        host.set_response_header("content-type", Some(withheld.content_type));
+        // The filter's own body is plain: whatever encoding upstream declared no longer applies.
+        host.set_response_header("content-encoding", None);
+        if !host.replace_response_body(body.len(), &withheld.body) {
+            host.log(
+                LogLevel::Error,
+                "livecheck: could not replace a withheld answer",
+            );
+        }
+        Flow::Continue
+    }
+
+    /// Withholds a non-streamed answer whose headers are held, with the usage of every attempt.
+    pub(super) fn withhold(
+        &mut self,
+        host: &mut dyn Host,
+        asked: &Asked,
+        stop: &Stop,
+        withheld: api::Reply,
+        usage: &api::Usage,
+    ) -> Flow {
+        let body = api::with_usage(asked.api, &withheld.body, usage).unwrap_or(withheld.body);
+        send_stop(host, &self.record, stop, withheld.content_type, &body)
+    }
+}

@@ -1,0 +1,209 @@
+//! Judged checks of a held question or a held non-streamed answer: the callouts out, their verdicts in,
+//! and the one place a stage with verdicts in hand is decided.
+
+use super::recovering::stream_recovery_answered;
+use super::stream::settle_stream;
+use super::*;
+
+impl Turn {
+    /// Sends every blocking judged check of `stage` to the judge, in parallel.
+    pub(super) fn ask_judge(
+        &mut self,
+        host: &mut dyn Host,
+        asked: Asked,
+        stage: Stage,
+        text: String,
+        withheld: Option<api::Reply>,
+    ) -> Box<Judging> {
+        let question = match stage {
+            Stage::Input => None,
+            Stage::Output => Some(asked.request.last_user_text.clone()),
+        };
+        let mut judging = Box::new(Judging {
+            stage,
+            pending: Vec::new(),
+            judged: Vec::new(),
+            withheld,
+            text: String::new(),
+            asked,
+        });
+        let read = Judged {
+            stage,
+            text: &text,
+            question: question.as_deref(),
+            turn_model: judging.asked.request.model.as_deref(),
+            credentials: &judging.asked.credentials,
+        };
+        let sent = judge::dispatch(
+            host,
+            &self.policy,
+            &mut self.record,
+            &judging.asked.version,
+            &read,
+            1,
+        );
+        judging.pending = sent.pending;
+        judging.judged = sent.judged;
+        judging.text = text;
+        judging
+    }
+
+    /// A verdict came back from the judge.
+    pub fn on_callout_response(&mut self, host: &mut dyn Host, token: u32, body_size: usize) {
+        if let State::Streaming(s) = &mut self.state {
+            if s.recovery.as_ref().is_some_and(|r| r.recovery.owns(token)) {
+                stream_recovery_answered(host, &self.policy, &mut self.record, s, token, body_size);
+                return;
+            }
+            let body = host.callout_body(body_size).unwrap_or_default();
+            let verdict = judge::verdict(host.callout_status(), &body);
+            if let Some(judging) = &mut s.judging {
+                if let Some(at) = judging.pending.iter().position(|(t, _)| *t == token) {
+                    let (_, check) = judging.pending.swap_remove(at);
+                    self.record.judged(check, 1, verdict.as_ref());
+                    judging
+                        .judged
+                        .push((check, judge::outcome(verdict.as_ref())));
+                    let buffered = judging.kept.len();
+                    let _ = settle_stream(host, &self.policy, &mut self.record, s, true, buffered);
+                    return;
+                }
+            }
+            host.log(LogLevel::Warn, "livecheck: an unknown callout answered");
+            return;
+        }
+        if let State::Recovering(r) = &mut self.state {
+            if !r.recovery.owns(token) {
+                host.log(LogLevel::Warn, "livecheck: an unknown callout answered");
+                return;
+            }
+            let Some(source) = r.asked.source.clone() else {
+                return;
+            };
+            let turn = r.asked.recovery_turn(&self.policy, &source);
+            let next = r
+                .recovery
+                .on_callout(host, &turn, &mut self.record, token, body_size);
+            self.recovering_next(host, next);
+            return;
+        }
+        let judging = match std::mem::replace(&mut self.state, State::Done) {
+            State::JudgingQuestion(j) | State::JudgingAnswer(j) => j,
+            other => {
+                self.state = other;
+                host.log(
+                    LogLevel::Warn,
+                    "livecheck: a callout answered after its turn was decided",
+                );
+                return;
+            }
+        };
+        let mut judging = judging;
+        let Some(at) = judging.pending.iter().position(|(t, _)| *t == token) else {
+            self.state = self.judging_state(judging);
+            host.log(LogLevel::Warn, "livecheck: an unknown callout answered");
+            return;
+        };
+        let (_, check) = judging.pending.swap_remove(at);
+        let body = host.callout_body(body_size).unwrap_or_default();
+        let verdict = judge::verdict(host.callout_status(), &body);
+        self.record.judged(check, 1, verdict.as_ref());
+        judging
+            .judged
+            .push((check, judge::outcome(verdict.as_ref())));
+        let _ = self.settle(host, judging, true);
+    }
+
+    fn judging_state(&self, judging: Box<Judging>) -> State {
+        match judging.stage {
+            Stage::Input => State::JudgingQuestion(judging),
+            Stage::Output => State::JudgingAnswer(judging),
+        }
+    }
+
+    /// Decides the stage as far as the verdicts in hand allow: a judged check that stopped the turn
+    /// stops it now (the other verdicts are not awaited), all passed lets it go on, else it waits.
+    /// `resumed` says whether the stream was paused and must be resumed through the host.
+    pub(super) fn settle(
+        &mut self,
+        host: &mut dyn Host,
+        judging: Box<Judging>,
+        resumed: bool,
+    ) -> Flow {
+        let version = Rc::clone(&judging.asked.version);
+        let stopping = judging.judged.iter().find(|j| judged_stops(&version, j));
+        if stopping.is_none() && !judging.pending.is_empty() {
+            self.state = self.judging_state(judging);
+            return Flow::Pause;
+        }
+        let verdict = decide(
+            &version,
+            judging.stage,
+            &Reading {
+                // The judge is asked only once the stage's rules passed: no need to scan again.
+                rule_text: "",
+                failed: Some(&[]),
+                judged_apply: true,
+                readable: true,
+                judged: &judging.judged,
+            },
+            1,
+        );
+        // Checks still with the judge never decided: they get no result.
+        let settled: Vec<CheckResult> = verdict
+            .results
+            .iter()
+            .filter(|r| !judging.pending.iter().any(|(_, c)| *c == r.check))
+            .cloned()
+            .collect();
+        decided(host, &mut self.record, &version, &settled);
+        let stop = stopping.and_then(|(i, o)| {
+            let check = version.checks.get(*i)?;
+            Some(Stop {
+                stage: judging.stage,
+                check: check.name.clone(),
+                code: if *o == Outcome::Errored {
+                    stop::Code::CheckErrored
+                } else {
+                    stop::Code::failed_at(judging.stage)
+                },
+            })
+        });
+        let asked = judging.asked;
+        match (judging.stage, stop) {
+            (Stage::Input, Some(stop)) => self.refuse_question(host, &asked, Some(&stop)),
+            (Stage::Input, None) => {
+                self.state = State::AwaitingAnswer(asked);
+                resume(host, Stage::Input, resumed)
+            }
+            (Stage::Output, Some(stop)) => {
+                self.state = State::Done;
+                if let (Some(rules), Some(withheld)) = (
+                    recovery::recoverable(&version, &settled),
+                    judging.withheld.clone(),
+                ) {
+                    if let Some(flow) = self.recover(host, asked, stop.clone(), rules, withheld) {
+                        return flow;
+                    }
+                    return Flow::Pause;
+                }
+                let reply = judging.withheld.unwrap_or_else(|| {
+                    let ids = fresh_ids(host);
+                    api::refusal(
+                        asked.api,
+                        &asked.version.blocked_reply,
+                        &asked.request,
+                        &ids,
+                    )
+                });
+                // The answer's headers are still held: a local reply replaces the whole answer.
+                send_stop(host, &self.record, &stop, reply.content_type, &reply.body)
+            }
+            (Stage::Output, None) => {
+                self.state = State::Done;
+                queue_background(host, &self.policy, &mut self.record, &asked, &judging.text);
+                resume(host, Stage::Output, resumed)
+            }
+        }
+    }
+}

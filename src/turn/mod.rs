@@ -1,0 +1,462 @@
+//! One turn through the filter: the per-stream state machine.
+//!
+//! The request's headers are held while its body is read and the input checks decide; a stopped
+//! question is answered locally in the vendor's shape and never reaches upstream. A non-streamed
+//! answer is held (headers included) until the output checks decided; a stopped answer is
+//! replaced by the withheld form. One place (`Turn`'s callbacks) decides whether the stream goes on.
+
+mod answer;
+mod judging;
+mod question;
+mod recovering;
+mod stream;
+
+use std::rc::Rc;
+
+use crate::api::{self, Api, Ids, Request};
+use crate::config::{Policy, Stage, Version};
+use crate::frame::Frame;
+use crate::host::{Flow, Host, LogLevel};
+use crate::judge::{self, Judged};
+use crate::record::{decided, Record};
+use crate::recovery::{self, Next, Recovery, Source};
+use crate::stop::{self, Stop};
+use crate::stream::{CutWhy, Hold, Rewriter, Step};
+use crate::verdict::{decide, judged_stops, CheckResult, Outcome, Reading};
+
+pub struct Turn {
+    policy: Rc<Policy>,
+    state: State,
+    /// What the turn's checks decided, reported to the sidecar when the turn ends.
+    record: Record,
+    /// When the request arrived (ms since the Unix epoch): the turn's deadline counts from here.
+    started_ms: u64,
+}
+
+enum State {
+    /// Not a call livecheck checks (another path or method): passes untouched.
+    Bypass,
+    /// Request headers held; the body is being read.
+    ReadingQuestion { api: Api, version: Rc<Version> },
+    /// The question's rules passed; its judged checks are out with the judge, headers held.
+    JudgingQuestion(Box<Judging>),
+    /// The question passed and went upstream.
+    AwaitingAnswer(Asked),
+    /// A complete non-streamed answer passed its rules; its judged checks are out with the judge.
+    JudgingAnswer(Box<Judging>),
+    /// A non-streamed answer: headers held, body buffered until it is complete.
+    HoldingAnswer { asked: Asked, readable: bool },
+    /// A streamed answer: headers sent at once, each chunk rewritten as it passes.
+    Streaming(Box<Streamed>),
+    /// No blocking output check, but background ones: the answer passes untouched while a copy
+    /// (bounded) is kept to hand to the sidecar once it completed.
+    Observing {
+        asked: Asked,
+        copy: Vec<u8>,
+        streamed: bool,
+    },
+    /// A non-streamed answer failed checks that recover: the model is asked again, the answer's
+    /// headers and body held meanwhile.
+    Recovering(Box<Recovering>),
+    /// No check reads the answer: it passes untouched while its first bytes are read for the
+    /// upstream's id (the caller may look its turn up by it).
+    Peeking { seen: Vec<u8> },
+    /// Decided: everything left passes as it is.
+    Done,
+}
+
+struct Recovering {
+    asked: Asked,
+    recovery: Recovery,
+    /// The first answer, withheld, sent when no attempt passes.
+    withheld: api::Reply,
+}
+
+/// A held streamed round being recovered: the response is paused; what this filter left in the
+/// paused buffer is `kept`.
+struct StreamRecovery {
+    recovery: Recovery,
+    kept: Vec<u8>,
+}
+
+struct Asked {
+    api: Api,
+    version: Rc<Version>,
+    request: Request,
+    /// The turn's credentials, kept for the judge: request headers cannot be read once the
+    /// request went upstream.
+    credentials: Vec<(String, String)>,
+    /// What a retry is built from, when the version has a check that recovers.
+    source: Option<Rc<Source>>,
+    /// When the request arrived and when the question went upstream (ms since the Unix epoch).
+    started_ms: u64,
+    asked_at_ms: u64,
+}
+
+impl Asked {
+    fn recovery_turn<'a>(&'a self, policy: &'a Policy, source: &'a Source) -> recovery::Turn<'a> {
+        recovery::Turn {
+            policy,
+            version: &self.version,
+            api: self.api,
+            request: &self.request,
+            source,
+            credentials: &self.credentials,
+        }
+    }
+}
+
+/// Judged checks in flight for one stage.
+struct Judging {
+    asked: Asked,
+    stage: Stage,
+    /// Callout token → check index.
+    pending: Vec<(u32, usize)>,
+    judged: Vec<(usize, Outcome)>,
+    /// On output: the withheld answer, sent if a verdict stops it.
+    withheld: Option<api::Reply>,
+    /// What the judge read (the answer, on output), for background checks once it passed.
+    text: String,
+}
+
+struct Streamed {
+    asked: Asked,
+    rewriter: Rewriter,
+    frame: Option<Frame>,
+    /// The stream was cut or ended: later upstream bytes are dropped.
+    ended: bool,
+    /// The filter cut the stream (a check stopped it, or it outgrew its frame).
+    cut: bool,
+    /// Bytes decided before any upstream chunk (a refusal for an unreadable stream).
+    pending: Vec<u8>,
+    /// A held round is with the judge; the response is paused meanwhile.
+    judging: Option<StreamJudging>,
+    /// A whole-text round was decided (its checks counted there, not again at the end).
+    round_decided: bool,
+    /// A copy of the upstream stream for background checks (rules mode keeps no answer text),
+    /// bounded by `max_body_bytes`; `None` when the version has none or it grew too large.
+    copy: Option<Vec<u8>>,
+    /// After a cut, the stream is closed at the next upstream chunk (closing in the cut's own
+    /// callback would reset the caller before the closing events reach it).
+    close_pending: bool,
+    /// A held round failed checks that recover: the model is being asked again.
+    recovery: Option<StreamRecovery>,
+}
+
+/// A streamed round's judged checks in flight.
+struct StreamJudging {
+    /// What the judge reads, kept for background checks once the round passed.
+    answer_text: String,
+    pending: Vec<(u32, usize)>,
+    judged: Vec<(usize, Outcome)>,
+    /// What this filter left in the paused buffer: bytes decided before the round ended.
+    kept: Vec<u8>,
+    end_of_stream: bool,
+}
+
+/// Room kept in a frame for the closing events of a cut.
+const CLOSING_RESERVE: usize = 16 * 1024;
+
+impl Turn {
+    pub fn new(policy: Rc<Policy>) -> Self {
+        Self {
+            policy,
+            state: State::Bypass,
+            record: Record::default(),
+            started_ms: 0,
+        }
+    }
+
+    /// The stream ended (Envoy's `on_log`): the turn's report goes to the outbox.
+    pub fn on_done(&mut self, host: &mut dyn Host) {
+        let record = std::mem::take(&mut self.record);
+        let credentials = record.credentials.clone();
+        if let Some(report) = record.report() {
+            if let Some(job) = judge::report_job(&self.policy, &report, &credentials) {
+                host.deliver(job);
+            }
+        }
+    }
+}
+
+fn check_index(version: &Version, name: &str) -> Option<usize> {
+    version.checks.iter().position(|c| c.name == name)
+}
+
+fn first_blocking_output_check(version: &Version) -> Option<usize> {
+    version
+        .checks
+        .iter()
+        .position(|c| {
+            c.stage == Stage::Output && c.mode == crate::config::Mode::Block && !c.on_error_pass
+        })
+        .or_else(|| {
+            version
+                .checks
+                .iter()
+                .position(|c| c.stage == Stage::Output && c.mode == crate::config::Mode::Block)
+        })
+}
+
+fn stop_errored(version: &Version, check: usize) -> Stop {
+    Stop {
+        stage: Stage::Output,
+        check: version
+            .checks
+            .get(check)
+            .map(|c| c.name.clone())
+            .unwrap_or_default(),
+        code: stop::Code::CheckErrored,
+    }
+}
+
+fn count_one(
+    host: &mut dyn Host,
+    record: &mut Record,
+    version: &Version,
+    check: usize,
+    outcome: Outcome,
+) {
+    let passed_on_error =
+        outcome == Outcome::Errored && version.checks.get(check).is_some_and(|c| c.on_error_pass);
+    decided(
+        host,
+        record,
+        version,
+        &[CheckResult {
+            check,
+            outcome,
+            passed_on_error,
+            attempt: 1,
+        }],
+    );
+}
+
+/// A stream that ended without a cut: every blocking output rule check passed.
+fn count_passed(host: &mut dyn Host, record: &mut Record, version: &Version) {
+    for (i, check) in version.checks.iter().enumerate() {
+        if check.stage == Stage::Output
+            && check.mode == crate::config::Mode::Block
+            && check.kind.is_rule()
+        {
+            count_one(host, record, version, i, Outcome::Passed);
+        }
+    }
+}
+
+/// A turn that completed normally: its background checks, drawn at their sample rates, go to
+/// the outbox. The turn itself is not touched.
+fn queue_background(
+    host: &mut dyn Host,
+    policy: &Policy,
+    record: &mut Record,
+    asked: &Asked,
+    answer: &str,
+) {
+    let read = Judged {
+        stage: Stage::Output,
+        text: answer,
+        question: Some(&asked.request.last_user_text),
+        turn_model: asked.request.model.as_deref(),
+        credentials: &asked.credentials,
+    };
+    for (check, judge) in
+        judge::background_draws(policy, &asked.version, &read, &mut || host.random())
+    {
+        record.background(check, judge);
+    }
+}
+
+/// Lets a held stream go on: from its own callback by returning Continue, from a callout's
+/// answer through the host.
+fn resume(host: &mut dyn Host, stage: Stage, through_host: bool) -> Flow {
+    if through_host {
+        match stage {
+            Stage::Input => host.resume_request(),
+            Stage::Output => host.resume_response(),
+        }
+    }
+    Flow::Continue
+}
+
+/// Ids for a body the filter writes itself: a random token and the host's clock.
+fn fresh_ids(host: &mut dyn Host) -> Ids {
+    Ids {
+        token: format!("lc{:016x}{:08x}", host.random(), host.random() as u32),
+        created: host.now_unix_millis() / 1_000,
+    }
+}
+
+fn has_background_checks(version: &Version) -> bool {
+    version
+        .checks
+        .iter()
+        .any(|c| c.mode == crate::config::Mode::Background)
+}
+
+fn has_blocking_output_checks(version: &Version) -> bool {
+    version
+        .checks
+        .iter()
+        .any(|c| c.stage == Stage::Output && c.mode == crate::config::Mode::Block)
+}
+
+fn send_stop(
+    host: &mut dyn Host,
+    record: &Record,
+    stop: &Stop,
+    content_type: &str,
+    body: &[u8],
+) -> Flow {
+    let header = stop.header_value().unwrap_or_default();
+    host.send_local_reply(
+        200,
+        &[
+            ("content-type", content_type),
+            (stop::HEADER, &header),
+            (livecheck_wire::TURN_ID_HEADER, &record.turn_id),
+        ],
+        body,
+    );
+    Flow::Pause
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+    use crate::host::fake::FakeHost;
+
+    const SEED: &str = include_str!("../../examples/seed.json");
+
+    fn turn() -> Turn {
+        Turn::new(Rc::new(Policy::from_json(SEED.as_bytes()).unwrap()))
+    }
+
+    fn chat_request(question: &str) -> FakeHost {
+        let mut host = FakeHost::with_request(&[
+            (":method", "POST"),
+            (":path", "/v1/chat/completions"),
+            (":authority", "api.test"),
+        ]);
+        host.request_body = serde_json::json!({
+            "model": "gpt-4.1-mini",
+            "messages": [{"role": "user", "content": question}]
+        })
+        .to_string()
+        .into_bytes();
+        host
+    }
+
+    /// Headers, then the whole body in one callback: what reaches the turn.
+    fn ask(turn: &mut Turn, host: &mut FakeHost) -> (Flow, Flow) {
+        let headers = turn.on_request_headers(host, false);
+        let size = host.request_body.len();
+        (headers, turn.on_request_body(host, size, true))
+    }
+
+    fn answer(turn: &mut Turn, host: &mut FakeHost, text: &str) -> (Flow, Flow) {
+        host.response_headers.insert(":status".into(), "200".into());
+        host.response_headers
+            .insert("content-type".into(), "application/json".into());
+        host.response_body = serde_json::json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4.1-mini",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+        })
+        .to_string()
+        .into_bytes();
+        let headers = turn.on_response_headers(host, false);
+        let size = host.response_body.len();
+        (headers, turn.on_response_body(host, size, true))
+    }
+
+    #[test]
+    fn request_headers_are_held_until_the_question_passed() {
+        let (mut t, mut host) = (turn(), chat_request("where is my order?"));
+        assert_eq!(ask(&mut t, &mut host), (Flow::Pause, Flow::Continue));
+        assert_eq!(
+            host.request_headers
+                .get("accept-encoding")
+                .map(String::as_str),
+            Some("identity")
+        );
+        assert!(host.local_reply.is_none());
+    }
+
+    #[test]
+    fn a_refused_question_is_answered_locally_with_the_header() {
+        let (mut t, mut host) = (turn(), chat_request("my password is x"));
+        assert_eq!(ask(&mut t, &mut host), (Flow::Pause, Flow::Pause));
+        let reply = host.local_reply.as_ref().unwrap();
+        assert_eq!(reply.status, 200);
+        assert_eq!(
+            reply.headers.get("x-core-check").map(String::as_str),
+            Some(r#"stage=input, check="no-passwords", code=input_check_failed"#)
+        );
+        assert_eq!(
+            host.local_reply_json()["choices"][0]["finish_reason"],
+            "content_filter"
+        );
+        assert_eq!(
+            host.counters.get("livecheck.orders.no-passwords.failed"),
+            Some(&1)
+        );
+    }
+
+    #[test]
+    fn the_request_body_is_buffered_until_its_end() {
+        let (mut t, mut host) = (turn(), chat_request("hello"));
+        assert_eq!(t.on_request_headers(&mut host, false), Flow::Pause);
+        assert_eq!(t.on_request_body(&mut host, 3, false), Flow::Pause);
+        let size = host.request_body.len();
+        assert_eq!(t.on_request_body(&mut host, size, true), Flow::Continue);
+    }
+
+    #[test]
+    fn a_forbidden_answer_is_withheld_and_its_headers_held_until_decided() {
+        let (mut t, mut host) = (turn(), chat_request("hello"));
+        ask(&mut t, &mut host);
+        // The seed's no-iban recovers: the model is asked again first, the answer held.
+        assert_eq!(
+            answer(&mut t, &mut host, "NL91ABNA0417164300"),
+            (Flow::Pause, Flow::Pause)
+        );
+        assert_eq!(host.callouts.len(), 1);
+        assert!(host.callouts[0]
+            .1
+            .contains(&(":path".to_owned(), "/v1/retry".to_owned())));
+        // The sidecar cannot retry: the first answer is withheld in its place.
+        host.callout_answer = Some((None, Vec::new()));
+        t.on_callout_response(&mut host, 1, 0);
+        let reply = host.local_reply.take().unwrap();
+        host.response_headers.extend(reply.headers);
+        host.response_body = reply.body;
+        let body: serde_json::Value = serde_json::from_slice(&host.response_body).unwrap();
+        assert_eq!(body["choices"][0]["finish_reason"], "content_filter");
+        assert_eq!(body["usage"]["completion_tokens"], 4);
+        assert!(!String::from_utf8_lossy(&host.response_body).contains("NL91"));
+        assert!(host.response_headers.contains_key("x-core-check"));
+    }
+
+    #[test]
+    fn a_clean_answer_is_left_as_it_is() {
+        let (mut t, mut host) = (turn(), chat_request("hello"));
+        ask(&mut t, &mut host);
+        answer(&mut t, &mut host, "fine");
+        let body: serde_json::Value = serde_json::from_slice(&host.response_body).unwrap();
+        assert_eq!(body["choices"][0]["message"]["content"], "fine");
+        assert!(!host.response_headers.contains_key("x-core-check"));
+    }
+
+    #[test]
+    fn other_calls_pass_untouched() {
+        let mut t = turn();
+        let mut host = FakeHost::with_request(&[(":method", "GET"), (":path", "/v1/models")]);
+        assert_eq!(t.on_request_headers(&mut host, true), Flow::Continue);
+        assert_eq!(t.on_response_headers(&mut host, false), Flow::Continue);
+        assert!(!host.request_headers.contains_key("accept-encoding"));
+    }
+}

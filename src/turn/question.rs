@@ -1,0 +1,179 @@
+//! The question: reading the request, its input checks, and refusing it before any model is called.
+
+use super::*;
+
+impl Turn {
+    pub fn on_request_headers(&mut self, host: &mut dyn Host, end_of_stream: bool) -> Flow {
+        let method = host.request_header(":method").unwrap_or_default();
+        let path = host.request_header(":path").unwrap_or_default();
+        let Some(api) = Api::from_request(&method, &path) else {
+            self.state = State::Bypass;
+            return Flow::Continue;
+        };
+        self.record = Record::new(format!("lc_{:016x}{:016x}", host.random(), host.random()));
+        self.started_ms = host.now_unix_millis();
+        if let Some(header) = &self.policy.person_header {
+            self.record.person = host.request_header(header);
+        }
+        self.record.credentials = judge::CREDENTIAL_HEADERS
+            .iter()
+            .filter_map(|h| Some(((*h).to_owned(), host.request_header(h)?)))
+            .collect();
+        let agent = host.request_header(&self.policy.agent_header);
+        let version = host.request_header(&self.policy.version_header);
+        let authority = host.request_header(":authority");
+        let version =
+            match self
+                .policy
+                .select(agent.as_deref(), version.as_deref(), authority.as_deref())
+            {
+                Ok(v) => v,
+                Err(e) => return self.refuse_request(host, api, 400, &e.to_string()),
+            };
+        self.record.runs(&version);
+        if let Some(encoding) = host.request_header("content-encoding") {
+            if !encoding.trim().eq_ignore_ascii_case("identity") {
+                return self.refuse_request(
+                    host,
+                    api,
+                    415,
+                    "livecheck reads request bodies as they are written: send them without content-encoding",
+                );
+            }
+        }
+        let declared = host
+            .request_header("content-length")
+            .and_then(|l| l.trim().parse::<usize>().ok());
+        if declared.is_some_and(|len| len > self.policy.max_body_bytes) {
+            return self.too_large(host, api);
+        }
+        if end_of_stream {
+            return self.refuse_request(host, api, 400, "the request has no body");
+        }
+        // Answers must be readable to be checked.
+        host.set_request_header("accept-encoding", Some("identity"));
+        self.state = State::ReadingQuestion { api, version };
+        // Holding the headers keeps the question from upstream until it passed; Envoy still
+        // delivers the body because the filter config sets `allow_on_headers_stop_iteration`.
+        Flow::Pause
+    }
+
+    pub fn on_request_body(
+        &mut self,
+        host: &mut dyn Host,
+        body_size: usize,
+        end_of_stream: bool,
+    ) -> Flow {
+        let State::ReadingQuestion { api, version } = &self.state else {
+            return Flow::Continue;
+        };
+        let (api, version) = (*api, Rc::clone(version));
+        if body_size > self.policy.max_body_bytes {
+            return self.too_large(host, api);
+        }
+        if !end_of_stream {
+            return Flow::Pause;
+        }
+        let Some(body) = host.request_body(body_size) else {
+            return self.refuse_request(host, api, 400, "the request body could not be read");
+        };
+        let request = match api::parse_request(api, &body) {
+            Ok(r) => r,
+            Err(e) => return self.refuse_request(host, api, 400, &e.to_string()),
+        };
+        let rules = decide(
+            &version,
+            Stage::Input,
+            &Reading {
+                rule_text: &request.input_text,
+                failed: None,
+                judged_apply: false,
+                readable: true,
+                judged: &[],
+            },
+            1,
+        );
+        let credentials = self.record.credentials.clone();
+        let source = version
+            .checks
+            .iter()
+            .any(|c| c.recover)
+            .then(|| retry_source(host, &body))
+            .flatten()
+            .map(Rc::new);
+        let asked = Asked {
+            api,
+            version,
+            request,
+            credentials,
+            source,
+            started_ms: self.started_ms,
+            asked_at_ms: host.now_unix_millis(),
+        };
+        if rules.stop.is_some() {
+            decided(host, &mut self.record, &asked.version, &rules.results);
+            return self.refuse_question(host, &asked, rules.stop.as_ref());
+        }
+        let text = asked.request.input_text.clone();
+        let judging = self.ask_judge(host, asked, Stage::Input, text, None);
+        self.settle(host, judging, false)
+    }
+
+    /// Answers a stopped question with the agent's reply; nothing goes upstream.
+    pub(super) fn refuse_question(
+        &mut self,
+        host: &mut dyn Host,
+        asked: &Asked,
+        stop: Option<&Stop>,
+    ) -> Flow {
+        self.state = State::Done;
+        let Some(stop) = stop else {
+            return Flow::Continue;
+        };
+        let ids = fresh_ids(host);
+        let reply = api::refusal(
+            asked.api,
+            &asked.version.blocked_reply,
+            &asked.request,
+            &ids,
+        );
+        send_stop(host, &self.record, stop, reply.content_type, &reply.body)
+    }
+
+    fn refuse_request(
+        &mut self,
+        host: &mut dyn Host,
+        api: Api,
+        status: u32,
+        message: &str,
+    ) -> Flow {
+        self.state = State::Done;
+        let reply = api::error(api, status as u16, message);
+        host.send_local_reply(status, &[("content-type", reply.content_type)], &reply.body);
+        Flow::Pause
+    }
+
+    fn too_large(&mut self, host: &mut dyn Host, api: Api) -> Flow {
+        let limit = self.policy.max_body_bytes;
+        self.refuse_request(
+            host,
+            api,
+            413,
+            &format!("the request body is larger than this gateway reads ({limit} bytes)"),
+        )
+    }
+}
+
+/// What a retry is built from: the request's authority, path, body and forwarded headers, read
+/// while the request headers are still readable.
+fn retry_source(host: &mut dyn Host, body: &[u8]) -> Option<Source> {
+    Some(Source {
+        authority: host.request_header(":authority")?,
+        path: host.request_header(":path")?,
+        body: String::from_utf8(body.to_vec()).ok()?,
+        headers: livecheck_wire::FORWARDED_HEADERS
+            .iter()
+            .filter_map(|h| Some(((*h).to_owned(), host.request_header(h)?)))
+            .collect(),
+    })
+}

@@ -1,0 +1,424 @@
+//! A streamed answer: each upstream chunk rewritten as it passes, held rounds decided, cuts ended.
+
+use super::recovering::start_stream_recovery;
+use super::*;
+
+impl Turn {
+    /// A streamed answer's headers: they go out at once (the first token must not wait), framed
+    /// to a fixed length when the policy says so; an answer that cannot be read is replaced by a
+    /// refusal stream right away.
+    pub(super) fn start_stream(
+        &mut self,
+        host: &mut dyn Host,
+        asked: Asked,
+        identity: bool,
+    ) -> Flow {
+        let Some(hold) = Hold::for_version(&asked.version) else {
+            return Flow::Continue;
+        };
+        host.set_response_header("content-length", None);
+        // Only rules cut a stream mid-way. A held round is cut or released when the model stopped,
+        // so it ends with the upstream and needs no frame; and its release may be written into
+        // Envoy's paused buffer from a judge's answer, where 4 MiB of padding would trip the
+        // buffer limit and reset the stream.
+        let frame = match hold {
+            Hold::Rules => self.policy.stream_frame_bytes.map(Frame::new),
+            Hold::WholeText | Hold::Everything => None,
+        };
+        if let Some(frame) = &frame {
+            host.set_response_header("transfer-encoding", None);
+            host.set_response_header("content-length", Some(&frame.length().to_string()));
+        }
+        let rewriter = Rewriter::new(
+            asked.api,
+            Rc::clone(&asked.version),
+            &asked.request,
+            hold,
+            self.policy.max_body_bytes,
+        );
+        // The copy feeds background checks, and a recovered answer's usage.
+        let copy =
+            (has_background_checks(&asked.version) || hold == Hold::Everything).then(Vec::new);
+        let mut streamed = Box::new(Streamed {
+            asked,
+            rewriter,
+            frame,
+            ended: false,
+            cut: false,
+            pending: Vec::new(),
+            judging: None,
+            round_decided: false,
+            copy,
+            close_pending: false,
+            recovery: None,
+        });
+        if !identity {
+            // Compressed despite `accept-encoding: identity`: nothing can be read, so the turn is
+            // refused now, in the shape the caller asked for, and says so in its header.
+            if let Some(check) = first_blocking_output_check(&streamed.asked.version) {
+                let stop = stop_errored(&streamed.asked.version, check);
+                if let Some(value) = stop.header_value() {
+                    host.set_response_header(stop::HEADER, Some(&value));
+                }
+                host.set_response_header("content-encoding", None);
+                count_one(
+                    host,
+                    &mut self.record,
+                    &streamed.asked.version,
+                    check,
+                    Outcome::Errored,
+                );
+            }
+            let ids = fresh_ids(host);
+            let mut request = streamed.asked.request.clone();
+            request.stream = true;
+            let reply = &streamed.asked.version.blocked_reply;
+            streamed.pending = api::refusal(streamed.asked.api, reply, &request, &ids).body;
+            streamed.ended = true;
+            streamed.close_pending = true;
+            self.state = State::Streaming(streamed);
+            return Flow::Continue;
+        }
+        self.state = State::Streaming(streamed);
+        Flow::Continue
+    }
+}
+
+/// One upstream chunk of a streamed answer: rewritten, framed, and after a cut dropped.
+pub(super) fn stream_chunk(
+    host: &mut dyn Host,
+    policy: &Policy,
+    record: &mut Record,
+    s: &mut Streamed,
+    body_size: usize,
+    end_of_stream: bool,
+) -> Flow {
+    if s.ended {
+        let mut out = std::mem::take(&mut s.pending);
+        // The close waits for a callback after the one that carried the closing events.
+        if out.is_empty() && s.close_pending && s.frame.is_some() && !end_of_stream {
+            s.close_pending = false;
+            host.close_response();
+        }
+        finish_frame(s, &mut out);
+        replace_chunk(host, body_size, &out);
+        return Flow::Continue;
+    }
+    let buffered = host.response_body(body_size).unwrap_or_default();
+    if let Some(r) = &mut s.recovery {
+        // Paused while the model is asked again: the rest of the first answer is not shown; a
+        // copy is kept for its usage.
+        let fresh = buffered.get(r.kept.len()..).unwrap_or_default();
+        if let Some(copy) = &mut s.copy {
+            if copy.len().saturating_add(fresh.len()) <= policy.max_body_bytes {
+                copy.extend_from_slice(fresh);
+            }
+        }
+        let kept = r.kept.clone();
+        replace_chunk(host, body_size, &kept);
+        return Flow::Pause;
+    }
+    if let Some(judging) = &mut s.judging {
+        // Paused while the judge decides: Envoy keeps buffering after what this filter kept.
+        let fresh = buffered.get(judging.kept.len()..).unwrap_or_default();
+        let mut step = s.rewriter.feed(fresh);
+        judging.kept.append(&mut step.out);
+        judging.end_of_stream |= end_of_stream;
+        let kept = judging.kept.clone();
+        replace_chunk(host, body_size, &kept);
+        return Flow::Pause;
+    }
+    if let Some(copy) = &mut s.copy {
+        if copy.len().saturating_add(buffered.len()) <= policy.max_body_bytes {
+            copy.extend_from_slice(&buffered);
+        } else {
+            s.copy = None;
+        }
+    }
+    let mut step = s.rewriter.feed(&buffered);
+    if record.response_id.is_none() {
+        record.response_id = s.rewriter.answer_id().map(str::to_owned);
+    }
+    if end_of_stream && step.cut.is_none() && step.round_end.is_none() {
+        let mut last = s.rewriter.finish();
+        step.out.append(&mut last.out);
+        step.cut = last.cut;
+        step.round_end = last.round_end;
+    }
+    if let Some(round) = step.round_end.take() {
+        // The round's text is scanned once; the judge is asked only when every rule passed.
+        let failed = s.asked.version.output_rules.failed_checks(&round.rule_text);
+        let judged_apply = !round.asks_for_tool
+            && !judge::blocking_judged(&s.asked.version, Stage::Output).is_empty();
+        if failed.is_empty() && judged_apply {
+            let read = Judged {
+                stage: Stage::Output,
+                text: &round.answer_text,
+                question: Some(&s.asked.request.last_user_text),
+                turn_model: s.asked.request.model.as_deref(),
+                credentials: &s.asked.credentials,
+            };
+            let sent = judge::dispatch(host, policy, record, &s.asked.version, &read, 1);
+            let judging = StreamJudging {
+                answer_text: round.answer_text,
+                pending: sent.pending,
+                judged: sent.judged,
+                kept: std::mem::take(&mut step.out),
+                end_of_stream,
+            };
+            s.judging = Some(judging);
+            if let Some(flow) = settle_stream(host, policy, record, s, false, body_size) {
+                return flow;
+            }
+            let kept = s
+                .judging
+                .as_ref()
+                .map(|j| j.kept.clone())
+                .unwrap_or_default();
+            replace_chunk(host, body_size, &kept);
+            return Flow::Pause;
+        }
+        let decided_round = Decided {
+            failed: &failed,
+            judged: &[],
+            undecided: &[],
+        };
+        match close_round(host, policy, record, s, &decided_round, &mut step) {
+            Closed::Released if !round.asks_for_tool => {
+                queue_background(host, policy, record, &s.asked, &round.answer_text);
+            }
+            Closed::Recovering => {
+                let kept = std::mem::take(&mut step.out);
+                replace_chunk(host, body_size, &kept);
+                if let Some(r) = &mut s.recovery {
+                    r.kept = kept;
+                }
+                return Flow::Pause;
+            }
+            _ => {}
+        }
+    }
+    let round_decided = s.round_decided;
+    let out = finish_step(host, record, s, step, end_of_stream);
+    if end_of_stream && !s.cut && !round_decided {
+        // Rules mode holds no answer text: the background checks read the kept copy.
+        if let Some(copy) = s.copy.take() {
+            let text =
+                crate::stream::answer_of(s.asked.api, &s.asked.version, &s.asked.request, &copy);
+            if let Some(text) = text {
+                queue_background(host, policy, record, &s.asked, &text);
+            }
+        }
+    }
+    replace_chunk(host, body_size, &out);
+    Flow::Continue
+}
+
+/// A streamed round with verdicts in hand: when one stops it or none is pending, the round is
+/// released or cut, the held bytes go out and the stream goes on. `None` while verdicts are
+/// pending. `through_host`: called from a callout's answer, so the paused response is resumed
+/// through the host; `buffered` is what the paused buffer holds.
+pub(super) fn settle_stream(
+    host: &mut dyn Host,
+    policy: &Policy,
+    record: &mut Record,
+    s: &mut Streamed,
+    through_host: bool,
+    buffered: usize,
+) -> Option<Flow> {
+    let judging = s.judging.as_ref()?;
+    let version = Rc::clone(&s.asked.version);
+    let stopping = judging.judged.iter().any(|j| judged_stops(&version, j));
+    if !stopping && !judging.pending.is_empty() {
+        return None;
+    }
+    let judging = s.judging.take()?;
+    let mut step = Step {
+        out: judging.kept,
+        cut: None,
+        round_end: None,
+    };
+    let undecided: Vec<usize> = judging.pending.iter().map(|(_, c)| *c).collect();
+    let round = Decided {
+        failed: &[],
+        judged: &judging.judged,
+        undecided: &undecided,
+    };
+    match close_round(host, policy, record, s, &round, &mut step) {
+        Closed::Released => {
+            queue_background(host, policy, record, &s.asked, &judging.answer_text);
+        }
+        Closed::Recovering => {
+            // Still paused: what this filter left in the buffer stays as it is.
+            let kept = step.out;
+            replace_chunk(host, buffered, &kept);
+            if let Some(r) = &mut s.recovery {
+                r.kept = kept;
+            }
+            return Some(Flow::Pause);
+        }
+        Closed::Cut => {}
+    }
+    let end_of_stream = judging.end_of_stream;
+    if end_of_stream && step.cut.is_none() {
+        let mut last = s.rewriter.finish();
+        step.out.append(&mut last.out);
+        step.cut = last.cut;
+    }
+    let out = finish_step(host, record, s, step, end_of_stream);
+    if through_host {
+        replace_chunk(host, buffered, &out);
+        host.resume_response();
+    } else {
+        replace_chunk(host, buffered, &out);
+    }
+    Some(Flow::Continue)
+}
+
+/// What a round's checks read and the judge said of it.
+#[derive(Clone, Copy)]
+struct Decided<'a> {
+    /// The rule checks the round's text failed (scanned once, when the round ended).
+    failed: &'a [usize],
+    judged: &'a [(usize, Outcome)],
+    /// Checks still with the judge when another stopped the round.
+    undecided: &'a [usize],
+}
+
+/// How a decided round went on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    Released,
+    Cut,
+    /// The model is being asked again; the response stays paused.
+    Recovering,
+}
+
+/// Decides a round on its rules and the judge's verdicts, then releases it, cuts it, or (a held
+/// round that only failed checks that recover) asks the model again.
+fn close_round(
+    host: &mut dyn Host,
+    policy: &Policy,
+    record: &mut Record,
+    s: &mut Streamed,
+    round: &Decided<'_>,
+    step: &mut Step,
+) -> Closed {
+    let Decided {
+        failed,
+        judged,
+        undecided,
+    } = *round;
+    let verdict = decide(
+        &s.asked.version,
+        Stage::Output,
+        &Reading {
+            rule_text: "",
+            failed: Some(failed),
+            judged_apply: true,
+            readable: true,
+            judged,
+        },
+        1,
+    );
+    s.round_decided = true;
+    // Checks still with the judge when another stopped the round never decided.
+    let results: Vec<CheckResult> = verdict
+        .results
+        .iter()
+        .filter(|r| !undecided.contains(&r.check))
+        .cloned()
+        .collect();
+    decided(host, record, &s.asked.version, &results);
+    if let Some(stop) = &verdict.stop {
+        if start_stream_recovery(host, policy, s, stop, &results) {
+            return Closed::Recovering;
+        }
+    }
+    let mut more = match verdict
+        .stop
+        .as_ref()
+        .and_then(|stop| check_index(&s.asked.version, &stop.check))
+    {
+        Some(check) => {
+            step.cut = Some(crate::stream::Cut {
+                check,
+                why: CutWhy::Decided,
+            });
+            s.rewriter.cut(check)
+        }
+        None => s.rewriter.release(),
+    };
+    step.out.append(&mut more);
+    if step.cut.is_none() {
+        Closed::Released
+    } else {
+        Closed::Cut
+    }
+}
+
+/// What a step sends once cuts, the frame and the end of the upstream are accounted for.
+fn finish_step(
+    host: &mut dyn Host,
+    record: &mut Record,
+    s: &mut Streamed,
+    step: Step,
+    end_of_stream: bool,
+) -> Vec<u8> {
+    let mut out = step.out;
+    if let Some(cut) = step.cut {
+        if cut.why != CutWhy::Decided {
+            let outcome = match cut.why {
+                CutWhy::Unreadable => Outcome::Errored,
+                _ => Outcome::Failed,
+            };
+            count_one(host, record, &s.asked.version, cut.check, outcome);
+        }
+        s.ended = true;
+        s.cut = true;
+    } else if s.frame.is_some_and(|f| !f.fits(out.len(), CLOSING_RESERVE)) {
+        // The answer outgrew its frame: it cannot be checked to its end, so the first blocking
+        // output check could not decide, and the stream ends here.
+        if let Some(check) = first_blocking_output_check(&s.asked.version) {
+            let mut closing = s.rewriter.cut(check);
+            if !s
+                .frame
+                .is_some_and(|f| f.fits(out.len() + closing.len(), 0))
+            {
+                out.clear();
+            }
+            out.append(&mut closing);
+            count_one(host, record, &s.asked.version, check, Outcome::Errored);
+        }
+        s.ended = true;
+        s.cut = true;
+    } else if end_of_stream && !s.round_decided {
+        // Rules mode ended without a cut: every blocking output rule passed.
+        count_passed(host, record, &s.asked.version);
+    }
+    if s.ended || end_of_stream {
+        s.ended = true;
+        s.close_pending = !end_of_stream;
+        finish_frame(s, &mut out);
+    } else if let Some(frame) = &mut s.frame {
+        frame.sent(out.len());
+    }
+    out
+}
+
+/// Adds the frame's padding once the stream is over (cut, or ended by upstream).
+fn finish_frame(s: &mut Streamed, out: &mut Vec<u8>) {
+    if let Some(frame) = &mut s.frame {
+        frame.sent(out.len());
+        out.append(&mut frame.pad());
+    }
+}
+
+pub(super) fn replace_chunk(host: &mut dyn Host, body_size: usize, out: &[u8]) {
+    if !host.replace_response_body(body_size, out) {
+        host.log(
+            LogLevel::Error,
+            "livecheck: could not rewrite a streamed chunk",
+        );
+    }
+}
