@@ -1,7 +1,8 @@
 //! Rule patterns: RE2 syntax, a bounded longest match, and nothing that matches everything or nothing.
 //!
-//! A streamed answer is held back by the longest match any output rule allows, so every rule must
-//! prove a bound in characters (not bytes: the hold-back counts characters of decoded text).
+//! A streamed answer holds back only text that could still begin a match, which is never more than
+//! the longest match any output rule allows: every rule must prove that bound in characters (not
+//! bytes: the hold-back counts characters of decoded text).
 
 use regex_syntax::hir::{Class, Hir, HirKind};
 use regex_syntax::ParserBuilder;

@@ -1,7 +1,17 @@
 //! One multi-pattern automaton per agent version and stage: every rule check of that stage at once.
+//!
+//! Besides the searches over a whole text, a stage has a lazy DFA that reads a stream one byte at a
+//! time from a given start ([`RuleSet::start`], [`RuleSet::step`]): a streamed answer carries its
+//! state across events instead of rescanning, and holds back only text that can still become the
+//! start of a match (`stream::holdback`).
 
+use std::cell::RefCell;
+
+use regex_automata::hybrid::dfa::{Cache, DFA};
+use regex_automata::hybrid::LazyStateID;
 use regex_automata::meta::Regex;
-use regex_automata::{Input, MatchKind, PatternSet};
+use regex_automata::util::start;
+use regex_automata::{Anchored, Input, MatchKind, PatternSet};
 
 use crate::pattern::Rule;
 
@@ -15,6 +25,30 @@ pub struct RuleSet {
     /// Automaton pattern id → index of the check in its version.
     checks: Vec<usize>,
     longest: usize,
+    /// Every rule, anchored, all matches: read a byte at a time from a start.
+    stream: Option<Streamer>,
+}
+
+/// The lazy DFA and the cache its states live in, shared by every stream of the VM (one thread).
+#[derive(Debug)]
+struct Streamer {
+    dfa: DFA,
+    cache: RefCell<Cache>,
+}
+
+/// Where a match that began at some start stands after a byte, read by [`RuleSet::step`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// No match can begin at that start any more.
+    Dead,
+    /// A match may still follow. `matched`: a match of that check ended before this byte.
+    Live {
+        state: LazyStateID,
+        matched: Option<usize>,
+    },
+    /// The automaton cannot tell here (a byte it gives up on, such as non-ASCII next to a
+    /// Unicode `\b`): the caller decides that start with [`RuleSet::match_at`] instead.
+    Unknown,
 }
 
 /// Where the leftmost forbidden text starts, and which check found it.
@@ -30,8 +64,8 @@ impl RuleSet {
     pub fn new(rules: &[(usize, Rule)]) -> Result<Self, String> {
         let longest = rules.iter().map(|(_, r)| r.longest).max().unwrap_or(0);
         let checks = rules.iter().map(|(i, _)| *i).collect();
-        let (regex, every) = if rules.is_empty() {
-            (None, None)
+        let (regex, every, stream) = if rules.is_empty() {
+            (None, None, None)
         } else {
             let sources: Vec<&str> = rules.iter().map(|(_, r)| r.regex.as_str()).collect();
             let build = |kind| {
@@ -46,9 +80,19 @@ impl RuleSet {
                         None => "the rules could not be compiled together".to_owned(),
                     })
             };
+            let dfa = DFA::builder()
+                .configure(
+                    DFA::config()
+                        .match_kind(MatchKind::All)
+                        .unicode_word_boundary(true),
+                )
+                .build_many(&sources)
+                .map_err(|_| "the rules could not be compiled together".to_owned())?;
+            let cache = RefCell::new(dfa.create_cache());
             (
                 Some(build(MatchKind::LeftmostFirst)?),
                 Some(build(MatchKind::All)?),
+                Some(Streamer { dfa, cache }),
             )
         };
         Ok(Self {
@@ -56,12 +100,88 @@ impl RuleSet {
             every,
             checks,
             longest,
+            stream,
         })
+    }
+
+    /// Where a match beginning after `look_behind` (the byte before it; `None` at the start of the
+    /// text) starts, before any byte of it was read.
+    pub fn start(&self, look_behind: Option<u8>) -> Step {
+        self.with_dfa(|dfa, cache| {
+            let config = start::Config::new()
+                .anchored(Anchored::Yes)
+                .look_behind(look_behind);
+            dfa.start_state(cache, &config).ok()
+        })
+    }
+
+    /// Reads one more byte of a match in progress.
+    pub fn step(&self, state: LazyStateID, byte: u8) -> Step {
+        self.with_dfa(|dfa, cache| dfa.next_state(cache, state, byte).ok())
+    }
+
+    /// Reads the end of the text.
+    pub fn step_end(&self, state: LazyStateID) -> Step {
+        self.with_dfa(|dfa, cache| dfa.next_eoi_state(cache, state).ok())
+    }
+
+    /// How many times the states handed out so far were thrown away: a state from before a clear
+    /// means nothing after it (the cache is bounded; a clear is rare).
+    pub fn clears(&self) -> usize {
+        self.stream
+            .as_ref()
+            .and_then(|s| s.cache.try_borrow().ok().map(|c| c.clear_count()))
+            .unwrap_or(0)
+    }
+
+    fn with_dfa(&self, f: impl FnOnce(&DFA, &mut Cache) -> Option<LazyStateID>) -> Step {
+        let Some(stream) = &self.stream else {
+            return Step::Dead;
+        };
+        let Ok(mut cache) = stream.cache.try_borrow_mut() else {
+            return Step::Unknown;
+        };
+        match f(&stream.dfa, &mut cache) {
+            None => Step::Unknown,
+            Some(state) if state.is_dead() => Step::Dead,
+            Some(state) if state.is_quit() || state.is_unknown() => Step::Unknown,
+            Some(state) => {
+                let matched = state.is_match().then(|| {
+                    (0..stream.dfa.match_len(&cache, state))
+                        .filter_map(|i| {
+                            let pattern = stream.dfa.match_pattern(&cache, state, i);
+                            self.checks.get(pattern.as_usize()).copied()
+                        })
+                        .min()
+                });
+                Step::Live {
+                    state,
+                    matched: matched.flatten(),
+                }
+            }
+        }
+    }
+
+    /// The check whose match begins at byte `at` of `haystack`, decided by a search: `haystack`
+    /// must hold the whole text after `at` that a match could cover (or the whole text), and the
+    /// text before `at` is context for assertions. Among checks matching there, the earliest.
+    pub fn match_at(&self, haystack: &str, at: usize) -> Option<usize> {
+        let regex = self.regex.as_ref()?;
+        let input = Input::new(haystack)
+            .range(at.min(haystack.len())..)
+            .anchored(Anchored::Yes);
+        let m = regex.find(input)?;
+        self.checks.get(m.pattern().as_usize()).copied()
     }
 
     /// The longest match any rule allows, in characters: how far a stream is held back.
     pub fn longest(&self) -> usize {
         self.longest
+    }
+
+    /// The earliest check of the stage that is a rule.
+    pub fn first_check(&self) -> Option<usize> {
+        self.checks.iter().copied().min()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -9,7 +9,7 @@ use common::fixtures::*;
 use common::*;
 use livecheck_harness::{Host, StreamId};
 
-/// Only a rule blocks the output: the answer streams, held back by the pattern's 18 characters.
+/// Only a rule blocks the output: the answer streams, holding back only what could begin an IBAN.
 const RULES_ONLY: &str = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {
     "blocked_reply": "Not allowed.",
     "live_checks": [{"name": "no-iban", "stage": "output", "kind": "matches_pattern",
@@ -46,6 +46,19 @@ fn stream_answer(
     );
 }
 
+/// A question asked through livecheck with RULES_ONLY, and its streamed answer's headers sent.
+fn streaming(vendor: Vendor) -> (Host, StreamId) {
+    let mut host = livecheck(RULES_ONLY);
+    let s = ask(&mut host, vendor);
+    host.send_response_headers(
+        s,
+        &[(":status", "200"), ("content-type", "text/event-stream")],
+        false,
+    )
+    .unwrap();
+    (host, s)
+}
+
 /// The sidecar is down: every judge callout is reset.
 fn fail_judge(host: &mut Host) {
     for c in host.pending_callouts() {
@@ -72,14 +85,7 @@ fn cut_end(vendor: Vendor) -> &'static str {
 #[test]
 fn response_headers_go_out_before_any_of_the_body() {
     for vendor in VENDORS {
-        let mut host = livecheck(RULES_ONLY);
-        let s = ask(&mut host, vendor);
-        host.send_response_headers(
-            s,
-            &[(":status", "200"), ("content-type", "text/event-stream")],
-            false,
-        )
-        .unwrap();
+        let (host, s) = streaming(vendor);
         let caller = host.caller_received(s);
         assert_eq!(caller.status(), Some(200));
         assert_eq!(
@@ -105,6 +111,34 @@ fn a_clean_stream_arrives_whole_and_framed_under_every_chunking() {
             assert!(caller.end_of_stream && !caller.reset);
             assert_eq!(host.metric("livecheck.a.no-iban.passed"), Some(1));
         }
+    }
+}
+
+#[test]
+fn event_by_event_the_caller_has_all_text_that_cannot_begin_a_match() {
+    // (upstream's text so far, what the caller must have by then): "NL9" could begin an IBAN.
+    let steps = [
+        ("Your order ", "Your order "),
+        ("Your order ships to NL9", "Your order ships to "),
+        (
+            "Your order ships to NL9 soon",
+            "Your order ships to NL9 soon",
+        ),
+    ];
+    for vendor in VENDORS {
+        let (mut host, s) = streaming(vendor);
+        let events = stream(vendor, &["Your order ", "ships to NL9", " soon"]);
+        let mut checked = [false; 3];
+        for (i, event) in events.iter().enumerate() {
+            host.send_response_body(s, event.as_bytes(), false).unwrap();
+            let upstream = read_stream(vendor, &events[..=i].concat()).text;
+            let caller = read_stream(vendor, &host.caller_received(s).body_text()).text;
+            if let Some(at) = steps.iter().position(|(u, _)| *u == upstream) {
+                assert_eq!(caller, steps[at].1, "{vendor:?} after {upstream:?}");
+                checked[at] = true;
+            }
+        }
+        assert_eq!(checked, [true; 3], "{vendor:?}: every step was seen");
     }
 }
 

@@ -1,27 +1,54 @@
-//! The checked text of one channel, scanned as it grows, keeping only what is not yet confirmed.
+//! The checked text of one channel, scanned as it grows, holding back only what could still
+//! become the start of a match.
 //!
-//! Positions count characters of the channel's checked text. A position is confirmed when no
-//! forbidden text can start there: every match starting before `len - longest` ends at least one
-//! character before the end of the text read so far, so it and the assertions after it (`\b`, `$`)
-//! are decided; one confirmed character stays in the window as context for the assertions before
-//! it. Memory is the longest match plus one character plus the latest delta.
+//! Positions count characters of the channel's checked text. Every character is a possible start
+//! of a match: a thread follows it through the stage's anchored automaton one byte at a time and
+//! dies as soon as no match can begin there. The text from the earliest live start on is held
+//! back (none on most text: "word word" can never begin an IBAN); everything before it is
+//! confirmed. Each byte is read once per live thread, whose states carry across pushes; threads
+//! in the same state have the same future, so only the earliest is kept. A match found at some
+//! start is certain once no earlier start is alive and no earlier check can still match at that
+//! start (its thread is over, the check is the stage's first, or the longest match fits after
+//! it), so the check named is the one a search over the whole text names.
+//!
+//! Where the automaton cannot tell (a byte it gives up on, such as non-ASCII next to a Unicode
+//! `\b`, or a cleared cache), that start is decided by a search once the longest match fits in
+//! the text after it (or the text ended): the held window then is the rules' longest match, as a
+//! fixed window would be. Memory is the held text and one state per live thread.
 
-use crate::scan::RuleSet;
+use crate::scan::{RuleSet, Step};
+use regex_automata::hybrid::LazyStateID;
 
 #[derive(Debug, Default)]
 pub(crate) struct Holdback {
     /// Characters pushed so far.
     len: usize,
-    /// No forbidden text starts before this position.
-    confirmed: usize,
-    /// One confirmed character of context (none at the start), then the unconfirmed text.
+    /// One character of context, then the held text.
     window: String,
-    /// Byte length of the context at the start of `window`.
-    context: usize,
+    /// Bytes and characters of `window` the threads have read.
+    read: usize,
+    read_pos: usize,
+    /// The last byte read: the look-behind of the next start.
+    last: Option<u8>,
+    /// Live starts, earliest first.
+    threads: Vec<Thread>,
+    /// The earliest match found so far (not yet certain while an earlier start is alive).
+    found: Option<Found>,
+    /// The automaton's clear count when the threads' states were taken.
+    clears: usize,
     /// The channel's text is complete.
     ended: bool,
     /// Only counts: the text is read whole elsewhere (nothing streams, so nothing is held back).
     passive: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Thread {
+    /// Where the match would start: a character position, and its byte offset in `window`.
+    pos: usize,
+    at: usize,
+    /// Its automaton state; `None`: decided by a search instead.
+    state: Option<LazyStateID>,
 }
 
 /// Forbidden text that will be in the text whatever follows: where it starts, and its check.
@@ -43,14 +70,21 @@ impl Holdback {
         self.len
     }
 
+    /// No forbidden text starts before this position.
     pub(crate) fn confirmed(&self) -> usize {
-        self.confirmed
+        let held = self.threads.first().map(|t| t.pos);
+        let found = self.found.map(|f| f.pos);
+        [held, found, Some(self.read_pos)]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(self.len)
     }
 
     pub(crate) fn push(&mut self, text: &str) {
         self.len += text.chars().count();
         if self.passive {
-            self.confirmed = self.len;
+            self.read_pos = self.len;
         } else {
             self.window.push_str(text);
         }
@@ -61,47 +95,178 @@ impl Holdback {
         self.ended = true;
     }
 
-    /// Scans the window. Returns the leftmost forbidden text once it is certain; otherwise
-    /// confirms as far as nothing can start.
+    /// Reads what was pushed since the last scan. Returns the leftmost forbidden text once it is
+    /// certain; otherwise confirms as far as nothing can start.
     pub(crate) fn scan(&mut self, rules: &RuleSet) -> Option<Found> {
-        if self.passive {
+        if self.passive || rules.is_empty() {
+            self.window.clear();
+            self.read = 0;
+            self.read_pos = self.len;
             return None;
         }
-        let limit = if self.ended {
-            self.len
-        } else {
-            self.len.saturating_sub(rules.longest())
-        };
-        if let Some(hit) = rules.first_hit_in(&self.window, self.context) {
-            let before = self.window.get(self.context..hit.start).unwrap_or_default();
-            let pos = self.confirmed + before.chars().count();
-            if self.ended || pos < limit {
-                return Some(Found {
-                    pos,
-                    check: hit.check,
-                });
-            }
+        self.read_new(rules);
+        if self.ended {
+            self.read_end(rules);
         }
-        self.confirm(limit);
-        None
+        self.search_undecided(rules);
+        let certain = self.found.filter(|f| match self.threads.first() {
+            None => true,
+            // Its own start, still read: naming needs no more text when no earlier check
+            // exists, or once the longest match fits after it (as a search would name it).
+            Some(t) => {
+                t.pos == f.pos
+                    && (Some(f.check) == rules.first_check()
+                        || self.len.saturating_sub(f.pos) > rules.longest())
+            }
+        });
+        if certain.is_none() {
+            self.trim();
+        }
+        certain
     }
 
-    /// Drops confirmed text from the window, keeping one character of context.
-    fn confirm(&mut self, to: usize) {
-        let Some(advance) = to.checked_sub(self.confirmed).filter(|&n| n > 0) else {
+    /// Every new character starts a thread (until a match was found: nothing after it matters),
+    /// and every live thread reads every new byte.
+    fn read_new(&mut self, rules: &RuleSet) {
+        let window = std::mem::take(&mut self.window);
+        let mut at = self.read;
+        for c in window.get(self.read..).unwrap_or_default().chars() {
+            if self.found.is_none() {
+                if self.threads.iter().all(|t| t.state.is_none()) {
+                    self.clears = rules.clears();
+                }
+                let state = match rules.start(self.last) {
+                    Step::Dead => None,
+                    Step::Live { state, .. } => Some(Some(state)),
+                    Step::Unknown => Some(None),
+                };
+                if let Some(state) = state {
+                    let pos = self.read_pos;
+                    self.threads.push(Thread { pos, at, state });
+                }
+                self.forget_if_cleared(rules);
+            }
+            let mut bytes = [0; 4];
+            for &b in c.encode_utf8(&mut bytes).as_bytes() {
+                self.step_all(rules, |rules, state| rules.step(state, b));
+                self.last = Some(b);
+            }
+            at += c.len_utf8();
+            self.read_pos += 1;
+            self.merge();
+        }
+        self.read = at;
+        self.window = window;
+    }
+
+    /// The end of the text: assertions at the end are decided, and no thread reads further.
+    fn read_end(&mut self, rules: &RuleSet) {
+        self.step_all(rules, |rules, state| rules.step_end(state));
+        // Every automaton thread has now said all it will; searches decide the rest.
+        self.threads.retain(|t| t.state.is_none());
+    }
+
+    /// Moves every automaton thread on by `step`, recording matches and dropping dead threads.
+    /// A state is never used after the automaton's cache was cleared (by any stream): from then
+    /// on its thread is decided by a search.
+    fn step_all(&mut self, rules: &RuleSet, step: impl Fn(&RuleSet, LazyStateID) -> Step) {
+        let mut matched = Vec::new();
+        let clears = self.clears;
+        self.threads.retain_mut(|t| {
+            let Some(state) = t.state.filter(|_| rules.clears() == clears) else {
+                t.state = None;
+                return true;
+            };
+            match step(rules, state) {
+                Step::Dead => false,
+                Step::Live { state, matched: m } => {
+                    t.state = Some(state);
+                    matched.extend(m.map(|check| Found { pos: t.pos, check }));
+                    true
+                }
+                Step::Unknown => {
+                    t.state = None;
+                    true
+                }
+            }
+        });
+        self.forget_if_cleared(rules);
+        for found in matched {
+            self.record(found);
+        }
+    }
+
+    fn forget_if_cleared(&mut self, rules: &RuleSet) {
+        if rules.clears() != self.clears {
+            self.clears = rules.clears();
+            for t in &mut self.threads {
+                t.state = None;
+            }
+        }
+    }
+
+    /// Starts that only a search can decide, decided once the longest match after them was read.
+    fn search_undecided(&mut self, rules: &RuleSet) {
+        let (len, ended, longest) = (self.len, self.ended, rules.longest());
+        let window = &self.window;
+        let mut decided = Vec::new();
+        self.threads.retain(|t| {
+            let ready = t.state.is_none() && (ended || len.saturating_sub(t.pos) > longest);
+            if ready {
+                decided.extend(
+                    rules
+                        .match_at(window, t.at)
+                        .map(|check| Found { pos: t.pos, check }),
+                );
+            }
+            !ready
+        });
+        for found in decided {
+            self.record(found);
+        }
+    }
+
+    /// A match begins at `found.pos`: the earliest such start wins, and there the earliest check.
+    fn record(&mut self, found: Found) {
+        let better = self
+            .found
+            .is_none_or(|f| (found.pos, found.check) < (f.pos, f.check));
+        if better {
+            self.found = Some(found);
+        }
+        // Later starts cannot come before it.
+        self.threads.retain(|t| t.pos <= found.pos);
+    }
+
+    /// Keeps the earliest of the automaton threads that share a state: their futures are the same.
+    fn merge(&mut self) {
+        let mut i = 1;
+        while i < self.threads.len() {
+            let state = self.threads.get(i).and_then(|t| t.state);
+            let earlier = self.threads.get(..i).unwrap_or_default();
+            if state.is_some() && earlier.iter().any(|t| t.state == state) {
+                self.threads.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Drops text no thread needs, keeping one character of context before the held text.
+    fn trim(&mut self) {
+        let keep = self.threads.first().map_or(self.read, |t| t.at);
+        let head = self.window.get(..keep).unwrap_or_default();
+        let Some((from, _)) = head.char_indices().next_back() else {
             return;
         };
-        let unconfirmed = self.window.get(self.context..).unwrap_or_default();
-        let cut = self.context
-            + unconfirmed
-                .char_indices()
-                .nth(advance)
-                .map_or(unconfirmed.len(), |(i, _)| i);
-        let head = self.window.get(..cut).unwrap_or_default();
-        let keep_from = head.char_indices().next_back().map_or(cut, |(i, _)| i);
-        self.window = self.window.get(keep_from..).unwrap_or_default().to_owned();
-        self.context = cut - keep_from;
-        self.confirmed = to;
+        if from == 0 {
+            return;
+        }
+        self.window.drain(..from);
+        self.read -= from;
+        for t in &mut self.threads {
+            t.at -= from;
+        }
     }
 }
 
@@ -121,48 +286,197 @@ mod tests {
         .unwrap()
     }
 
-    #[test]
-    fn confirms_all_but_the_longest_match() {
-        let rules = rules();
+    fn pushed(rules: &RuleSet, pieces: &[&str]) -> (Holdback, Option<Found>) {
         let mut hb = Holdback::default();
-        hb.push("é".repeat(30).as_str());
-        assert_eq!(hb.scan(&rules), None);
-        assert_eq!(hb.confirmed(), 12);
-        assert_eq!(hb.window.chars().count(), 19);
-        hb.end();
-        assert_eq!(hb.scan(&rules), None);
-        assert_eq!(hb.confirmed(), 30);
+        let mut found = None;
+        for piece in pieces {
+            hb.push(piece);
+            found = found.or(hb.scan(rules));
+        }
+        (hb, found)
     }
 
     #[test]
-    fn a_match_is_certain_only_with_a_character_after_the_longest_match() {
+    fn text_that_cannot_start_a_match_is_not_held() {
+        let rules = rules();
+        let (hb, found) = pushed(&rules, &["word word word ", "é日本 and more"]);
+        assert_eq!(found, None);
+        assert_eq!(hb.confirmed(), hb.len());
+        assert!(hb.window.chars().count() <= 1, "{:?}", hb.window);
+    }
+
+    #[test]
+    fn only_the_suffix_that_can_still_begin_a_match_is_held() {
+        let rules = rules();
+        let (hb, _) = pushed(&rules, &["pay to NL91AB"]);
+        assert_eq!(hb.confirmed(), 7, "held from the N");
+        let (hb, _) = pushed(&rules, &["it is a sec"]);
+        assert_eq!(hb.confirmed(), 8, "held from the s of sec");
+        let (hb, _) = pushed(&rules, &["NL9 no"]);
+        assert_eq!(hb.confirmed(), 6, "released once it cannot be an IBAN");
+    }
+
+    #[test]
+    fn a_match_is_certain_only_with_a_character_after_it() {
         let rules = RuleSet::new(&[(4, compile_pattern(r"\bcat\b", 3).unwrap())]).unwrap();
         let mut hb = Holdback::default();
         hb.push("a cat");
         assert_eq!(hb.scan(&rules), None);
+        assert_eq!(hb.confirmed(), 2);
         hb.push("s");
         assert_eq!(hb.scan(&rules), None);
+        assert_eq!(hb.confirmed(), 6);
         hb.push(" and a cat!");
         assert_eq!(hb.scan(&rules), Some(Found { pos: 13, check: 4 }));
     }
 
     #[test]
+    fn the_end_of_the_text_decides_what_was_held() {
+        let rules = RuleSet::new(&[(4, compile_pattern(r"\bcat\b", 3).unwrap())]).unwrap();
+        let mut hb = Holdback::default();
+        hb.push("a cat");
+        assert_eq!(hb.scan(&rules), None);
+        hb.end();
+        assert_eq!(hb.scan(&rules), Some(Found { pos: 2, check: 4 }));
+        let mut hb = Holdback::default();
+        hb.push("a ca");
+        hb.end();
+        assert_eq!(hb.scan(&rules), None);
+        assert_eq!(hb.confirmed(), 4);
+    }
+
+    #[test]
     fn a_match_split_over_pushes_is_found_where_it_starts() {
         let rules = rules();
-        let mut hb = Holdback::default();
-        for piece in [
-            "pay N",
-            "L91AB",
-            "NA0417",
-            "164300 now",
-            " and more text here",
-        ] {
-            hb.push(piece);
-            if let Some(found) = hb.scan(&rules) {
-                assert_eq!(found, Found { pos: 4, check: 0 });
-                return;
-            }
+        let (_, found) = pushed(
+            &rules,
+            &[
+                "pay N",
+                "L91AB",
+                "NA0417",
+                "164300 now",
+                " and more text here",
+            ],
+        );
+        assert_eq!(found, Some(Found { pos: 4, check: 0 }));
+    }
+
+    #[test]
+    fn at_one_start_the_earliest_check_that_matches_is_named() {
+        let rules = RuleSet::new(&[
+            (0, compile_pattern("abcd", 4).unwrap()),
+            (1, compile_pattern("ab", 2).unwrap()),
+        ])
+        .unwrap();
+        assert_eq!(
+            pushed(&rules, &["xabcd!"]).1,
+            Some(Found { pos: 1, check: 0 })
+        );
+        assert_eq!(
+            pushed(&rules, &["xabcx!"]).1,
+            Some(Found { pos: 1, check: 1 })
+        );
+    }
+
+    #[test]
+    fn a_unicode_word_boundary_next_to_non_ascii_is_decided_by_a_search() {
+        // The automaton gives up on non-ASCII beside a Unicode `\b`; the search decides instead.
+        let rules = RuleSet::new(&[(1, compile_pattern(r"\bgeheim\b", 6).unwrap())]).unwrap();
+        assert_eq!(
+            pushed(&rules, &["ééé geheim é"]).1,
+            Some(Found { pos: 4, check: 1 })
+        );
+        assert_eq!(pushed(&rules, &["éégeheim é"]).1, None);
+        let (hb, found) = pushed(&rules, &["é geheimnis und mehr text"]);
+        assert_eq!((found, hb.confirmed()), (None, hb.len()));
+        // At é (and after it), the automaton cannot judge a start: it is held until the longest
+        // match fits after it, as a fixed window would hold it.
+        let (mut hb, _) = pushed(&rules, &["égeh"]);
+        assert_eq!(hb.confirmed(), 0);
+        hb.push("eimnis");
+        assert_eq!(hb.scan(&rules), None);
+        assert_eq!(hb.confirmed(), hb.len());
+    }
+
+    /// Rules over a small alphabet, ASCII word boundaries included, for exhaustive checks.
+    fn small_rules() -> RuleSet {
+        RuleSet::new(&[
+            (0, compile_pattern("aab", 3).unwrap()),
+            (1, compile_pattern(r"(?-u:\b)ba(?-u:\b)", 2).unwrap()),
+            (3, compile_pattern("N[ab]{1,2}", 3).unwrap()),
+        ])
+        .unwrap()
+    }
+
+    const ALPHABET: [char; 4] = ['a', 'b', ' ', 'N'];
+
+    /// Every text of exactly `len` characters of the alphabet.
+    fn texts(len: usize) -> Vec<String> {
+        (0..len).fold(vec![String::new()], |texts, _| {
+            texts
+                .iter()
+                .flat_map(|t| ALPHABET.iter().map(move |c| format!("{t}{c}")))
+                .collect()
+        })
+    }
+
+    /// Where the held text must start: the first position at which some continuation of `text`
+    /// makes a match begin (decided by searches, not by the automaton); the length when none.
+    fn must_hold_from(
+        rules: &RuleSet,
+        text: &str,
+        memo: &mut std::collections::HashMap<String, usize>,
+    ) -> usize {
+        if let Some(&held) = memo.get(text) {
+            return held;
         }
-        panic!("not found");
+        let continuations: Vec<String> = (0..=rules.longest() + 1).flat_map(texts).collect();
+        let held = (0..text.len())
+            .find(|&s| {
+                continuations
+                    .iter()
+                    .any(|w| rules.match_at(&format!("{text}{w}"), s).is_some())
+            })
+            .unwrap_or(text.len());
+        memo.insert(text.to_owned(), held);
+        held
+    }
+
+    #[test]
+    fn exhaustively_nothing_is_held_that_cannot_begin_a_match_and_no_match_is_released() {
+        let rules = small_rules();
+        let mut memo = std::collections::HashMap::new();
+        for text in texts(5) {
+            let whole = rules.first_hit(&text);
+            let mut hb = Holdback::default();
+            let mut found = None;
+            for (i, c) in text.char_indices() {
+                hb.push(&c.to_string());
+                found = found.or(hb.scan(&rules));
+                let prefix = &text[..=i];
+                if found.is_none() {
+                    assert_eq!(
+                        hb.confirmed(),
+                        must_hold_from(&rules, prefix, &mut memo),
+                        "{text:?} after {prefix:?}"
+                    );
+                }
+                if let Some(hit) = whole {
+                    assert!(hb.confirmed() <= hit.start, "{text:?} released a match");
+                }
+            }
+            hb.end();
+            found = found.or(hb.scan(&rules));
+            let expected = whole.map(|h| Found {
+                pos: h.start,
+                check: h.check,
+            });
+            assert_eq!(found, expected, "{text:?} read a character at a time");
+            let mut at_once = Holdback::default();
+            at_once.push(&text);
+            let first = at_once.scan(&rules);
+            at_once.end();
+            assert_eq!(first.or(at_once.scan(&rules)), expected, "{text:?} at once");
+        }
     }
 }

@@ -36,8 +36,8 @@ const MAX_CHANNELS: usize = 128;
 /// How a streamed answer is held, from the version's blocking output checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hold {
-    /// Only rule checks block: the text streams, held back by exactly `output_rules.longest()`
-    /// characters per channel.
+    /// Only rule checks block: the text streams, holding back per channel only the text that could
+    /// still become the start of a match (`holdback`).
     Rules,
     /// Another blocking output check: the round's answer text is held whole until
     /// [`Rewriter::release`] or [`Rewriter::cut`]; reasoning and tool-call events keep streaming

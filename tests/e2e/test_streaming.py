@@ -3,7 +3,7 @@ livecheck.wasm -> the scripted upstream double streaming the vendor's SSE events
 
 Two livecheck configurations:
   - RULES_ONLY (as tests/streaming.rs): one blocking pattern check without recovery, so the answer
-    streams held back by the pattern's longest match (18 characters) and a match is cut where it starts;
+    streams, holding back only text that could begin an IBAN, and a match is cut where it starts;
   - the seed (examples/seed.json, conftest's `livecheck_envoy`): its `no-iban` asks for recovery, so
     nothing of the round shows until it is decided, and a failed round is answered with the blocked reply.
 
