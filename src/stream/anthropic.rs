@@ -29,6 +29,9 @@ pub(super) struct Anthropic {
     /// Upstream block index → the index the caller sees.
     indexes: BTreeMap<u64, u64>,
     open: BTreeSet<u64>,
+    /// Upstream indexes of the blocks that are tool calls (or their results): neither text nor
+    /// thinking.
+    calls: BTreeSet<u64>,
     message_ended: bool,
     stopped: bool,
 }
@@ -45,6 +48,7 @@ impl Anthropic {
             next_index: 0,
             indexes: BTreeMap::new(),
             open: BTreeSet::new(),
+            calls: BTreeSet::new(),
             message_ended: false,
             stopped: false,
         }
@@ -67,6 +71,7 @@ impl Format for Anthropic {
         let mut texts = Vec::new();
         let mut unit_lane = Lane::Side;
         let (mut ends, mut terminal, mut asks) = (Vec::new(), false, false);
+        let (mut calls, mut calls_done) = (Vec::new(), Vec::new());
         match kind.as_str() {
             "message_start" => {
                 self.message = data.get("message").cloned();
@@ -85,11 +90,19 @@ impl Format for Anthropic {
                 {
                     texts.push(text("/content_block/text", TextKind::Answer));
                 }
+                if !matches!(
+                    str_at(&data, "/content_block/type"),
+                    Some("text" | "thinking" | "redacted_thinking")
+                ) {
+                    self.calls.insert(index);
+                }
+                calls.extend(self.calls.get(&index));
                 self.lanes.insert(index, lane);
                 unit_lane = lane;
             }
             "content_block_delta" => {
                 let index = index_of(&data)?;
+                calls.extend(self.calls.get(&index));
                 self.deltas += 1;
                 unit_lane = self.lanes.get(&index).copied().unwrap_or(Lane::Side);
                 match str_at(&data, "/delta/type") {
@@ -106,6 +119,8 @@ impl Format for Anthropic {
             }
             "content_block_stop" => {
                 let index = index_of(&data)?;
+                calls.extend(self.calls.get(&index));
+                calls_done.clone_from(&calls);
                 unit_lane = self.lanes.get(&index).copied().unwrap_or(Lane::Side);
             }
             "message_delta" => {
@@ -136,6 +151,8 @@ impl Format for Anthropic {
         unit.ends = ends;
         unit.terminal = terminal;
         unit.asks_for_tool = asks;
+        unit.calls = calls;
+        unit.calls_done = calls_done;
         Ok(unit)
     }
 

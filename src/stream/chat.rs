@@ -7,7 +7,7 @@
 //! ends every unfinished choice with `finish_reason: "content_filter"`, then a usage chunk when the
 //! request set `stream_options.include_usage`, then `data: [DONE]`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Map, Value};
 
@@ -36,6 +36,9 @@ pub(super) struct Chat {
     written_any: bool,
     seen: BTreeSet<u64>,
     finished: BTreeSet<u64>,
+    /// Per choice, the tool call its deltas are writing: it is complete once another call of the
+    /// choice starts, the choice finishes, or the stream ends.
+    writing: BTreeMap<u64, u64>,
     done: bool,
 }
 
@@ -50,6 +53,7 @@ impl Chat {
             written_any: false,
             seen: BTreeSet::new(),
             finished: BTreeSet::new(),
+            writing: BTreeMap::new(),
             done: false,
         }
     }
@@ -74,6 +78,23 @@ impl Chat {
     }
 }
 
+/// The tool calls a chunk is part of, and those it completes.
+#[derive(Default)]
+struct Calls {
+    part_of: Vec<u64>,
+    done: Vec<u64>,
+}
+
+impl Calls {
+    /// The chunk writes `call` of `choice`: the call the choice wrote before is complete.
+    fn writes(&mut self, writing: &mut BTreeMap<u64, u64>, choice: u64, call: u64) {
+        self.part_of.push(call);
+        if let Some(before) = writing.insert(choice, call).filter(|&b| b != call) {
+            self.done.push(before);
+        }
+    }
+}
+
 /// Choice and tool-call index together: one call key per channel.
 fn call_key(choice: u64, call: u64) -> u64 {
     (choice << 32) | (call & 0xffff_ffff)
@@ -90,6 +111,7 @@ impl Format for Chat {
                 Lane::End,
             );
             unit.terminal = true;
+            unit.calls_done = std::mem::take(&mut self.writing).into_values().collect();
             return Ok(unit);
         }
         let data = util::parse(&event)?;
@@ -116,6 +138,7 @@ impl Format for Chat {
         }
         let (mut texts, mut ends, mut asks) = (Vec::new(), Vec::new(), false);
         let (mut content, mut finish) = (false, false);
+        let mut parts = Calls::default();
         let choices = match data.get("choices") {
             Some(Value::Array(choices)) => choices.as_slice(),
             None | Some(Value::Null) => &[],
@@ -137,6 +160,7 @@ impl Format for Chat {
                 asks |= !calls.is_empty();
                 for (j, call) in calls.iter().enumerate() {
                     let n = u64_at(call, "/index").unwrap_or(j as u64);
+                    parts.writes(&mut self.writing, index, call_key(index, n));
                     if str_at(call, "/function/arguments").is_some_and(|t| !t.is_empty()) {
                         texts.push(TextIn {
                             pointer: format!("{at}/delta/tool_calls/{j}/function/arguments"),
@@ -148,6 +172,12 @@ impl Format for Chat {
                         });
                     }
                 }
+            }
+            if choice
+                .pointer("/delta/function_call")
+                .is_some_and(|f| !f.is_null())
+            {
+                parts.writes(&mut self.writing, index, call_key(index, 0xffff_ffff));
             }
             if str_at(choice, "/delta/function_call/arguments").is_some_and(|t| !t.is_empty()) {
                 asks = true;
@@ -161,6 +191,7 @@ impl Format for Chat {
                 });
             }
             if let Some(reason) = str_at(choice, "/finish_reason") {
+                parts.done.extend(self.writing.remove(&index));
                 asks |= matches!(reason, "tool_calls" | "function_call");
                 ends.push(channel);
                 finish = true;
@@ -187,6 +218,8 @@ impl Format for Chat {
         unit.texts = texts;
         unit.ends = ends;
         unit.asks_for_tool = asks;
+        unit.calls = parts.part_of;
+        unit.calls_done = parts.done;
         Ok(unit)
     }
 

@@ -12,6 +12,9 @@
 //!
 //! Decisions are taken after every upstream event, never per chunk, so what the caller receives is
 //! the same however the upstream body was split.
+//!
+//! A tool call is a unit: when rules read calls, its events wait until it is complete and all its
+//! text is confirmed, then go together; a cut inside it drops all of it.
 
 mod anthropic;
 mod args;
@@ -19,7 +22,7 @@ mod chat;
 mod holdback;
 mod responses;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
 
 use serde_json::Value;
@@ -154,6 +157,9 @@ pub struct Rewriter {
     upstream_done: bool,
     /// The answer's own id, from the first event that carries it.
     answer_id: Option<String>,
+    /// Tool calls started and not yet complete. A tool call is never shown in part: its events
+    /// wait until it is complete and all its text confirmed, then go together, or never.
+    open_calls: BTreeSet<u64>,
 }
 
 /// The answer's id an event carries: Anthropic `message_start`'s `message.id`, a Responses event's
@@ -212,6 +218,7 @@ impl Rewriter {
             asks_for_tool: false,
             upstream_done: false,
             answer_id: None,
+            open_calls: BTreeSet::new(),
         }
     }
 
@@ -313,7 +320,17 @@ impl Rewriter {
             touched.push(text.channel);
             fields.push(self.push_text(&text, raw)?);
         }
-        let piece = Piece { ev, fields };
+        // Only rules read a call's arguments as it streams; without any, a call streams as it comes.
+        let calls = if self.version.output_rules.is_empty() {
+            Vec::new()
+        } else {
+            self.open_calls.extend(unit.calls.iter().copied());
+            unit.calls
+        };
+        for call in &unit.calls_done {
+            self.open_calls.remove(call);
+        }
+        let piece = Piece { ev, fields, calls };
         let aside = match (self.phase, self.hold) {
             (Phase::Released, _) | (_, Hold::Rules) => false,
             (_, Hold::Everything) => true,
@@ -438,19 +455,18 @@ impl Rewriter {
     /// Sends the queued pieces whose text is confirmed, cutting the first one that is confirmed
     /// only in part. `cut_at`: a channel whose text ends at a position (forbidden text starts there).
     fn release_queue(&mut self, cut_at: Option<(usize, usize)>, out: &mut Vec<u8>) {
+        let finishing = self.upstream_done && cut_at.is_none();
         while let Some(mut piece) = self.queue.pop_front() {
+            if !finishing && !piece.calls.is_empty() && !self.call_goes(&piece, cut_at) {
+                self.queue.push_front(piece);
+                return;
+            }
             let bounds: Vec<usize> = piece
                 .fields
                 .iter()
-                .map(|f| match cut_at {
-                    Some((channel, pos)) if channel == f.channel => pos,
-                    _ => self
-                        .channels
-                        .get(&f.channel)
-                        .map_or(0, |c| c.holdback.confirmed()),
-                })
+                .map(|f| self.bound(f.channel, cut_at))
                 .collect();
-            let whole = (self.upstream_done && cut_at.is_none())
+            let whole = finishing
                 || piece
                     .fields
                     .iter()
@@ -475,6 +491,34 @@ impl Rewriter {
             self.queue.push_front(piece);
             return;
         }
+    }
+
+    /// How far a channel's text may go out: where a cut stops it, else what is confirmed.
+    fn bound(&self, channel: usize, cut_at: Option<(usize, usize)>) -> usize {
+        match cut_at {
+            Some((at, pos)) if at == channel => pos,
+            _ => self
+                .channels
+                .get(&channel)
+                .map_or(0, |c| c.holdback.confirmed()),
+        }
+    }
+
+    /// Whether the tool calls `piece` is part of may go: each complete, and every queued event of
+    /// them confirmed whole (so none is ever split, and a cut inside one drops all of it).
+    fn call_goes(&self, piece: &Piece, cut_at: Option<(usize, usize)>) -> bool {
+        if piece.calls.iter().any(|c| self.open_calls.contains(c)) {
+            return false;
+        }
+        let confirmed = |p: &Piece| {
+            p.fields
+                .iter()
+                .all(|f| f.needs() <= self.bound(f.channel, cut_at))
+        };
+        std::iter::once(piece)
+            .chain(&self.queue)
+            .filter(|p| p.calls.iter().any(|c| piece.calls.contains(c)))
+            .all(confirmed)
     }
 
     fn write_whole(&mut self, mut piece: Piece, out: &mut Vec<u8>) {
@@ -616,6 +660,11 @@ pub(crate) struct Unit {
     /// The round's last event.
     pub terminal: bool,
     pub asks_for_tool: bool,
+    /// The tool calls this event is part of (its start, its arguments, its end), by a key unique
+    /// within the stream.
+    pub calls: Vec<u64>,
+    /// Tool calls complete after this event.
+    pub calls_done: Vec<u64>,
 }
 
 impl Unit {
@@ -627,6 +676,8 @@ impl Unit {
             ends: Vec::new(),
             terminal: false,
             asks_for_tool: false,
+            calls: Vec::new(),
+            calls_done: Vec::new(),
         }
     }
 }
@@ -653,6 +704,8 @@ pub(crate) trait Format {
 struct Piece {
     ev: Ev,
     fields: Vec<Field>,
+    /// The tool calls it is part of, when rules read tool calls: it goes only with all of them.
+    calls: Vec<u64>,
 }
 
 #[derive(Debug)]

@@ -30,6 +30,8 @@ pub(super) struct Responses {
     indexes: BTreeMap<u64, u64>,
     /// What the caller was sent of each item, by the index it sees.
     items: BTreeMap<u64, Item>,
+    /// Upstream output indexes of the items that are tool calls.
+    calls: BTreeSet<u64>,
     ended: bool,
 }
 
@@ -54,6 +56,7 @@ impl Responses {
             next_index: 0,
             indexes: BTreeMap::new(),
             items: BTreeMap::new(),
+            calls: BTreeSet::new(),
             ended: false,
         }
     }
@@ -136,6 +139,11 @@ fn set(value: &mut Value, key: &str, field: Value) {
     }
 }
 
+/// An item that calls a tool, with input the rules read or that the caller runs.
+fn is_call(item: &str) -> bool {
+    api::asks_for_tool_item(item) || matches!(item, "mcp_call" | "code_interpreter_call")
+}
+
 impl Format for Responses {
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
         let data = util::parse(&event)?;
@@ -156,10 +164,14 @@ impl Format for Responses {
             }
             "response.output_item.added" => {
                 let index = output_index.ok_or(Unreadable)?;
-                lane = match str_at(&data, "/item/type") {
-                    Some("message") => Lane::Answer,
+                let item = str_at(&data, "/item/type").unwrap_or_default();
+                lane = match item {
+                    "message" => Lane::Answer,
                     _ => Lane::Side,
                 };
+                if is_call(item) {
+                    self.calls.insert(index);
+                }
                 self.lanes.insert(index, lane);
             }
             "response.output_text.delta" => texts.push(TextKind::Answer),
@@ -196,6 +208,15 @@ impl Format for Responses {
         } else {
             Vec::new()
         };
+        let calls: Vec<u64> = output_index
+            .filter(|i| self.calls.contains(i))
+            .into_iter()
+            .collect();
+        let calls_done = if kind == "response.output_item.done" {
+            calls.clone()
+        } else {
+            Vec::new()
+        };
         let mut unit = Unit::new(
             Ev {
                 name: event.event,
@@ -207,6 +228,8 @@ impl Format for Responses {
         unit.ends = ends;
         unit.terminal = terminal;
         unit.asks_for_tool = asks;
+        unit.calls = calls;
+        unit.calls_done = calls_done;
         Ok(unit)
     }
 

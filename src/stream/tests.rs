@@ -52,8 +52,17 @@ struct Seen {
     texts: BTreeMap<usize, String>,
     readers: BTreeMap<(usize, u64), ArgsReader>,
     last_call: BTreeMap<usize, u64>,
+    /// Each tool call's arguments as sent, and the bytes of its channel's text they span.
+    calls: BTreeMap<(usize, u64), Call>,
     answer: String,
     filtered: bool,
+}
+
+#[derive(Debug, Default)]
+struct Call {
+    json: String,
+    start: usize,
+    end: usize,
 }
 
 impl Seen {
@@ -69,10 +78,33 @@ impl Seen {
     fn args(&mut self, channel: usize, call: u64, json: &str) {
         self.last_call.insert(channel, call);
         let decoded = self.readers.entry((channel, call)).or_default().read(json);
-        self.texts
-            .entry(channel)
-            .or_default()
-            .push_str(&decoded.text);
+        let text = self.texts.entry(channel).or_default();
+        let seen = self.calls.entry((channel, call)).or_insert_with(|| Call {
+            start: text.len(),
+            ..Call::default()
+        });
+        text.push_str(&decoded.text);
+        seen.json.push_str(json);
+        seen.end = text.len();
+    }
+
+    /// Where a caller's text must end when forbidden text starts at byte `hit` of channel 0: there,
+    /// or where the tool call it is in starts (a call is never shown in part).
+    fn stop_at(&self, hit: usize) -> usize {
+        self.calls
+            .iter()
+            .filter(|((channel, _), c)| *channel == 0 && c.start <= hit && hit < c.end)
+            .map(|(_, c)| c.start)
+            .min()
+            .unwrap_or(hit)
+    }
+
+    /// Every tool call `caller` received has all its arguments (some call of this upstream's).
+    fn has_whole_calls(&self, caller: &Seen) -> bool {
+        caller
+            .calls
+            .values()
+            .all(|c| self.calls.values().any(|u| u.json == c.json))
     }
 
     fn channel(&self, channel: usize) -> &str {
@@ -291,8 +323,9 @@ fn every_example_split_at_every_byte_never_sends_a_match() {
         let hit = rules.first_hit(unfiltered);
         let (whole, cut) = run(api, &version, Hold::Rules, &[stream]);
         let seen = read(api, &whole);
-        let expected = &unfiltered[..hit.map_or(unfiltered.len(), |h| h.start)];
+        let expected = &unfiltered[..hit.map_or(unfiltered.len(), |h| upstream.stop_at(h.start))];
         assert_eq!(seen.channel(0), expected, "{api:?} {name}");
+        assert!(upstream.has_whole_calls(&seen), "{api:?} {name}: {seen:?}");
         assert_eq!(rules.first_hit(seen.channel(0)), None, "{api:?} {name}");
         assert_eq!(seen.filtered, hit.is_some(), "{api:?} {name}");
         assert_eq!(cut.map(|c| c.check), hit.map(|h| h.check), "{api:?} {name}");
@@ -339,7 +372,8 @@ fn the_examples_stop_where_expected() {
             "Setting 日本 your ",
             PASSWORD,
         ),
-        (Api::Responses, RESPONSES_IBAN_IN_TOOL, "\né日本\n", IBAN),
+        // The IBAN is in the call's arguments: none of the call is shown.
+        (Api::Responses, RESPONSES_IBAN_IN_TOOL, "", IBAN),
     ];
     for &(api, stream, text, check) in cases {
         let (out, cut) = run(api, &version, Hold::Rules, &[stream.as_bytes()]);
@@ -655,4 +689,48 @@ fn a_line_over_the_limit_is_unreadable() {
     let step = rw.feed(format!("data: {}", "x".repeat(100)).as_bytes());
     assert_eq!(step.cut.map(|c| c.why), Some(CutWhy::Unreadable));
     assert!(read_chat(&step.out).filtered);
+}
+
+/// Fed one upstream event at a time, the caller gets nothing of a tool call until the event that
+/// completes it, then all of it at once; text before the call streams meanwhile.
+#[test]
+fn a_tool_call_is_sent_only_once_complete_and_then_whole() {
+    let version = version(POLICY);
+    // (stream, what marks a tool call in what the caller gets, upstream event that completes it)
+    let cases = [
+        (Api::AnthropicMessages, ANTHROPIC_CLEAN, "tool_use"),
+        (Api::ChatCompletions, CHAT_TOOL_CALL, "tool_calls"),
+        (Api::Responses, RESPONSES_TOOL_CALL, "function_call"),
+    ];
+    for (api, stream, marker) in cases {
+        let upstream = read(api, stream.as_bytes());
+        let blocks: Vec<&str> = stream.split_inclusive("\n\n").collect();
+        let completes = blocks
+            .iter()
+            .position(|b| {
+                b.contains("\"content_block_stop\",\"index\":1")
+                    || b.contains("\"finish_reason\":\"tool_calls\"")
+                    || b.contains("response.output_item.done")
+            })
+            .unwrap();
+        let mut rw = Rewriter::new(api, Rc::clone(&version), &request(false), Hold::Rules, 4096);
+        let mut out = Vec::new();
+        for (i, block) in blocks.iter().enumerate() {
+            out.extend(rw.feed(block.as_bytes()).out);
+            let text = String::from_utf8_lossy(&out);
+            assert_eq!(
+                text.contains(marker),
+                i >= completes,
+                "{api:?} after event {i}"
+            );
+            if i == 0 && api == Api::ChatCompletions {
+                assert!(text.contains("Sending it."), "text before the call streams");
+            }
+        }
+        out.extend(rw.finish().out);
+        let seen = read(api, &out);
+        assert!(upstream.has_whole_calls(&seen), "{api:?}");
+        assert_eq!(seen.calls.len(), upstream.calls.len(), "{api:?}");
+        assert_eq!(seen.channel(0), upstream.channel(0), "{api:?}");
+    }
 }

@@ -28,6 +28,7 @@ import pytest
 
 from cut_support import (
     END,
+    MESSAGES,
     VENDOR_EVENTS,
     VENDOR_PATH,
     anthropic_final,
@@ -35,6 +36,9 @@ from cut_support import (
     chat_iter,
     responses_final,
     responses_iter,
+    _anthropic,
+    _openai,
+    _sse,
 )
 from envoy_process import SEED_CONFIG, Envoy, render_config, wasm_path
 from upstream_double import Answer, UpstreamDouble, Written
@@ -322,3 +326,129 @@ def test_response_headers_reach_the_caller_before_the_first_event(rules_envoy, d
         assert c.headers_at < c.written.first_write, sdk
         assert headers_after < 0.5, f"{sdk}: headers took {headers_after:.2f} s"
         assert c.got == {"text": "".join(CLEAN), "end": END[vendor][0]}
+
+
+# --- (n) a tool call is never shown in part ----------------------------------------------------------
+
+# The model writes a sentence, then calls a tool whose arguments carry the IBAN, split across deltas.
+TOOL_TEXT = "Sending it now."
+TOOL_ARGS = ["{\"to\": \"Bob\", ", "\"iban\": \"NL91AB", "NA0417164300\"}"]
+
+
+def _tool_call_events(vendor: str) -> list[bytes]:
+    if vendor == "anthropic":
+        return [
+            _sse("message_start", {"type": "message_start", "message": {
+                "id": "msg_tool", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                "content": [], "stop_reason": None, "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+            _sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                         "content_block": {"type": "text", "text": ""}}),
+            _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                         "delta": {"type": "text_delta", "text": TOOL_TEXT}}),
+            _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            _sse("content_block_start", {"type": "content_block_start", "index": 1, "content_block": {
+                "type": "tool_use", "id": "toolu_1", "name": "send_money", "input": {}}}),
+            *[_sse("content_block_delta", {"type": "content_block_delta", "index": 1,
+                                           "delta": {"type": "input_json_delta", "partial_json": a}})
+              for a in TOOL_ARGS],
+            _sse("content_block_stop", {"type": "content_block_stop", "index": 1}),
+            _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                                   "usage": {"output_tokens": 20}}),
+            _sse("message_stop", {"type": "message_stop"}),
+        ]
+    if vendor == "chat":
+        def chunk(delta: dict, finish=None) -> bytes:
+            return _sse(None, {"id": "chatcmpl-tool", "object": "chat.completion.chunk", "created": 1,
+                               "model": "gpt-4.1-mini",
+                               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        return [
+            chunk({"role": "assistant", "content": TOOL_TEXT}),
+            chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                   "function": {"name": "send_money", "arguments": ""}}]}),
+            *[chunk({"tool_calls": [{"index": 0, "function": {"arguments": a}}]}) for a in TOOL_ARGS],
+            chunk({}, "tool_calls"),
+            _sse(None, "[DONE]"),
+        ]
+    response = {"id": "resp_tool", "object": "response", "created_at": 1, "status": "in_progress",
+                "model": "gpt-4.1-mini", "output": []}
+    message = {"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
+               "content": [{"type": "output_text", "text": TOOL_TEXT, "annotations": []}]}
+    call = {"id": "fc_1", "type": "function_call", "status": "completed", "call_id": "call_1",
+            "name": "send_money", "arguments": "".join(TOOL_ARGS)}
+    events = [
+        ("response.created", {"response": response}),
+        ("response.output_item.added", {"output_index": 0, "item": {**message, "status": "in_progress", "content": []}}),
+        ("response.content_part.added", {"output_index": 0, "item_id": "msg_1", "content_index": 0,
+                                         "part": {"type": "output_text", "text": "", "annotations": []}}),
+        ("response.output_text.delta", {"output_index": 0, "item_id": "msg_1", "content_index": 0,
+                                         "delta": TOOL_TEXT}),
+        ("response.output_text.done", {"output_index": 0, "item_id": "msg_1", "content_index": 0, "text": TOOL_TEXT}),
+        ("response.content_part.done", {"output_index": 0, "item_id": "msg_1", "content_index": 0,
+                                        "part": message["content"][0]}),
+        ("response.output_item.done", {"output_index": 0, "item": message}),
+        ("response.output_item.added", {"output_index": 1, "item": {**call, "status": "in_progress", "arguments": ""}}),
+        *[("response.function_call_arguments.delta", {"output_index": 1, "item_id": "fc_1", "delta": a})
+          for a in TOOL_ARGS],
+        ("response.function_call_arguments.done", {"output_index": 1, "item_id": "fc_1", "arguments": call["arguments"]}),
+        ("response.output_item.done", {"output_index": 1, "item": call}),
+        ("response.completed", {"response": {**response, "status": "completed", "output": [message, call],
+                                             "usage": {"input_tokens": 1, "output_tokens": 20, "total_tokens": 21}}}),
+    ]
+    return [_sse(name, {"type": name, "sequence_number": i, **data}) for i, (name, data) in enumerate(events)]
+
+
+def _tool_calls_seen(vendor: str, base_url: str) -> tuple[str, list, str]:
+    """(text, the tool calls the SDK's own accumulator built, the normalised end) for one streamed call."""
+    if vendor == "anthropic":
+        with _anthropic(base_url, {}).messages.stream(model="claude-sonnet-4-5", max_tokens=100,
+                                                        messages=MESSAGES) as stream:
+            message = stream.get_final_message()
+        calls = [b.input for b in message.content if b.type == "tool_use"]
+        return "".join(b.text for b in message.content if b.type == "text"), calls, message.stop_reason
+    if vendor == "chat":
+        # As an agent loop gathers them: each call's arguments from its deltas, by index.
+        text, args, finish = [], {}, None
+        for chunk in _openai(base_url, {}).chat.completions.create(model="gpt-4.1-mini", messages=MESSAGES,
+                                                                   stream=True):
+            for choice in chunk.choices:
+                text.append(choice.delta.content or "")
+                for call in choice.delta.tool_calls or []:
+                    args[call.index] = args.get(call.index, "") + (call.function.arguments or "")
+                finish = choice.finish_reason or finish
+        return "".join(text), list(args.values()), finish
+    events = list(_openai(base_url, {}).responses.create(model="gpt-4.1-mini", input="hi", stream=True))
+    final = events[-1].response
+    calls = [item.arguments for item in final.output if item.type == "function_call"]
+    calls += [e.item.arguments for e in events if e.type == "response.output_item.added" and e.item.type == "function_call"]
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    details = final.incomplete_details
+    return text, calls, final.status + (f"/{details.reason}" if details else "")
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "chat", "responses"])
+def test_a_tool_call_whose_arguments_match_is_never_shown_in_part(rules_envoy, double, vendor):
+    prefix = f"/toolcall{next(_ids)}"
+    double.add_path(prefix + VENDOR_PATH[vendor],
+                    Answer(headers=SSE_HEADERS, body_chunks=_tool_call_events(vendor), chunk_delay=EVENT_DELAY))
+
+    text, calls, end = _tool_calls_seen(vendor, rules_envoy.url + prefix)
+
+    assert text == TOOL_TEXT  # the text before the call streamed
+    assert calls == [], f"the SDK built a tool call from what it received: {calls}"
+    assert end == END[vendor][1]
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "chat", "responses"])
+def test_a_clean_tool_call_arrives_whole(rules_envoy, double, vendor):
+    prefix = f"/toolcall{next(_ids)}"
+    events = [e.replace(b"NL91AB", b"nowhe").replace(b"NA0417164300", b"re") for e in _tool_call_events(vendor)]
+    double.add_path(prefix + VENDOR_PATH[vendor],
+                    Answer(headers=SSE_HEADERS, body_chunks=events, chunk_delay=EVENT_DELAY))
+
+    text, calls, _end = _tool_calls_seen(vendor, rules_envoy.url + prefix)
+
+    assert text == TOOL_TEXT
+    whole = {"to": "Bob", "iban": "nowhere"}
+    first = calls[0]  # Responses: the final response's call first, then the one announced when added
+    assert (first if isinstance(first, dict) else json.loads(first)) == whole
