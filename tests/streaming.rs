@@ -164,14 +164,7 @@ fn a_match_across_three_events_is_cut_where_it_starts_and_never_sent() {
 #[test]
 fn after_a_cut_the_stream_is_closed_at_the_next_upstream_chunk() {
     let vendor = Vendor::Anthropic;
-    let mut host = livecheck(RULES_ONLY);
-    let s = ask(&mut host, vendor);
-    host.send_response_headers(
-        s,
-        &[(":status", "200"), ("content-type", "text/event-stream")],
-        false,
-    )
-    .unwrap();
+    let (mut host, s) = streaming(vendor);
     let events = stream(vendor, &FORBIDDEN);
     // The match is confirmed once a character after its longest possible end arrived (" today.").
     let (before, after) = events.split_at(6);
