@@ -16,8 +16,11 @@
 //! the text after it (or the text ended): the held window then is the rules' longest match, as a
 //! fixed window would be. Memory is the held text and one state per live thread.
 
-use crate::scan::{RuleSet, Step};
+use std::collections::HashSet;
+
 use regex_automata::hybrid::LazyStateID;
+
+use crate::scan::{RuleSet, Step};
 
 #[derive(Debug, Default)]
 pub(crate) struct Holdback {
@@ -36,6 +39,8 @@ pub(crate) struct Holdback {
     found: Option<Found>,
     /// The automaton's clear count when the threads' states were taken.
     clears: usize,
+    /// Scratch for merging threads (kept to reuse its allocation).
+    states: HashSet<LazyStateID>,
     /// The channel's text is complete.
     ended: bool,
     /// Only counts: the text is read whole elsewhere (nothing streams, so nothing is held back).
@@ -240,16 +245,13 @@ impl Holdback {
 
     /// Keeps the earliest of the automaton threads that share a state: their futures are the same.
     fn merge(&mut self) {
-        let mut i = 1;
-        while i < self.threads.len() {
-            let state = self.threads.get(i).and_then(|t| t.state);
-            let earlier = self.threads.get(..i).unwrap_or_default();
-            if state.is_some() && earlier.iter().any(|t| t.state == state) {
-                self.threads.remove(i);
-            } else {
-                i += 1;
-            }
+        if self.threads.len() < 2 {
+            return;
         }
+        let states = &mut self.states;
+        states.clear();
+        self.threads
+            .retain(|t| t.state.is_none_or(|state| states.insert(state)));
     }
 
     /// Drops text no thread needs, keeping one character of context before the held text.
@@ -396,6 +398,21 @@ mod tests {
         hb.push("eimnis");
         assert_eq!(hb.scan(&rules), None);
         assert_eq!(hb.confirmed(), hb.len());
+    }
+
+    #[test]
+    fn text_that_could_each_begin_a_match_keeps_no_more_than_the_longest_match() {
+        // Every letter could begin an address: at most the longest match's starts are alive, and
+        // the text held and kept is no longer, however long the run.
+        let rules = RuleSet::new(&[(0, compile_pattern("[a-z]{1,5}@x", 7).unwrap())]).unwrap();
+        let mut hb = Holdback::default();
+        for _ in 0..1000 {
+            hb.push("a");
+            assert_eq!(hb.scan(&rules), None);
+            assert!(hb.threads.len() <= rules.longest(), "{}", hb.threads.len());
+            assert!(hb.len() - hb.confirmed() <= rules.longest());
+            assert!(hb.window.chars().count() <= rules.longest() + 1);
+        }
     }
 
     /// Rules over a small alphabet, ASCII word boundaries included, for exhaustive checks.
