@@ -456,10 +456,15 @@ impl Rewriter {
     /// only in part. `cut_at`: a channel whose text ends at a position (forbidden text starts there).
     fn release_queue(&mut self, cut_at: Option<(usize, usize)>, out: &mut Vec<u8>) {
         let finishing = self.upstream_done && cut_at.is_none();
+        // Calls found complete and confirmed in this pass: the rest of their events go too.
+        let mut cleared: Vec<u64> = Vec::new();
         while let Some(mut piece) = self.queue.pop_front() {
-            if !finishing && !piece.calls.is_empty() && !self.call_goes(&piece, cut_at) {
-                self.queue.push_front(piece);
-                return;
+            if !finishing && !piece.calls.iter().all(|c| cleared.contains(c)) {
+                if !self.call_goes(&piece, cut_at) {
+                    self.queue.push_front(piece);
+                    return;
+                }
+                cleared.extend(piece.calls.iter().copied());
             }
             let bounds: Vec<usize> = piece
                 .fields
