@@ -60,8 +60,19 @@ pub struct Hit {
 }
 
 impl RuleSet {
-    /// Compiles `(check index, rule)` pairs. Each rule was already validated on its own.
+    /// Compiles `(check index, rule)` pairs for searches over whole texts (the input stage). Each
+    /// rule was already validated on its own.
     pub fn new(rules: &[(usize, Rule)]) -> Result<Self, String> {
+        Self::build(rules, false)
+    }
+
+    /// Like [`RuleSet::new`], and the automaton a stream is read with, a byte at a time (the
+    /// output stage).
+    pub fn streamed(rules: &[(usize, Rule)]) -> Result<Self, String> {
+        Self::build(rules, true)
+    }
+
+    fn build(rules: &[(usize, Rule)], streamed: bool) -> Result<Self, String> {
         let longest = rules.iter().map(|(_, r)| r.longest).max().unwrap_or(0);
         let checks = rules.iter().map(|(i, _)| *i).collect();
         let (regex, every, stream) = if rules.is_empty() {
@@ -80,19 +91,24 @@ impl RuleSet {
                         None => "the rules could not be compiled together".to_owned(),
                     })
             };
-            let dfa = DFA::builder()
-                .configure(
-                    DFA::config()
-                        .match_kind(MatchKind::All)
-                        .unicode_word_boundary(true),
-                )
-                .build_many(&sources)
-                .map_err(|_| "the rules could not be compiled together".to_owned())?;
-            let cache = RefCell::new(dfa.create_cache());
+            let stream = if streamed {
+                let dfa = DFA::builder()
+                    .configure(
+                        DFA::config()
+                            .match_kind(MatchKind::All)
+                            .unicode_word_boundary(true),
+                    )
+                    .build_many(&sources)
+                    .map_err(|_| "the rules could not be compiled together".to_owned())?;
+                let cache = RefCell::new(dfa.create_cache());
+                Some(Streamer { dfa, cache })
+            } else {
+                None
+            };
             (
                 Some(build(MatchKind::LeftmostFirst)?),
                 Some(build(MatchKind::All)?),
-                Some(Streamer { dfa, cache }),
+                stream,
             )
         };
         Ok(Self {
@@ -135,8 +151,10 @@ impl RuleSet {
     }
 
     fn with_dfa(&self, f: impl FnOnce(&DFA, &mut Cache) -> Option<LazyStateID>) -> Step {
+        // Without the automaton (a set built for searches only) every start is left to a search:
+        // slower, never wrong.
         let Some(stream) = &self.stream else {
-            return Step::Dead;
+            return Step::Unknown;
         };
         let Ok(mut cache) = stream.cache.try_borrow_mut() else {
             return Step::Unknown;

@@ -500,8 +500,9 @@ impl Compiler<'_> {
             check.counters = ["passed", "failed", "errored"]
                 .map(|outcome| format!("livecheck.{agent}.{}.{outcome}", check.name));
         }
-        let input_rules = self.rule_set(at, &input)?;
-        let output_rules = self.rule_set(at, &output)?;
+        // Only the output stage is read as a stream.
+        let input_rules = self.rule_set(at, RuleSet::new(&input))?;
+        let output_rules = self.rule_set(at, RuleSet::streamed(&output))?;
         Some(Version {
             agent: agent.to_owned(),
             id: id.to_owned(),
@@ -515,8 +516,8 @@ impl Compiler<'_> {
         })
     }
 
-    fn rule_set(&mut self, at: &At, rules: &[(usize, Rule)]) -> Option<RuleSet> {
-        match RuleSet::new(rules) {
+    fn rule_set(&mut self, at: &At, compiled: Result<RuleSet, String>) -> Option<RuleSet> {
+        match compiled {
             Ok(set) => Some(set),
             Err(message) => {
                 self.errors.push(at.error(Some("live_checks"), message));

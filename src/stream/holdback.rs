@@ -281,7 +281,7 @@ mod tests {
     use crate::pattern::{compile_forbidden_text, compile_pattern};
 
     fn rules() -> RuleSet {
-        RuleSet::new(&[
+        RuleSet::streamed(&[
             (0, compile_pattern(r"NL\d{2}[A-Z]{4}\d{10}", 18).unwrap()),
             (2, compile_forbidden_text("secret").unwrap()),
         ])
@@ -320,7 +320,7 @@ mod tests {
 
     #[test]
     fn a_match_is_certain_only_with_a_character_after_it() {
-        let rules = RuleSet::new(&[(4, compile_pattern(r"\bcat\b", 3).unwrap())]).unwrap();
+        let rules = RuleSet::streamed(&[(4, compile_pattern(r"\bcat\b", 3).unwrap())]).unwrap();
         let mut hb = Holdback::default();
         hb.push("a cat");
         assert_eq!(hb.scan(&rules), None);
@@ -334,7 +334,7 @@ mod tests {
 
     #[test]
     fn the_end_of_the_text_decides_what_was_held() {
-        let rules = RuleSet::new(&[(4, compile_pattern(r"\bcat\b", 3).unwrap())]).unwrap();
+        let rules = RuleSet::streamed(&[(4, compile_pattern(r"\bcat\b", 3).unwrap())]).unwrap();
         let mut hb = Holdback::default();
         hb.push("a cat");
         assert_eq!(hb.scan(&rules), None);
@@ -365,7 +365,7 @@ mod tests {
 
     #[test]
     fn at_one_start_the_earliest_check_that_matches_is_named() {
-        let rules = RuleSet::new(&[
+        let rules = RuleSet::streamed(&[
             (0, compile_pattern("abcd", 4).unwrap()),
             (1, compile_pattern("ab", 2).unwrap()),
         ])
@@ -383,7 +383,7 @@ mod tests {
     #[test]
     fn a_unicode_word_boundary_next_to_non_ascii_is_decided_by_a_search() {
         // The automaton gives up on non-ASCII beside a Unicode `\b`; the search decides instead.
-        let rules = RuleSet::new(&[(1, compile_pattern(r"\bgeheim\b", 6).unwrap())]).unwrap();
+        let rules = RuleSet::streamed(&[(1, compile_pattern(r"\bgeheim\b", 6).unwrap())]).unwrap();
         assert_eq!(
             pushed(&rules, &["ééé geheim é"]).1,
             Some(Found { pos: 4, check: 1 })
@@ -404,7 +404,7 @@ mod tests {
     fn text_that_could_each_begin_a_match_keeps_no_more_than_the_longest_match() {
         // Every letter could begin an address: at most the longest match's starts are alive, and
         // the text held and kept is no longer, however long the run.
-        let rules = RuleSet::new(&[(0, compile_pattern("[a-z]{1,5}@x", 7).unwrap())]).unwrap();
+        let rules = RuleSet::streamed(&[(0, compile_pattern("[a-z]{1,5}@x", 7).unwrap())]).unwrap();
         let mut hb = Holdback::default();
         for _ in 0..1000 {
             hb.push("a");
@@ -415,9 +415,19 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_rule_set_built_for_searches_only_holds_by_search_and_releases_no_match() {
+        let rules =
+            RuleSet::new(&[(0, compile_pattern(r"NL\d{2}[A-Z]{4}\d{10}", 18).unwrap())]).unwrap();
+        let (_, found) = pushed(&rules, &["pay NL91ABNA0417164300 now"]);
+        assert_eq!(found, Some(Found { pos: 4, check: 0 }));
+        let (hb, _) = pushed(&rules, &["word word word word word"]);
+        assert_eq!(hb.confirmed(), hb.len() - rules.longest());
+    }
+
     /// Rules over a small alphabet, ASCII word boundaries included, for exhaustive checks.
     fn small_rules() -> RuleSet {
-        RuleSet::new(&[
+        RuleSet::streamed(&[
             (0, compile_pattern("aab", 3).unwrap()),
             (1, compile_pattern(r"(?-u:\b)ba(?-u:\b)", 2).unwrap()),
             (3, compile_pattern("N[ab]{1,2}", 3).unwrap()),
