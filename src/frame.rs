@@ -1,12 +1,15 @@
-//! Length framing for streamed answers, so that a cut ends the caller's response cleanly.
+//! Length framing for streamed answers: an opt-in (`stream_frame_bytes`) so that a cut ends the
+//! response cleanly for every HTTP/1.1 SDK, at the cost of padding every framed answer.
 //!
 //! Envoy's wasm ABI cannot end a response early: resetting the stream makes the Anthropic SDK and
-//! the OpenAI Responses clients raise (they read to the end), and dropping the rest keeps them
-//! waiting until the model stops. So a streamed answer the filter may cut goes out with a fixed
-//! `content-length`; a cut writes the vendor's closing events and pads the body to that length
-//! with SSE comment lines, which every client skips, and the stream is closed at the next upstream
-//! chunk so the model stops generating. An answer that ends on its own is padded the same way.
-//! Measured with the official SDKs in `tests/e2e/test_cut_mechanism.py`.
+//! the OpenAI Responses clients raise after the closing events (they read to the end), and
+//! dropping the rest keeps them waiting until the model stops. By default a cut writes the
+//! vendor's closing events and resets the stream (the Chat SDK ends at `[DONE]`; the others raise
+//! a connection error). With a frame, a streamed answer the filter may cut goes out with a fixed
+//! `content-length`; a cut writes the closing events and pads the body to that length with SSE
+//! comment lines, which every client skips, and the stream is closed at the next upstream chunk
+//! (or by the root's timer) so the model stops generating. An answer that ends on its own is
+//! padded the same way. Measured in `docs/cut-matrix.md`.
 
 /// The longest padding unit: `:`, dots, and a blank line. Each comment ends with a blank line so
 /// clients that gather lines until one (the Anthropic SDK's decoder) never pile up the padding.

@@ -33,6 +33,10 @@ pub trait Host {
     /// Resets the response stream (Envoy's `proxy_close_stream(HttpResponse)`); the upstream
     /// request goes with it. Takes effect after the current callback returns.
     fn close_response(&mut self);
+    /// Resets the response stream from a later timer tick, no sooner than a grace period from now
+    /// (so bytes written in this callback reach the caller first), unless the stream ended before.
+    /// Bounds a cut whose upstream sends nothing more: the model stops within a second.
+    fn close_response_soon(&mut self);
     fn increment_counter(&mut self, name: &str);
     /// Sends an HTTP callout to `cluster`; `None` when Envoy refuses it (unknown cluster, …).
     fn dispatch_callout(
@@ -86,6 +90,7 @@ pub mod fake {
         pub logs: Vec<(LogLevel, String)>,
         pub seed: u64,
         pub closed: bool,
+        pub close_soon: bool,
         pub callouts: Vec<SentCallout>,
         pub callout_answer: Option<(Option<u16>, Vec<u8>)>,
         pub resumed: Vec<&'static str>,
@@ -154,6 +159,9 @@ pub mod fake {
         }
         fn close_response(&mut self) {
             self.closed = true;
+        }
+        fn close_response_soon(&mut self) {
+            self.close_soon = true;
         }
         fn dispatch_callout(
             &mut self,

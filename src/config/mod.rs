@@ -18,7 +18,6 @@ use raw::{RawAgent, RawCheck, RawMode, RawOnError, RawPolicy, RawStage, RawVersi
 pub const DEFAULT_AGENT_HEADER: &str = "x-core-agent";
 pub const DEFAULT_VERSION_HEADER: &str = "x-core-version";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
-pub const DEFAULT_STREAM_FRAME_BYTES: usize = 4 * 1024 * 1024;
 /// The smallest frame worth having: room for a short answer and the closing events.
 pub const MIN_STREAM_FRAME_BYTES: usize = 64 * 1024;
 pub const DEFAULT_BLOCKED_REPLY: &str = "I can't help with that.";
@@ -39,8 +38,8 @@ pub struct Policy {
     pub default_agent: Option<String>,
     pub hosts: BTreeMap<String, String>,
     pub max_body_bytes: usize,
-    /// `content-length` of a streamed answer that may be cut; `None`: streamed as it comes, and a
-    /// cut stream ends when upstream ends (see `frame`).
+    /// `content-length` of a streamed answer that may be cut (opt-in; see `frame`); `None`, the
+    /// default: streamed as it comes, and a cut stream is reset after its closing events.
     pub stream_frame_bytes: Option<usize>,
     pub judge_cluster: String,
     pub router_models: Vec<String>,
@@ -364,8 +363,7 @@ impl Compiler<'_> {
                 .push(at.error(Some("max_body_bytes"), "must be above 0"));
         }
         let stream_frame_bytes = match raw.stream_frame_bytes {
-            None => Some(DEFAULT_STREAM_FRAME_BYTES),
-            Some(0) => None,
+            None | Some(0) => None,
             Some(n) if n < MIN_STREAM_FRAME_BYTES => {
                 self.errors.push(at.error(
                     Some("stream_frame_bytes"),

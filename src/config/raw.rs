@@ -26,7 +26,8 @@ pub struct RawPolicy {
     /// Models that are routers: a judged check on a turn that runs one needs its own `judge_model`.
     #[serde(default)]
     pub router_models: Vec<String>,
-    /// Length a streamed answer is framed to so a cut ends it cleanly (default 4 MiB; 0 = unframed).
+    /// Length a streamed answer is framed to so a cut ends it cleanly for every HTTP/1.1 SDK
+    /// (opt-in: every framed answer is padded to it; default and 0: unframed).
     pub stream_frame_bytes: Option<usize>,
     /// The agents, by id. Checks are read from them per check, so one bad check is one error.
     pub agents: BTreeMap<String, serde_json::Value>,

@@ -44,7 +44,10 @@ fn defaults_fill_what_the_operator_left_out() {
     assert_eq!(policy.agent_header, DEFAULT_AGENT_HEADER);
     assert_eq!(policy.version_header, DEFAULT_VERSION_HEADER);
     assert_eq!(policy.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
-    assert_eq!(policy.stream_frame_bytes, Some(DEFAULT_STREAM_FRAME_BYTES));
+    assert_eq!(
+        policy.stream_frame_bytes, None,
+        "no padding unless asked for"
+    );
     let v = policy.select(Some("a"), None, None).unwrap();
     assert_eq!(v.recover_attempts, DEFAULT_RECOVER_ATTEMPTS);
     assert_eq!(v.blocked_reply, DEFAULT_BLOCKED_REPLY);
@@ -282,7 +285,7 @@ fn host_ports_are_ignored() {
 }
 
 #[test]
-fn stream_framing_can_be_turned_off_but_not_made_tiny() {
+fn stream_framing_can_be_turned_on_but_not_made_tiny() {
     let with = |n: usize| {
         format!(
             r#"{{"stream_frame_bytes": {n}, "agents": {{"a": {{"published": "1", "versions": {{"1": {{}}}}}}}}}}"#
@@ -293,6 +296,12 @@ fn stream_framing_can_be_turned_off_but_not_made_tiny() {
             .unwrap()
             .stream_frame_bytes,
         None
+    );
+    assert_eq!(
+        Policy::from_json(with(MIN_STREAM_FRAME_BYTES).as_bytes())
+            .unwrap()
+            .stream_frame_bytes,
+        Some(MIN_STREAM_FRAME_BYTES)
     );
     assert!(one_error(&with(100)).contains("field `stream_frame_bytes`"));
 }

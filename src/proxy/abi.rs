@@ -79,6 +79,7 @@ extern "C" {
     fn proxy_close_stream(stream_type: u32) -> u32;
     fn proxy_continue_stream(stream_type: u32) -> u32;
     fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
+    fn proxy_set_effective_context(context_id: u32) -> u32;
 }
 
 fn ok(code: u32) -> Result<(), Refused> {
@@ -221,6 +222,11 @@ pub fn close_stream(stream: u32) -> Result<(), Refused> {
 pub fn continue_stream(stream: u32) -> Result<(), Refused> {
     // SAFETY: a plain value.
     ok(unsafe { proxy_continue_stream(stream) })
+}
+
+pub fn set_effective_context(context_id: u32) -> Result<(), Refused> {
+    // SAFETY: a plain value.
+    ok(unsafe { proxy_set_effective_context(context_id) })
 }
 
 pub fn set_tick_period_ms(period: u32) -> Result<(), Refused> {

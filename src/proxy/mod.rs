@@ -32,7 +32,7 @@ proxy_wasm::main! {{
             .unwrap_or_else(|| "unknown location".to_owned());
         abi::log(level(LogLevel::Error) + 1, &format!("livecheck panicked at {at}"));
     }));
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
+    proxy_wasm::set_root_context(|id| -> Box<dyn RootContext> { Box::new(Root::new(id)) });
 }}
 
 fn level(l: LogLevel) -> u32 {
@@ -47,27 +47,59 @@ fn level(l: LogLevel) -> u32 {
 /// Counter ids by name, shared by every stream of the VM (Envoy defines each name once).
 type Counters = Rc<RefCell<HashMap<String, u32>>>;
 
-/// How often the root context sends waiting turn reports.
+/// Streams to reset from the root's tick: (context id, when, in ms since the epoch).
+type Closing = Rc<RefCell<Vec<(u32, u64)>>>;
+
+/// How often the root context sends waiting turn reports and closes cut streams.
 const TICK_MS: u32 = 200;
+/// How long a cut stream's closing events have to reach the caller before a timer resets it.
+const CLOSE_GRACE_MS: u64 = 50;
 /// How long the sidecar has to store one report before it is sent again.
 const REPORT_TIMEOUT_MS: u64 = 5_000;
 
 struct Root {
     policy: Option<Rc<Policy>>,
-    /// The root's own door to the host, sharing counters and the outbox with every stream.
+    /// The root's own door to the host, sharing counters, the outbox and the streams to close
+    /// with every stream.
     host: WasmHost,
 }
 
-impl Default for Root {
-    fn default() -> Self {
+impl Root {
+    fn new(context_id: u32) -> Self {
         Self {
             policy: None,
             host: WasmHost {
+                context_id,
                 counters: Counters::default(),
                 outbox: Rc::new(RefCell::new(Outbox::default())),
+                closing: Closing::default(),
                 random: RandomState::new(),
             },
         }
+    }
+
+    /// Resets the cut streams whose grace is over. Each close runs as its stream (the ABI acts on
+    /// the effective context); the root is made effective again afterwards.
+    fn close_due_streams(&mut self, now: u64) {
+        let due: Vec<u32> = {
+            let mut closing = self.host.closing.borrow_mut();
+            let due = closing
+                .iter()
+                .filter(|(_, at)| *at <= now)
+                .map(|(id, _)| *id)
+                .collect();
+            closing.retain(|(_, at)| *at > now);
+            due
+        };
+        if due.is_empty() {
+            return;
+        }
+        for id in due {
+            if abi::set_effective_context(id).is_ok() {
+                let _ = abi::close_stream(abi::HTTP_RESPONSE_STREAM);
+            }
+        }
+        let _ = abi::set_effective_context(self.host.context_id);
     }
 }
 
@@ -147,12 +179,39 @@ impl RootContext for Root {
         }
     }
 
-    /// Sends waiting turn reports from the root context, so no stream's end can cancel them.
+    /// Sends waiting turn reports from the root context, so no stream's end can cancel them,
+    /// then closes cut streams whose upstream went quiet.
     fn on_tick(&mut self) {
+        let now = self.host.now_unix_millis();
+        self.send_reports(now);
+        self.close_due_streams(now);
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        // Envoy creates no stream on a plugin whose configuration was refused; should one come,
+        // it is refused too rather than passed unchecked.
+        Some(Box::new(Stream {
+            turn: self.policy.clone().map(Turn::new),
+            host: WasmHost {
+                context_id,
+                counters: Rc::clone(&self.host.counters),
+                outbox: Rc::clone(&self.host.outbox),
+                closing: Rc::clone(&self.host.closing),
+                random: RandomState::new(),
+            },
+        }))
+    }
+}
+
+impl Root {
+    fn send_reports(&mut self, now: u64) {
         let Some(policy) = &self.policy else {
             return;
         };
-        let now = self.host.now_unix_millis();
         let jobs = self.host.outbox.borrow_mut().take_batch(now);
         for job in jobs {
             let headers: Vec<(&str, &str)> = job
@@ -174,23 +233,6 @@ impl RootContext for Root {
                 }
             }
         }
-    }
-
-    fn get_type(&self) -> Option<ContextType> {
-        Some(ContextType::HttpContext)
-    }
-
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        // Envoy creates no stream on a plugin whose configuration was refused; should one come,
-        // it is refused too rather than passed unchecked.
-        Some(Box::new(Stream {
-            turn: self.policy.clone().map(Turn::new),
-            host: WasmHost {
-                counters: Rc::clone(&self.host.counters),
-                outbox: Rc::clone(&self.host.outbox),
-                random: RandomState::new(),
-            },
-        }))
     }
 }
 
@@ -250,6 +292,7 @@ impl HttpContext for Stream {
         if let Some(turn) = &mut self.turn {
             turn.on_done(&mut self.host);
         }
+        self.host.forget_close();
     }
 }
 
@@ -262,9 +305,20 @@ fn action(flow: Flow) -> Action {
 
 /// [`Host`] over the proxy-wasm ABI. Every refusal by the host becomes `None`/`false`.
 struct WasmHost {
+    /// The context this host acts for (the root's, or a stream's).
+    context_id: u32,
     counters: Counters,
     outbox: Rc<RefCell<Outbox>>,
+    closing: Closing,
     random: RandomState,
+}
+
+impl WasmHost {
+    /// The stream ended or was closed: no timer may reset it (or a later stream given its id).
+    fn forget_close(&mut self) {
+        let id = self.context_id;
+        self.closing.borrow_mut().retain(|(c, _)| *c != id);
+    }
 }
 
 fn text(bytes: Vec<u8>) -> Option<String> {
@@ -362,7 +416,17 @@ impl Host for WasmHost {
     }
 
     fn close_response(&mut self) {
+        self.forget_close();
         let _ = abi::close_stream(abi::HTTP_RESPONSE_STREAM);
+    }
+
+    fn close_response_soon(&mut self) {
+        let at = self.now_unix_millis().saturating_add(CLOSE_GRACE_MS);
+        let id = self.context_id;
+        let mut closing = self.closing.borrow_mut();
+        if !closing.iter().any(|(c, _)| *c == id) {
+            closing.push((id, at));
+        }
     }
 
     fn increment_counter(&mut self, name: &str) {

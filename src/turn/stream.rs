@@ -96,9 +96,14 @@ pub(super) fn stream_chunk(
     if s.ended {
         let mut out = std::mem::take(&mut s.pending);
         // The close waits for a callback after the one that carried the closing events.
-        if out.is_empty() && s.close_pending && s.frame.is_some() && !end_of_stream {
-            s.close_pending = false;
-            host.close_response();
+        if s.close_pending && !end_of_stream {
+            if out.is_empty() {
+                s.close_pending = false;
+                host.close_response();
+            } else {
+                // The closing events go out in this callback; the close follows.
+                host.close_response_soon();
+            }
         }
         finish_frame(s, &mut out);
         replace_chunk(host, body_size, &out);
@@ -399,6 +404,10 @@ fn finish_step(
     if s.ended || end_of_stream {
         s.ended = true;
         s.close_pending = !end_of_stream;
+        if s.close_pending {
+            // The next upstream chunk closes the stream; should none come soon, a timer does.
+            host.close_response_soon();
+        }
         finish_frame(s, &mut out);
     } else if let Some(frame) = &mut s.frame {
         frame.sent(out.len());

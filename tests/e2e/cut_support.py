@@ -16,6 +16,8 @@ import json
 import time
 from typing import Callable, Optional
 
+import httpx2 as httpx
+
 from upstream_double import Answer, UpstreamDouble
 
 EVENT_DELAY = 0.05
@@ -261,6 +263,134 @@ def responses_final(base_url: str, headers: dict, seen: list, got: Optional[dict
     return f"status={response.status}"
 
 
+def _anthropic_async(base_url: str, headers: dict, **client):
+    import anthropic
+
+    options = {"timeout": CLIENT_TIMEOUT, "max_retries": 0, **client}
+    return anthropic.AsyncAnthropic(base_url=base_url, api_key="test", default_headers=headers, **options)
+
+
+def anthropic_async_iter(base_url: str, headers: dict, seen: list, got: Optional[dict] = None, **client) -> str:
+    async def run() -> str:
+        stop, text = None, []
+        stream = await _anthropic_async(base_url, headers, **client).messages.create(
+            model="claude-sonnet-4-5", max_tokens=100, messages=MESSAGES, stream=True)
+        async for event in stream:
+            seen.append(event.type)
+            if event.type == "message_delta":
+                stop = event.delta.stop_reason
+            elif event.type == "content_block_delta" and event.delta.type == "text_delta":
+                text.append(event.delta.text)
+        if got is not None:
+            got.update(text="".join(text), end=stop)
+        return f"stop_reason={stop}"
+
+    return asyncio.run(run())
+
+
+def anthropic_async_final(base_url: str, headers: dict, seen: list, got: Optional[dict] = None, **client) -> str:
+    async def run() -> str:
+        async with _anthropic_async(base_url, headers, **client).messages.stream(
+            model="claude-sonnet-4-5", max_tokens=100, messages=MESSAGES
+        ) as stream:
+            message = await stream.get_final_message()
+        seen.append("final")
+        if got is not None:
+            got.update(text="".join(b.text for b in message.content if b.type == "text"), end=message.stop_reason)
+        return f"stop_reason={message.stop_reason}"
+
+    return asyncio.run(run())
+
+
+def _chat_helper_event(event, seen: list, text: list, finish: list) -> None:
+    """One event of `chat.completions.stream()`: its `chunk` events carry what the caller decodes."""
+    seen.append(event.type)
+    if event.type == "chunk" and event.chunk.choices:
+        choice = event.chunk.choices[0]
+        text.append(choice.delta.content or "")
+        if choice.finish_reason:
+            finish.append(choice.finish_reason)
+
+
+def chat_stream(base_url: str, headers: dict, seen: list, got: Optional[dict] = None, **client) -> str:
+    """`chat.completions.stream()` iterated (its `get_final_completion()` raises
+    ContentFilterFinishReasonError for any `content_filter` end, the vendor's own included)."""
+    text, finish = [], []
+    with _openai(base_url, headers, **client).chat.completions.stream(model="gpt-4o", messages=MESSAGES) as stream:
+        for event in stream:
+            _chat_helper_event(event, seen, text, finish)
+    if got is not None:
+        got.update(text="".join(text), end=finish[-1] if finish else None)
+    return f"finish_reason={finish[-1] if finish else None}"
+
+
+def chat_async_stream(base_url: str, headers: dict, seen: list, got: Optional[dict] = None, **client) -> str:
+    async def run() -> str:
+        text, finish = [], []
+        async with _openai(base_url, headers, "AsyncOpenAI", **client).chat.completions.stream(
+            model="gpt-4o", messages=MESSAGES
+        ) as stream:
+            async for event in stream:
+                _chat_helper_event(event, seen, text, finish)
+        if got is not None:
+            got.update(text="".join(text), end=finish[-1] if finish else None)
+        return f"finish_reason={finish[-1] if finish else None}"
+
+    return asyncio.run(run())
+
+
+def responses_async_iter(base_url: str, headers: dict, seen: list, got: Optional[dict] = None, **client) -> str:
+    async def run() -> str:
+        last, text = None, []
+        stream = await _openai(base_url, headers, "AsyncOpenAI", **client).responses.create(
+            model="gpt-4o", input="hi", stream=True)
+        async for event in stream:
+            seen.append(event.type)
+            last = event
+            if event.type == "response.output_text.delta":
+                text.append(event.delta)
+        if got is not None:
+            got.update(text="".join(text), end=_responses_end(last))
+        return f"last={last.type if last else None}"
+
+    return asyncio.run(run())
+
+
+def responses_async_stream(base_url: str, headers: dict, seen: list, got: Optional[dict] = None, **client) -> str:
+    async def run() -> str:
+        last, text = None, []
+        async with _openai(base_url, headers, "AsyncOpenAI", **client).responses.stream(
+            model="gpt-4o", input="hi"
+        ) as stream:
+            async for event in stream:
+                seen.append(event.type)
+                last = event
+                if event.type == "response.output_text.delta":
+                    text.append(event.delta)
+        if got is not None:
+            got.update(text="".join(text), end=_responses_end(last))
+        return f"last={last.type if last else None}"
+
+    return asyncio.run(run())
+
+
+# Every official SDK streaming call issue 13 names, sync and async: name -> (vendor, path, async?).
+EVERY_SDK_PATH: dict[str, tuple[str, Callable, bool]] = {
+    "anthropic.messages.create(stream=True)": ("anthropic", anthropic_iter, False),
+    "anthropic.messages.stream().get_final_message()": ("anthropic", anthropic_final, False),
+    "AsyncAnthropic.messages.create(stream=True)": ("anthropic", anthropic_async_iter, True),
+    "AsyncAnthropic.messages.stream().get_final_message()": ("anthropic", anthropic_async_final, True),
+    "openai.chat.completions.create(stream=True)": ("chat", chat_iter, False),
+    "openai.chat.completions.stream() iterated": ("chat", chat_stream, False),
+    "AsyncOpenAI.chat.completions.create(stream=True)": ("chat", chat_async_iter, True),
+    "AsyncOpenAI.chat.completions.stream() iterated": ("chat", chat_async_stream, True),
+    "openai.responses.create(stream=True)": ("responses", responses_iter, False),
+    "openai.responses.stream() iterated": ("responses", responses_stream, False),
+    "AsyncOpenAI.responses.create(stream=True)": ("responses", responses_async_iter, True),
+    "AsyncOpenAI.responses.stream() iterated": ("responses", responses_async_stream, True),
+}
+
+
 SDK_PATHS: dict[str, tuple[str, Callable]] = {
     "anthropic.messages.create(stream=True)": ("anthropic", anthropic_iter),
     "anthropic.messages.stream().get_final_message()": ("anthropic", anthropic_final),
@@ -333,19 +463,113 @@ def measure(envoy_url: str, double: UpstreamDouble, sdk: str, how: str, extra_he
 
 
 def start_envoy(double: UpstreamDouble, workdir, one_request_per_connection: bool = False):
-    """Envoy (envoy/livecheck.yaml re-pointed at the double) running the fidelity filter.
-
-    `one_request_per_connection` sets the HTTP connection manager's
-    `common_http_protocol_options.max_requests_per_connection: 1`: Envoy then answers every HTTP/1.1
-    request with `connection: close` (a filter cannot: Envoy strips a `connection` header a filter sets),
-    so a caller never reuses a connection that the reset after a cut is about to close.
-    """
+    """Envoy (envoy/livecheck.yaml re-pointed at the double) running the fidelity filter
+    (`one_request_per_connection`: see envoy_process.render_config)."""
     from envoy_process import Envoy, render_config, wasm_path
 
     config = render_config(wasm_path("fidelity_filter.wasm"), double.port, plugin_name="fidelity",
-                           plugin_configuration="{}")
-    if one_request_per_connection:
-        (listener,) = config["static_resources"]["listeners"]
-        (hcm,) = listener["filter_chains"][0]["filters"]
-        hcm["typed_config"].setdefault("common_http_protocol_options", {})["max_requests_per_connection"] = 1
+                           plugin_configuration="{}", one_request_per_connection=one_request_per_connection)
     return Envoy(config, workdir)
+
+
+# --- the answers the streaming tests script -----------------------------------------------------------
+
+# One blocking pattern check without recovery (as tests/streaming.rs): the answer streams, holding back
+# only text that could begin an IBAN, and a match is cut where it starts.
+RULES_ONLY = {
+    "default_agent": "a",
+    "agents": {"a": {"published": "1", "versions": {"1": {
+        "blocked_reply": "Not allowed.",
+        "live_checks": [{"name": "no-iban", "stage": "output", "kind": "matches_pattern",
+                         "pattern": "NL\\d{2}[A-Z]{4}\\d{10}", "max_match": 18}],
+    }}}},
+}
+IBAN = "NL91ABNA0417164300"
+CLEAN = ["Your order ", "ships ", "tomorrow", ", promised."]
+# The IBAN split across three events; the text before the match is what the caller must get.
+FORBIDDEN = ["Pay to NL9", "1ABNA04", "17164300", " today."]
+BEFORE_MATCH = "Pay to "
+# Nothing of the match, nor anything after it, may reach the caller.
+NEVER_SENT = [b"NL9", b"1ABNA04", b"17164300", b"ABNA", b"0417", IBAN.encode(), b"today"]
+
+
+# --- what the SDK read ------------------------------------------------------------------------------------
+
+
+class Tee(httpx.BaseTransport):
+    """An SDK's transport (HTTP/1.1, or HTTP/2 with prior knowledge), recording when each response's
+    headers arrived and every body byte read.
+
+    With `drain`, the rest of a body the SDK did not read is read (and recorded) when the SDK closes
+    the response: the OpenAI SDK stops reading at `data: [DONE]`, and the tests check every byte."""
+
+    def __init__(self, drain: bool = True, http2: bool = False) -> None:
+        self.inner = httpx.HTTPTransport(http1=not http2, http2=http2)
+        self.drain = drain
+        self.headers_at: Optional[float] = None
+        self.headers: Optional[httpx.Headers] = None
+        self.http_version: Optional[str] = None
+        self.body = bytearray()
+
+    def handle_request(self, request):
+        response = self.inner.handle_request(request)
+        self.headers_at = time.monotonic()
+        self.headers = response.headers
+        self.http_version = response.extensions.get("http_version", b"").decode()
+        inner, body, drain = response.stream, self.body, self.drain
+        chunks = iter(inner)
+
+        class Recorded(httpx.SyncByteStream):
+            def __iter__(self):
+                for chunk in chunks:
+                    body.extend(chunk)
+                    yield chunk
+
+            def close(self) -> None:
+                if drain:
+                    for chunk in chunks:
+                        body.extend(chunk)
+                inner.close()
+
+        return httpx.Response(response.status_code, headers=response.headers, stream=Recorded(),
+                              extensions=response.extensions)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class AsyncTee(httpx.AsyncBaseTransport):
+    """Tee for the async clients: every body byte the SDK read (no drain)."""
+
+    def __init__(self, http2: bool = False) -> None:
+        self.http2 = http2
+        self.inner: Optional[httpx.AsyncHTTPTransport] = None
+        self.headers_at: Optional[float] = None
+        self.headers: Optional[httpx.Headers] = None
+        self.http_version: Optional[str] = None
+        self.body = bytearray()
+
+    async def handle_async_request(self, request):
+        if self.inner is None:  # made in the event loop that uses it
+            self.inner = httpx.AsyncHTTPTransport(http1=not self.http2, http2=self.http2)
+        response = await self.inner.handle_async_request(request)
+        self.headers_at = time.monotonic()
+        self.headers = response.headers
+        self.http_version = response.extensions.get("http_version", b"").decode()
+        inner, body = response.stream, self.body
+
+        class Recorded(httpx.AsyncByteStream):
+            async def __aiter__(self):
+                async for chunk in inner:
+                    body.extend(chunk)
+                    yield chunk
+
+            async def aclose(self) -> None:
+                await inner.aclose()
+
+        return httpx.Response(response.status_code, headers=response.headers, stream=Recorded(),
+                              extensions=response.extensions)
+
+    async def aclose(self) -> None:
+        if self.inner is not None:
+            await self.inner.aclose()

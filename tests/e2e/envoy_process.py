@@ -114,8 +114,15 @@ def render_config(
     failure_policy: str = "FAIL_RELOAD",
     buffer_limit: Optional[int] = None,
     extra_clusters: Optional[dict[str, int]] = None,
+    one_request_per_connection: bool = False,
 ) -> dict:
     """envoy/livecheck.yaml with loopback ports, the vendor cluster on the double, and the given filter.
+
+    `one_request_per_connection` sets the HTTP connection manager's
+    `common_http_protocol_options.max_requests_per_connection: 1`, as length framing of streams needs:
+    Envoy then answers every HTTP/1.1 request with `connection: close` (a filter cannot: Envoy strips a
+    `connection` header a filter sets), so a caller never reuses a connection that the reset after a
+    framed cut is about to close. HTTP/2 callers fail on such a listener.
 
     `plugin_configuration` replaces the shipped plugin configuration (None keeps envoy/livecheck.yaml's).
     `extra_clusters` adds loopback clusters by name, or re-points one the config already has.
@@ -135,6 +142,8 @@ def render_config(
         plugin["configuration"]["value"] = plugin_configuration
     plugin["allow_on_headers_stop_iteration"] = allow_on_headers_stop_iteration
     plugin["failure_policy"] = failure_policy
+    if one_request_per_connection:
+        hcm["typed_config"].setdefault("common_http_protocol_options", {})["max_requests_per_connection"] = 1
 
     clusters = config["static_resources"]["clusters"]
     vendor = next(c for c in clusters if c["name"] == "vendor_api")

@@ -1,9 +1,12 @@
 """Streamed answers end to end (issue 4): the official SDKs streaming -> real Envoy running the real
 livecheck.wasm -> the scripted upstream double streaming the vendor's SSE events.
 
-Two livecheck configurations:
+Three livecheck configurations:
   - RULES_ONLY (as tests/streaming.rs): one blocking pattern check without recovery, so the answer
     streams, holding back only text that could begin an IBAN, and a match is cut where it starts;
+    unframed (the default; how each SDK ends after such a cut: test_stream_wire.py);
+  - RULES_ONLY with the opt-in length frame (`stream_frame_bytes`, and Envoy's
+    `max_requests_per_connection: 1`): every SDK call ends cleanly after a cut;
   - the seed (examples/seed.json, conftest's `livecheck_envoy`): its `no-iban` asks for recovery, so
     nothing of the round shows until it is decided, and a failed round is answered with the blocked reply.
 
@@ -27,7 +30,13 @@ import httpx2 as httpx
 import pytest
 
 from cut_support import (
+    BEFORE_MATCH,
+    CLEAN,
     END,
+    FORBIDDEN,
+    NEVER_SENT,
+    RULES_ONLY,
+    Tee,
     MESSAGES,
     VENDOR_EVENTS,
     VENDOR_PATH,
@@ -43,25 +52,9 @@ from cut_support import (
 from envoy_process import SEED_CONFIG, Envoy, render_config, wasm_path
 from upstream_double import Answer, UpstreamDouble, Written
 
-RULES_ONLY = {
-    "default_agent": "a",
-    "agents": {"a": {"published": "1", "versions": {"1": {
-        "blocked_reply": "Not allowed.",
-        "live_checks": [{"name": "no-iban", "stage": "output", "kind": "matches_pattern",
-                         "pattern": "NL\\d{2}[A-Z]{4}\\d{10}", "max_match": 18}],
-    }}}},
-}
 SEED = json.loads(SEED_CONFIG.read_text())
 BLOCKED_REPLY = SEED["agents"]["orders"]["versions"]["1"]["blocked_reply"]
-FRAME = 4 * 1024 * 1024  # the default `stream_frame_bytes`
-
-IBAN = "NL91ABNA0417164300"
-CLEAN = ["Your order ", "ships ", "tomorrow", ", promised."]
-# The IBAN split across three events; the text before the match is what the caller must get.
-FORBIDDEN = ["Pay to NL9", "1ABNA04", "17164300", " today."]
-BEFORE_MATCH = "Pay to "
-# Nothing of the match, nor anything after it, may reach the caller.
-NEVER_SENT = [b"NL9", b"1ABNA04", b"17164300", b"ABNA", b"0417", IBAN.encode(), b"today"]
+FRAME = 4 * 1024 * 1024  # the opt-in `stream_frame_bytes`
 
 CLIENT_TIMEOUT = 10.0  # every SDK call: connect / read timeout
 WATCHDOG = 8.0  # every scripted upstream answer is stopped after this long, whatever happens
@@ -95,6 +88,17 @@ def rules_envoy(double, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def framed_envoy(double, tmp_path_factory):
+    """As rules_envoy, with the opt-in length frame (and one request per connection, which it needs)."""
+    config = render_config(wasm_path("livecheck.wasm"), double.port,
+                           plugin_configuration=json.dumps({"stream_frame_bytes": FRAME, **RULES_ONLY}),
+                           one_request_per_connection=True)
+    envoy = Envoy(config, tmp_path_factory.mktemp("envoy-streaming-framed"))
+    yield envoy
+    envoy.stop()
+
+
+@pytest.fixture(scope="module")
 def timings():
     """The measured cut timings, printed as a table at the end of the module (run with -s)."""
     rows: list[str] = []
@@ -105,45 +109,6 @@ def timings():
 
 
 # --- one streamed call -------------------------------------------------------------------------------
-
-
-class _Tee(httpx.BaseTransport):
-    """The SDK's transport, recording when each response's headers arrived and every body byte read.
-
-    With `drain`, the rest of a body the SDK did not read is read (and recorded) when the SDK closes
-    the response: the OpenAI SDK stops reading at `data: [DONE]`, and the tests check every byte."""
-
-    def __init__(self, drain: bool = True) -> None:
-        self.inner = httpx.HTTPTransport()
-        self.drain = drain
-        self.headers_at: Optional[float] = None
-        self.headers: Optional[httpx.Headers] = None
-        self.body = bytearray()
-
-    def handle_request(self, request):
-        response = self.inner.handle_request(request)
-        self.headers_at = time.monotonic()
-        self.headers = response.headers
-        inner, body, drain = response.stream, self.body, self.drain
-        chunks = iter(inner)
-
-        class Recorded(httpx.SyncByteStream):
-            def __iter__(self):
-                for chunk in chunks:
-                    body.extend(chunk)
-                    yield chunk
-
-            def close(self) -> None:
-                if drain:
-                    for chunk in chunks:
-                        body.extend(chunk)
-                inner.close()
-
-        return httpx.Response(response.status_code, headers=response.headers, stream=Recorded(),
-                              extensions=response.extensions)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 @dataclasses.dataclass
@@ -183,7 +148,7 @@ def call(envoy: Envoy, double: UpstreamDouble, sdk: str, words: list[str], stop:
     vendor, path_fn = ALL_PATHS[sdk]
     stop = stop or threading.Event()
     prefix, watchdog = _upstream(double, vendor, words, stop, **answer)
-    tee = _Tee(drain)
+    tee = Tee(drain)
     got: dict = {}
     sent_at = time.monotonic()
     try:
@@ -208,9 +173,10 @@ def _assert_framed(c: Call, drained: bool = True) -> None:
 
 
 def _assert_unframed(c: Call) -> None:
-    """A held round is released or cut when the model stopped, so it ends with the upstream: no frame."""
+    """No frame, no padding: at most the upstream's bytes + 2% + 1 KiB reached the caller."""
     assert "content-length" not in c.headers, dict(c.headers)
     assert b":...." not in c.raw, "no frame padding"
+    assert len(c.raw) <= c.written.body_bytes * 1.02 + 1024, (len(c.raw), c.written.body_bytes)
 
 
 # --- (1) a clean streamed answer ---------------------------------------------------------------------
@@ -222,17 +188,26 @@ def test_a_clean_streamed_answer_arrives_complete_and_ends_normally(rules_envoy,
     c = call(rules_envoy, double, sdk, CLEAN)
 
     assert c.got == {"text": "".join(CLEAN), "end": END[vendor][0]}
-    _assert_framed(c)
+    _assert_unframed(c)
     assert c.written.completed, "the upstream ran to its own end"
+
+
+@pytest.mark.parametrize("sdk", list(SDK_PATHS))
+def test_framed_opt_in_a_clean_answer_is_padded_to_its_frame(framed_envoy, double, sdk):
+    vendor = ALL_PATHS[sdk][0]
+    c = call(framed_envoy, double, sdk, CLEAN)
+
+    assert c.got == {"text": "".join(CLEAN), "end": END[vendor][0]}
+    _assert_framed(c)
 
 
 # --- (2) a match split across three events -------------------------------------------------------------
 
 
 @sdk_paths
-def test_a_match_across_three_events_is_cut_where_it_starts(rules_envoy, double, sdk):
+def test_framed_a_match_across_three_events_is_cut_where_it_starts(framed_envoy, double, sdk):
     vendor = SDK_PATHS[sdk][0]
-    c = call(rules_envoy, double, sdk, FORBIDDEN)  # raises nothing: the SDK's iterator ended normally
+    c = call(framed_envoy, double, sdk, FORBIDDEN)  # raises nothing: the SDK's iterator ended normally
 
     assert c.got == {"text": BEFORE_MATCH, "end": END[vendor][1]}
     for piece in NEVER_SENT:
@@ -240,14 +215,14 @@ def test_a_match_across_three_events_is_cut_where_it_starts(rules_envoy, double,
     _assert_framed(c)
 
 
-def test_responses_get_final_response_raises_on_a_cut_stream_by_the_sdks_design(rules_envoy, double):
+def test_responses_get_final_response_raises_on_a_cut_stream_by_the_sdks_design(framed_envoy, double):
     """`responses.stream().get_final_response()` raises RuntimeError("Didn't receive a
     `response.completed` event.") for any stream that ends `response.incomplete`, the vendor's own
     incomplete answers included (openai/lib/streaming/responses/_responses.py): documented SDK
     behaviour, not a livecheck failure. The stream itself still ended normally and promptly."""
     started = time.monotonic()
     with pytest.raises(RuntimeError, match="response.completed"):
-        call(rules_envoy, double, RESPONSES_FINAL, FORBIDDEN)
+        call(framed_envoy, double, RESPONSES_FINAL, FORBIDDEN)
     assert time.monotonic() - started < 3.0
 
 
@@ -255,14 +230,14 @@ def test_responses_get_final_response_raises_on_a_cut_stream_by_the_sdks_design(
 
 
 @sdk_paths
-def test_after_a_cut_the_call_returns_at_once_and_the_upstream_stops(rules_envoy, double, sdk, timings):
+def test_framed_after_a_cut_the_call_returns_at_once_and_the_upstream_stops(framed_envoy, double, sdk, timings):
     vendor = SDK_PATHS[sdk][0]
     # ~30 s of events after the match, one every 50 ms; the cut is timed from the write of the event
     # that completes the IBAN.
     words = FORBIDDEN[:3] + [f" w{i}" for i in range(600)]
     stop = threading.Event()
     try:
-        c = call(rules_envoy, double, sdk, words, stop=stop, chunk_delay=0.05, mark=b"17164300", keep_streaming=True,
+        c = call(framed_envoy, double, sdk, words, stop=stop, chunk_delay=0.05, mark=b"17164300", keep_streaming=True,
                  drain=False)
         w = c.written
         deadline = time.monotonic() + 3.0
@@ -427,12 +402,14 @@ def _tool_calls_seen(vendor: str, base_url: str) -> tuple[str, list, str]:
 
 
 @pytest.mark.parametrize("vendor", ["anthropic", "chat", "responses"])
-def test_a_tool_call_whose_arguments_match_is_never_shown_in_part(rules_envoy, double, vendor):
+def test_a_tool_call_whose_arguments_match_is_never_shown_in_part(framed_envoy, double, vendor):
+    """Framed, so that every SDK ends normally and its own accumulator can be read (unframed, the
+    Anthropic and Responses SDKs raise after the closing events: test_stream_wire.py)."""
     prefix = f"/toolcall{next(_ids)}"
     double.add_path(prefix + VENDOR_PATH[vendor],
                     Answer(headers=SSE_HEADERS, body_chunks=_tool_call_events(vendor), chunk_delay=EVENT_DELAY))
 
-    text, calls, end = _tool_calls_seen(vendor, rules_envoy.url + prefix)
+    text, calls, end = _tool_calls_seen(vendor, framed_envoy.url + prefix)
 
     assert text == TOOL_TEXT  # the text before the call streamed
     assert calls == [], f"the SDK built a tool call from what it received: {calls}"

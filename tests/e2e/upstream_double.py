@@ -37,6 +37,9 @@ class Answer:
     mark: Optional[bytes] = None
     # Wait this long (instead of `chunk_delay`) before the first chunk.
     first_delay: Optional[float] = None
+    # Wait this long (instead of `chunk_delay`) before the chunk after the marked one: a model that
+    # goes quiet.
+    pause_after_mark: Optional[float] = None
     # Set by the test to stop writing (the double stops writing every answer when it stops, too).
     stop: Optional[threading.Event] = None
 
@@ -48,6 +51,8 @@ class Written:
     path: str
     started: float
     chunks_written: int = 0
+    # The body bytes written (chunk payloads, without the chunked framing).
+    body_bytes: int = 0
     first_write: Optional[float] = None
     last_write: Optional[float] = None
     marked_at: Optional[float] = None
@@ -162,14 +167,24 @@ class UpstreamDouble:
                 if not (answer.chunked and chunks):
                     self.wfile.write(b"".join(chunks))
                     self.wfile.flush()
+                    written.body_bytes = sum(len(c) for c in chunks)
                     written.completed = True
                     return
                 for i, chunk in enumerate(chunks):
                     delay = answer.first_delay if (i == 0 and answer.first_delay is not None) else answer.chunk_delay
-                    if answer.stop is not None:
-                        answer.stop.wait(delay)
-                    else:
-                        time.sleep(delay)
+                    if answer.pause_after_mark is not None and written.marked_at is not None and i > 0 \
+                            and answer.mark in chunks[i - 1]:
+                        delay = answer.pause_after_mark
+                    # A long wait watches the peer meanwhile, so a close is seen when it happens.
+                    until = time.monotonic() + delay
+                    while True:
+                        step = min(until - time.monotonic(), 0.01 if answer.watch_peer else delay)
+                        if step <= 0 or (answer.stop is not None and answer.stop.wait(step)):
+                            break
+                        if answer.stop is None:
+                            time.sleep(step)
+                        if answer.watch_peer and delay > 0.1 and self._peer_closed():
+                            break
                     if double._stopping.is_set() or (answer.stop is not None and answer.stop.is_set()):
                         written.stopped = True
                         self.close_connection = True
@@ -186,6 +201,7 @@ class UpstreamDouble:
                     self.wfile.write(data)
                     self.wfile.flush()
                     written.chunks_written += 1
+                    written.body_bytes += len(chunk)
                     written.last_write = time.monotonic()
                     written.first_write = written.first_write or written.last_write
                     if answer.mark is not None and written.marked_at is None and answer.mark in chunk:
