@@ -371,6 +371,49 @@ fn a_held_stream_gets_the_passing_answer_as_events() {
 }
 
 #[test]
+fn a_held_stream_is_asked_again_once_its_text_fails_and_the_passing_answer_waits_for_the_first() {
+    for vendor in VENDORS {
+        let mut host = livecheck(&config("", ""));
+        let s = ask(&mut host, vendor, true);
+        host.send_response_headers(
+            s,
+            &[(":status", "200"), ("content-type", "text/event-stream")],
+            false,
+        )
+        .unwrap();
+        let events = stream(
+            vendor,
+            &["Pay to NL91ABNA04", "17164300 today.", " And", " more."],
+        );
+        let mut sent = 0;
+        while retries(&host).is_empty() && sent < events.len() {
+            host.send_response_body(s, events[sent].as_bytes(), false)
+                .unwrap();
+            sent += 1;
+        }
+        let calls = retries(&host);
+        assert_eq!(calls.len(), 1, "{vendor:?}");
+        assert!(
+            sent < events.len() - 2,
+            "{vendor:?}: asked again before the first answer ended ({sent} of {} events)",
+            events.len()
+        );
+        retried(&mut host, &calls[0], &vendor.answer(CLEAN_ANSWER));
+        assert!(
+            host.caller_received(s).body.is_empty(),
+            "{vendor:?}: the passing answer waits for the first to end (a reset would make SDKs raise)"
+        );
+        let rest = events[sent..].concat();
+        host.send_response_body(s, rest.as_bytes(), true).unwrap();
+        let caller = host.caller_received(s);
+        assert!(caller.end_of_stream && !caller.reset, "{vendor:?}");
+        let got = read_stream(vendor, &caller.body_text());
+        assert_eq!(got.text, CLEAN_ANSWER, "{vendor:?}");
+        assert!(!caller.body_text().contains("NL91") && !caller.body_text().contains("more."));
+    }
+}
+
+#[test]
 fn a_held_stream_whose_retries_fail_ends_with_the_blocked_reply() {
     let mut host = livecheck(&config("", r#", "recover_attempts": 1"#));
     let vendor = Vendor::Anthropic;

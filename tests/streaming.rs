@@ -298,6 +298,76 @@ fn a_stream_that_ends_within_the_grace_is_not_reset_by_the_timer() {
     }
 }
 
+/// A held round (a check asks for recovery) whose text already holds a match: `no-iban` does not
+/// recover, `no-password` does, so the round is withheld as soon as the IBAN is certain.
+const HELD_NO_RECOVERY_FOR_IBAN: &str = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {
+    "blocked_reply": "Not allowed.",
+    "live_checks": [{"name": "no-iban", "stage": "output", "kind": "matches_pattern",
+                     "pattern": "NL\\d{2}[A-Z]{4}\\d{10}", "max_match": 18},
+                    {"name": "no-password", "stage": "output", "kind": "not_contains",
+                     "expected": "password", "recover": true}]}}}}}"#;
+
+#[test]
+fn a_held_round_whose_text_already_failed_goes_to_recovery_before_the_model_ends() {
+    for vendor in VENDORS {
+        let (mut host, s) = streaming_with(SEED, vendor);
+        let (before, after) = forbidden_split(vendor);
+        host.send_response_body(s, before.as_bytes(), false)
+            .unwrap();
+        let retry = host.pending_callouts().remove(0);
+        assert_eq!(
+            retry.header(":path"),
+            Some("/v1/retry"),
+            "{vendor:?}: asked again while the first model still writes"
+        );
+        assert!(host.caller_received(s).body.is_empty());
+        host.fail_callout(retry.token).unwrap();
+        let caller = host.caller_received(s).clone();
+        let got = read_stream(vendor, &caller.body_text());
+        assert_eq!(
+            got.text,
+            "I cannot help with that. Never share a password in this conversation."
+        );
+        assert_eq!(got.end, cut_end(vendor));
+        assert!(
+            !caller.reset,
+            "{vendor:?}: the reply goes out before the close"
+        );
+        host.send_response_body(s, after.as_bytes(), false).unwrap();
+        let caller = host.caller_received(s);
+        assert!(
+            caller.reset,
+            "{vendor:?}: the doomed first answer is not read to its end"
+        );
+        assert!(!caller.body_text().contains("Pay to"));
+    }
+}
+
+#[test]
+fn a_held_round_whose_text_already_failed_is_withheld_at_once_and_closed() {
+    for vendor in VENDORS {
+        let (mut host, s) = streaming_with(HELD_NO_RECOVERY_FOR_IBAN, vendor);
+        let (before, _) = forbidden_split(vendor);
+        host.send_response_body(s, before.as_bytes(), false)
+            .unwrap();
+        assert!(
+            host.pending_callouts().is_empty(),
+            "{vendor:?}: no-iban does not recover"
+        );
+        let got = read_stream(vendor, &host.caller_received(s).body_text());
+        assert_eq!(
+            (got.text.as_str(), got.end.as_str()),
+            ("Not allowed.", cut_end(vendor))
+        );
+        assert_eq!(host.metric("livecheck.a.no-iban.failed"), Some(1));
+        host.advance_time(std::time::Duration::from_millis(500));
+        assert!(
+            host.caller_received(s).reset,
+            "{vendor:?}: the model is stopped"
+        );
+    }
+}
+
 #[test]
 fn with_recovery_asked_nothing_of_the_round_shows_until_decided() {
     // The seed's no-iban asks for recovery: the whole round is held while the model is asked

@@ -48,7 +48,8 @@ pub enum Hold {
     WholeText,
     /// A check asks for recovery: nothing of the round, reasoning included, is shown until
     /// released. Rules are decided by the caller on [`RoundEnd::rule_text`], so a failed rule can
-    /// still be recovered.
+    /// still be recovered; once the text read so far holds a match, the round ends there (the
+    /// rest of the doomed answer is not read: see [`RoundEnd::early`]).
     Everything,
 }
 
@@ -112,6 +113,9 @@ pub struct RoundEnd {
     /// tool-call value after a `"\n"`; channels joined by `"\n"`.
     pub rule_text: String,
     pub asks_for_tool: bool,
+    /// [`Hold::Everything`]: the round ended before the upstream's answer did, because its text
+    /// already holds a match of this check's rule; later upstream bytes are not read.
+    pub early: Option<usize>,
 }
 
 /// The answer text of a complete streamed answer (as judged checks read it), or `None` when it
@@ -130,6 +134,8 @@ pub fn answer_of(
         Hold::Everything,
         body.len().max(1),
     );
+    // All of the answer is read: no round ends early.
+    rewriter.decides_early = false;
     let mut step = rewriter.feed(body);
     if step.cut.is_some() {
         return None;
@@ -160,6 +166,10 @@ pub struct Rewriter {
     /// Tool calls started and not yet complete. A tool call is never shown in part: its events
     /// wait until it is complete and all its text confirmed, then go together, or never.
     open_calls: BTreeSet<u64>,
+    /// [`Hold::Everything`]: the rules read the round as it streams, and a match ends it early.
+    decides_early: bool,
+    /// The round ended early on this check's match: the rest of the upstream's answer is not read.
+    abandoned: Option<usize>,
 }
 
 /// The answer's id an event carries: Anthropic `message_start`'s `message.id`, a Responses event's
@@ -219,6 +229,8 @@ impl Rewriter {
             upstream_done: false,
             answer_id: None,
             open_calls: BTreeSet::new(),
+            decides_early: true,
+            abandoned: None,
         }
     }
 
@@ -230,7 +242,7 @@ impl Rewriter {
     /// One upstream body chunk.
     pub fn feed(&mut self, chunk: &[u8]) -> Step {
         let mut step = Step::default();
-        if self.phase == Phase::Done {
+        if self.phase == Phase::Done || self.abandoned.is_some() {
             return step;
         }
         let mut events = Vec::new();
@@ -246,7 +258,7 @@ impl Rewriter {
     /// modes a round the upstream never ended is handed back as ended here.
     pub fn finish(&mut self) -> Step {
         let mut step = Step::default();
-        if self.phase == Phase::Done {
+        if self.phase == Phase::Done || self.abandoned.is_some() {
             return step;
         }
         let mut events = Vec::new();
@@ -273,7 +285,7 @@ impl Rewriter {
         for piece in std::mem::take(&mut self.held) {
             self.write_whole(piece, &mut out);
         }
-        self.phase = if self.upstream_done {
+        self.phase = if self.upstream_done || self.abandoned.is_some() {
             Phase::Done
         } else {
             Phase::Released
@@ -363,7 +375,7 @@ impl Rewriter {
         if !self.channels.contains_key(&channel) && self.channels.len() >= MAX_CHANNELS {
             return Err(Unreadable);
         }
-        let passive = self.hold == Hold::Everything;
+        let passive = self.hold == Hold::Everything && !self.decides_early;
         Ok(self.channels.entry(channel).or_insert_with(|| Channel {
             holdback: if passive {
                 Holdback::passive()
@@ -431,13 +443,19 @@ impl Rewriter {
 
     /// Scans a channel; on certain forbidden text cuts there. Returns whether it cut.
     fn scan(&mut self, channel: usize, step: &mut Step) -> bool {
-        if self.hold == Hold::Everything && self.phase != Phase::Released {
-            return false;
-        }
         let found = match self.channels.get_mut(&channel) {
             Some(ch) => ch.holdback.scan(&self.version.output_rules),
             None => None,
         };
+        if self.hold == Hold::Everything && self.phase != Phase::Released {
+            // The caller decides the round (a failed rule may recover): it ends here if doomed.
+            if let (Some(found), Phase::Open) = (found, self.phase) {
+                self.abandoned = Some(found.check);
+                self.end_round(step);
+                return true;
+            }
+            return false;
+        }
         match found {
             Some(found) => {
                 self.cut_now(
@@ -542,7 +560,8 @@ impl Rewriter {
             if let Some(ch) = self.channels.get_mut(&channel) {
                 ch.holdback.end();
             }
-            if self.scan(channel, step) {
+            // A held round's rules are decided by the caller on the whole text.
+            if self.hold != Hold::Everything && self.scan(channel, step) {
                 return;
             }
         }
@@ -550,9 +569,15 @@ impl Rewriter {
         if self.hold == Hold::Rules {
             return;
         }
+        self.end_round(step);
+    }
+
+    /// Whole-text modes: the round's texts go to the caller to decide.
+    fn end_round(&mut self, step: &mut Step) {
         self.phase = Phase::Decide;
         let mut end = RoundEnd {
             asks_for_tool: self.asks_for_tool,
+            early: self.abandoned,
             ..RoundEnd::default()
         };
         let mut rules = Vec::new();

@@ -562,7 +562,7 @@ fn whole_text_cut_says_the_blocked_reply() {
 }
 
 #[test]
-fn everything_shows_nothing_until_released_and_recovers_from_rules() {
+fn everything_shows_nothing_and_ends_the_round_once_its_text_holds_a_match() {
     let version = version(POLICY);
     for (api, stream) in [
         (Api::AnthropicMessages, ANTHROPIC_IBAN_ACROSS_EVENTS),
@@ -577,24 +577,69 @@ fn everything_shows_nothing_until_released_and_recovers_from_rules() {
             4096,
         );
         let mut round = None;
+        let mut fed_after = 0;
+        for chunk in stream.as_bytes().chunks(5) {
+            if round.is_some() {
+                fed_after += 1;
+            }
+            let step = rw.feed(chunk);
+            assert!(step.out.is_empty() && step.cut.is_none(), "{api:?}");
+            assert!(round.is_none() || step.round_end.is_none(), "one round end");
+            round = round.or(step.round_end);
+        }
+        let round = round.unwrap();
+        assert_eq!(round.early, Some(IBAN), "{api:?}");
+        assert!(fed_after > 0, "{api:?}: decided before the answer ended");
+        assert!(
+            round
+                .answer_text
+                .starts_with("Pay é日本 to NL91ABNA0417164300")
+                && "Pay é日本 to NL91ABNA0417164300 😀 today.".starts_with(&round.answer_text),
+            "{api:?}: the text read so far, the match in it: {:?}",
+            round.answer_text
+        );
+        assert_eq!(
+            version.output_rules.failed_checks(&round.rule_text),
+            vec![IBAN]
+        );
+        assert!(rw.finish().out.is_empty(), "the rest is not read");
+        // Withheld: the blocked reply, closed the vendor's way.
+        let seen = read(api, &rw.cut(IBAN));
+        assert_eq!(seen.answer, "Sorry, I can't share that.", "{api:?}");
+        assert!(!seen.answer.contains("NL91"), "{api:?}");
+    }
+}
+
+#[test]
+fn everything_reads_a_clean_round_to_its_end() {
+    let version = version(POLICY);
+    for (api, stream) in [
+        (Api::AnthropicMessages, ANTHROPIC_IBAN_ACROSS_EVENTS),
+        (Api::ChatCompletions, CHAT_IBAN_ACROSS_EVENTS),
+        (Api::Responses, RESPONSES_IBAN_ACROSS_EVENTS),
+    ] {
+        let stream = stream.replace("L91", "X91");
+        let mut rw = Rewriter::new(
+            api,
+            Rc::clone(&version),
+            &request(true),
+            Hold::Everything,
+            4096,
+        );
+        let mut round = None;
         for chunk in stream.as_bytes().chunks(5) {
             let step = rw.feed(chunk);
             assert!(step.out.is_empty() && step.cut.is_none(), "{api:?}");
             round = round.or(step.round_end);
         }
         let round = round.unwrap();
+        assert_eq!(round.early, None);
         assert_eq!(
             round.answer_text,
-            "Pay é日本 to NL91ABNA0417164300 😀 today."
+            "Pay é日本 to NX91ABNA0417164300 😀 today."
         );
-        assert_eq!(
-            version.output_rules.failed_checks(&round.rule_text),
-            vec![IBAN]
-        );
-        // Released as it came (here only to show the bytes are intact).
         let released = rw.release();
-        let seen = read(api, &released);
-        assert_eq!(seen.answer, round.answer_text, "{api:?}");
+        assert_eq!(read(api, &released).answer, round.answer_text, "{api:?}");
         assert!(rw.finish().out.is_empty());
     }
 }

@@ -77,6 +77,10 @@ struct Recovering {
 struct StreamRecovery {
     recovery: Recovery,
     kept: Vec<u8>,
+    /// Asked before the first answer ended (its round was decided early).
+    early: bool,
+    /// A passing answer waiting for the first answer to end.
+    passed: Option<Vec<u8>>,
 }
 
 struct Asked {
@@ -141,6 +145,8 @@ struct Streamed {
     close_pending: bool,
     /// A held round failed checks that recover: the model is being asked again.
     recovery: Option<StreamRecovery>,
+    /// The upstream's body ended (Envoy said `end_of_stream`).
+    upstream_ended: bool,
 }
 
 /// A streamed round's judged checks in flight.

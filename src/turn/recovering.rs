@@ -3,6 +3,7 @@
 
 use super::stream::replace_chunk;
 use super::*;
+use crate::api::Usage;
 
 impl Turn {
     /// Asks the model again for a non-streamed answer whose headers are still held. `None`: the
@@ -84,13 +85,16 @@ impl Turn {
 }
 
 /// Asks the model again for a held round nothing of which was shown (`Hold::Everything`), when
-/// every check that stopped it recovers; `false` when the round must be cut instead.
+/// every check that stopped it recovers; `false` when the round must be cut instead. A round
+/// decided before its answer ended (`early`) asks at once; the first answer's usage is added when
+/// it has ended.
 pub(super) fn start_stream_recovery(
     host: &mut dyn Host,
     policy: &Policy,
     s: &mut Streamed,
     stop: &Stop,
     results: &[CheckResult],
+    early: bool,
 ) -> bool {
     if Hold::for_version(&s.asked.version) != Some(Hold::Everything) {
         return false;
@@ -101,11 +105,11 @@ pub(super) fn start_stream_recovery(
     ) else {
         return false;
     };
-    let first_usage = s
-        .copy
-        .as_deref()
-        .and_then(|copy| api::stream_usage(s.asked.api, copy))
-        .unwrap_or_default();
+    let first_usage = if early {
+        Usage::default()
+    } else {
+        first_answer_usage(s)
+    };
     let estimate = host.now_unix_millis().saturating_sub(s.asked.asked_at_ms);
     let turn = s.asked.recovery_turn(policy, &source);
     let (recovery, next) = Recovery::start(
@@ -123,13 +127,25 @@ pub(super) fn start_stream_recovery(
     s.recovery = Some(StreamRecovery {
         recovery,
         kept: Vec::new(),
+        early,
+        passed: None,
     });
     true
 }
 
+/// What the first answer cost, from the copy kept of it.
+fn first_answer_usage(s: &Streamed) -> Usage {
+    s.copy
+        .as_deref()
+        .and_then(|copy| api::stream_usage(s.asked.api, copy))
+        .unwrap_or_default()
+}
+
 /// A callout of a streamed round's recovery answered: the passing answer is re-emitted as the
 /// vendor's events in place of the held round, or the round is cut with the first stop; the
-/// paused response then goes on.
+/// paused response then goes on. A passing answer waits for the first answer's end when that is
+/// still streaming (a reset would make the Anthropic and Responses SDKs raise after it); a cut
+/// goes out at once and the stream is closed, as a rule's cut is.
 pub(super) fn stream_recovery_answered(
     host: &mut dyn Host,
     policy: &Policy,
@@ -144,33 +160,84 @@ pub(super) fn stream_recovery_answered(
     let turn = s.asked.recovery_turn(policy, &source);
     let next = r.recovery.on_callout(host, &turn, record, token, body_size);
     let buffered = r.kept.len();
-    let mut out = std::mem::take(&mut r.kept);
-    let replacement = match next {
+    match next {
         Next::Wait => {
-            r.kept = out;
+            s.recovery = Some(r);
+            return;
+        }
+        Next::Deliver(body) if !s.upstream_ended => {
+            // Kept until the first answer ended; the response stays paused.
+            r.passed = Some(body);
             s.recovery = Some(r);
             return;
         }
         Next::Deliver(body) => {
-            record.response_id = answer_id(s.asked.api, &body).or(record.response_id.take());
-            api::as_stream(s.asked.api, &body, &s.asked.request).ok()
+            let out = recovered_events(record, s, r, body);
+            replace_chunk(host, buffered, &out);
         }
-        Next::Withhold => None,
-    };
-    match replacement {
-        Some(mut events) => out.append(&mut events),
-        None => {
+        Next::Withhold => {
+            let mut out = std::mem::take(&mut r.kept);
             let check = check_index(&s.asked.version, &r.recovery.first_stop.check)
                 .or_else(|| first_blocking_output_check(&s.asked.version))
                 .unwrap_or_default();
             out.append(&mut s.rewriter.cut(check));
             s.cut = true;
+            s.ended = true;
+            if !s.upstream_ended {
+                // The first model is stopped: a withheld round is a refusal, like a cut.
+                s.close_pending = true;
+                host.close_response_soon();
+            }
+            replace_chunk(host, buffered, &out);
         }
     }
-    // Whatever the upstream still sends of the first answer is dropped.
-    s.ended = true;
-    replace_chunk(host, buffered, &out);
     host.resume_response();
+}
+
+/// The first answer ended while a passing recovered answer waited for it: it goes out now.
+/// Returns what the buffer now holds, `None` while nothing waits.
+pub(super) fn deliver_waiting(record: &mut Record, s: &mut Streamed) -> Option<Vec<u8>> {
+    s.recovery.as_ref()?.passed.as_ref()?;
+    let mut r = s.recovery.take()?;
+    let body = r.passed.take()?;
+    Some(recovered_events(record, s, r, body))
+}
+
+/// The held round's kept bytes, then the passing answer as the vendor's events; whatever the
+/// upstream still sends of the first answer is dropped.
+fn recovered_events(
+    record: &mut Record,
+    s: &mut Streamed,
+    r: StreamRecovery,
+    body: Vec<u8>,
+) -> Vec<u8> {
+    let StreamRecovery {
+        recovery,
+        mut kept,
+        early,
+        ..
+    } = r;
+    record.response_id = answer_id(s.asked.api, &body).or(record.response_id.take());
+    // Asked before the first answer ended: its usage is known only now.
+    let body = if early {
+        let mut total = api::answer_usage(s.asked.api, &body).unwrap_or_default();
+        total.add(&first_answer_usage(s));
+        api::with_usage(s.asked.api, &body, &total).unwrap_or(body)
+    } else {
+        body
+    };
+    match api::as_stream(s.asked.api, &body, &s.asked.request) {
+        Ok(mut events) => kept.append(&mut events),
+        Err(_) => {
+            let check = check_index(&s.asked.version, &recovery.first_stop.check)
+                .or_else(|| first_blocking_output_check(&s.asked.version))
+                .unwrap_or_default();
+            kept.append(&mut s.rewriter.cut(check));
+            s.cut = true;
+        }
+    }
+    s.ended = true;
+    kept
 }
 
 /// The upstream's id of a non-streamed answer: the id the caller of a recovered turn sees.

@@ -1,6 +1,6 @@
 //! A streamed answer: each upstream chunk rewritten as it passes, held rounds decided, cuts ended.
 
-use super::recovering::start_stream_recovery;
+use super::recovering::{deliver_waiting, start_stream_recovery};
 use super::*;
 
 impl Turn {
@@ -51,6 +51,7 @@ impl Turn {
             copy,
             close_pending: false,
             recovery: None,
+            upstream_ended: false,
         });
         if !identity {
             // Compressed despite `accept-encoding: identity`: nothing can be read, so the turn is
@@ -93,6 +94,7 @@ pub(super) fn stream_chunk(
     body_size: usize,
     end_of_stream: bool,
 ) -> Flow {
+    s.upstream_ended |= end_of_stream;
     if s.ended {
         let mut out = std::mem::take(&mut s.pending);
         // The close waits for a callback after the one that carried the closing events.
@@ -120,6 +122,12 @@ pub(super) fn stream_chunk(
             }
         }
         let kept = r.kept.clone();
+        if end_of_stream {
+            if let Some(out) = deliver_waiting(record, s) {
+                replace_chunk(host, body_size, &out);
+                return Flow::Continue;
+            }
+        }
         replace_chunk(host, body_size, &kept);
         return Flow::Pause;
     }
@@ -152,7 +160,11 @@ pub(super) fn stream_chunk(
     }
     if let Some(round) = step.round_end.take() {
         // The round's text is scanned once; the judge is asked only when every rule passed.
-        let failed = s.asked.version.output_rules.failed_checks(&round.rule_text);
+        let mut failed = s.asked.version.output_rules.failed_checks(&round.rule_text);
+        if let Some(check) = round.early.filter(|c| !failed.contains(c)) {
+            // Ended early on this rule's match: it failed, whatever a search of the text says.
+            failed.push(check);
+        }
         let judged_apply = !round.asks_for_tool
             && !judge::blocking_judged(&s.asked.version, Stage::Output).is_empty();
         if failed.is_empty() && judged_apply {
@@ -187,6 +199,7 @@ pub(super) fn stream_chunk(
             failed: &failed,
             judged: &[],
             undecided: &[],
+            early: round.early.is_some(),
         };
         match close_round(host, policy, record, s, &decided_round, &mut step) {
             Closed::Released if !round.asks_for_tool => {
@@ -248,6 +261,7 @@ pub(super) fn settle_stream(
         failed: &[],
         judged: &judging.judged,
         undecided: &undecided,
+        early: false,
     };
     match close_round(host, policy, record, s, &round, &mut step) {
         Closed::Released => {
@@ -288,6 +302,8 @@ struct Decided<'a> {
     judged: &'a [(usize, Outcome)],
     /// Checks still with the judge when another stopped the round.
     undecided: &'a [usize],
+    /// Decided before the answer ended (its text already failed a rule).
+    early: bool,
 }
 
 /// How a decided round went on.
@@ -313,6 +329,7 @@ fn close_round(
         failed,
         judged,
         undecided,
+        early,
     } = *round;
     let verdict = decide(
         &s.asked.version,
@@ -336,7 +353,7 @@ fn close_round(
         .collect();
     decided(host, record, &s.asked.version, &results);
     if let Some(stop) = &verdict.stop {
-        if start_stream_recovery(host, policy, s, stop, &results) {
+        if start_stream_recovery(host, policy, s, stop, &results, early) {
             return Closed::Recovering;
         }
     }

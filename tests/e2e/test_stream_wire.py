@@ -211,3 +211,28 @@ def test_a_plain_turn_works_for_http1_and_http2_callers(envoy, double, vendor, p
                 model="gpt-4o", input="hi").output_text
         assert text == "Hello."
         assert tee.http_version == ("HTTP/2" if PROTOCOLS[protocol] else "HTTP/1.1")
+
+
+@pytest.mark.parametrize("sdk", ["anthropic.messages.create(stream=True)", "openai.chat.completions.create(stream=True)",
+                                 "AsyncOpenAI.responses.create(stream=True)"])
+def test_a_held_round_whose_text_already_failed_ends_without_waiting_for_the_model(livecheck_envoy, double, sdk):
+    """The seed's `no-iban` asks for recovery, so the round is held whole. Once its text holds an IBAN
+    the round is decided: the model is asked again (here the sidecar is not reachable, so the round is
+    withheld with the blocked reply) without reading the rest of the doomed answer, ~30 s of it."""
+    vendor = EVERY_SDK_PATH[sdk][0]
+    words = FORBIDDEN + [f" w{i}" for i in range(600)]
+    r = run(livecheck_envoy, double, sdk, "http1", words, chunk_delay=0.05, mark=b"today")
+    w = r.written
+
+    returned, gone = r.returned_at - w.marked_at, (w.gone_at - w.marked_at) if w.gone_at else None
+    print(f"\n{sdk}: held round decided early: cut→return {returned:.3f} s, cut→upstream gone {gone}")
+    assert b"Never share a password" in r.raw, "the blocked reply"
+    for piece in [b"Pay to", *NEVER_SENT]:
+        assert piece not in r.raw, f"{piece!r} reached the caller"
+    if vendor in ENDS_AT_CLOSING_EVENTS:
+        assert r.raised is None, repr(r.raised)
+    else:
+        assert r.raised is not None and is_connection_error(r.raised), repr(r.raised)
+    assert returned < 1.0, f"the caller waited {returned:.2f} s after the round was doomed"
+    assert gone is not None and gone < 1.0, f"the upstream kept generating (gone after {gone})"
+    assert not w.completed
