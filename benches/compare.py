@@ -767,7 +767,7 @@ def write_report(r: dict) -> None:
     w(f"(a) plain Envoy: `envoy/livecheck.yaml` without the wasm filter; (b) the same with the no-op wasm filter "
       f"(`benches/noop-filter`, loaded exactly as livecheck: V8, same position, same plugin settings); (c) with "
       f"livecheck and the rules; (d) LiteLLM proxy (one worker). Envoy configs keep caller connections alive "
-      f"(the shipped `max_requests_per_connection: 1` is for cut streams). Load: oha, {CONNECTIONS} connections. "
+      f"(as shipped). Load: oha, {CONNECTIONS} connections. "
       f"Sanity before measuring: each variant forwarded a plain turn to the double; livecheck (`X-Core-Check` "
       f"`{r['sanity']['c']['x-core-check'][0]}` / `{r['sanity']['c']['x-core-check'][1]}`) and LiteLLM "
       f"(HTTP {r['sanity']['d']['question']} / {r['sanity']['d']['answer']}) blocked a question containing the "

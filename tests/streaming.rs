@@ -145,6 +145,36 @@ fn a_clean_stream_arrives_whole_and_unpadded_under_every_chunking() {
 }
 
 #[test]
+fn text_held_at_event_ends_costs_no_extra_events_on_the_wire() {
+    // Every event ends with "N", which could begin an IBAN: it is held, then goes out at the
+    // start of the next event, so the caller gets as many events as the upstream sent.
+    let pieces = ["Go to N", "L1 or N", "L2 or N", "L3 then stop."];
+    for vendor in VENDORS {
+        let (mut host, s) = streaming(vendor);
+        let upstream = stream(vendor, &pieces);
+        for event in &upstream {
+            host.send_response_body(s, event.as_bytes(), false).unwrap();
+        }
+        host.send_response_body(s, b"", true).unwrap();
+        let upstream = upstream.concat();
+        let caller = host.caller_received(s);
+        let got = read_stream(vendor, &caller.body_text());
+        assert_eq!(got.text, pieces.concat(), "{vendor:?}");
+        assert_eq!(
+            caller.body_text().matches("data:").count(),
+            upstream.matches("data:").count(),
+            "{vendor:?}: as many events as the upstream sent"
+        );
+        assert!(
+            within_wire_budget(caller.body.len(), upstream.len()),
+            "{vendor:?}: {} bytes for the upstream's {}",
+            caller.body.len(),
+            upstream.len()
+        );
+    }
+}
+
+#[test]
 fn a_framed_clean_stream_is_padded_to_its_announced_length() {
     for vendor in VENDORS {
         let mut host = livecheck(&rules_framed());

@@ -5,7 +5,9 @@
 //! text (answer text, tool-call arguments). Checked text goes to its channel's [`Holdback`] (a
 //! channel is the text of one answer: Chat's `n > 1` choices each have one). Pieces leave in
 //! upstream order, each as soon as the text in it is confirmed; a piece whose text is confirmed
-//! only in part is cut in two valid events of the vendor's format (the part now, the rest later).
+//! only in part is cut in two valid events of the vendor's format (the part now, the rest later);
+//! the rest joins the next event when that one is the same kind of text event (`Piece::absorb`),
+//! so text held at an event's end costs no extra event on the wire.
 //! Events without checked text wait for the text before them, so the order never changes in
 //! [`Hold::Rules`]. In the whole-text modes the answer's pieces and the round's last events are set
 //! aside until the caller of [`Rewriter::release`] or [`Rewriter::cut`] decided.
@@ -342,7 +344,12 @@ impl Rewriter {
         for call in &unit.calls_done {
             self.open_calls.remove(call);
         }
-        let piece = Piece { ev, fields, calls };
+        let piece = Piece {
+            ev,
+            fields,
+            calls,
+            rest: false,
+        };
         let aside = match (self.phase, self.hold) {
             (Phase::Released, _) | (_, Hold::Rules) => false,
             (_, Hold::Everything) => true,
@@ -477,6 +484,11 @@ impl Rewriter {
         // Calls found complete and confirmed in this pass: the rest of their events go too.
         let mut cleared: Vec<u64> = Vec::new();
         while let Some(mut piece) = self.queue.pop_front() {
+            if let Some(next) = self.queue.front_mut() {
+                if next.absorb(&mut piece, self.format.as_ref()) {
+                    continue;
+                }
+            }
             if !finishing && !piece.calls.iter().all(|c| cleared.contains(c)) {
                 if !self.call_goes(&piece, cut_at) {
                     self.queue.push_front(piece);
@@ -510,6 +522,7 @@ impl Rewriter {
                 self.format.part(&mut now);
                 self.format.write(now, out);
                 self.format.rest(&mut piece.ev);
+                piece.rest = true;
             }
             self.queue.push_front(piece);
             return;
@@ -633,7 +646,11 @@ impl Channel {
 }
 
 fn set_text(ev: &mut Ev, pointer: &str, text: String) {
-    if let Some(slot) = ev.data.pointer_mut(pointer) {
+    set_text_value(&mut ev.data, pointer, text);
+}
+
+fn set_text_value(data: &mut Value, pointer: &str, text: String) {
+    if let Some(slot) = data.pointer_mut(pointer) {
         *slot = Value::String(text);
     }
 }
@@ -736,6 +753,67 @@ struct Piece {
     fields: Vec<Field>,
     /// The tool calls it is part of, when rules read tool calls: it goes only with all of them.
     calls: Vec<u64>,
+    /// What is left of an event whose first part went out (its text was confirmed only in part).
+    rest: bool,
+}
+
+impl Piece {
+    /// Takes `rest`, what is left of the event before this one, into this one: its text goes
+    /// first in this event's text, so the caller gets as many events as the upstream sent, not
+    /// one more per split. Only for two text events of the same kind and place that differ in
+    /// nothing but their text (and their numbering); `false` when they cannot be joined.
+    fn absorb(&mut self, rest: &mut Piece, format: &dyn Format) -> bool {
+        let ([r], [n]) = (rest.fields.as_slice(), self.fields.as_slice()) else {
+            return false;
+        };
+        let (FieldMap::Plain { start, end }, FieldMap::Plain { start: next, .. }) =
+            (&r.map, &n.map)
+        else {
+            return false;
+        };
+        let joinable = rest.rest
+            && r.pointer == n.pointer
+            && r.channel == n.channel
+            && end == next
+            && rest.calls.is_empty()
+            && self.calls.is_empty()
+            && rest.ev.name == self.ev.name
+            && same_but_text(&rest.ev, &self.ev, &r.pointer, format);
+        if !joinable {
+            return false;
+        }
+        let start = *start;
+        let (Some(taken), Some(field)) = (rest.fields.first_mut(), self.fields.first_mut()) else {
+            return false;
+        };
+        let text = std::mem::take(&mut taken.raw);
+        field.raw.insert_str(0, &text);
+        if let FieldMap::Plain { start: s, .. } = &mut field.map {
+            *s = start;
+        }
+        true
+    }
+}
+
+/// Whether `rest` (what is left of a split event) is `next` but for the text at `pointer` and
+/// the fields each event numbers for itself, once `next` is made a rest the same way.
+fn same_but_text(rest: &Ev, next: &Ev, pointer: &str, format: &dyn Format) -> bool {
+    let blank = |v: &mut Value| {
+        set_text_value(v, pointer, String::new());
+        if let Some(o) = v.as_object_mut() {
+            o.remove("sequence_number");
+            o.remove("obfuscation");
+        }
+    };
+    let mut a = rest.data.clone();
+    let mut b = Ev {
+        name: None,
+        data: next.data.clone(),
+    };
+    format.rest(&mut b);
+    blank(&mut a);
+    blank(&mut b.data);
+    a == b.data
 }
 
 #[derive(Debug)]

@@ -439,13 +439,24 @@ data: {"type":"content_block_start","index":0,"content_block":{"type":"text","te
     let step = rw.feed(delta(" to NL9").as_bytes());
     let data: Value = serde_json::from_str(&events(&step.out)[0].data).unwrap();
     assert_eq!(data["delta"]["text"], " to ");
-    // "NL9x" cannot: the held rest of the earlier event goes out, then the new one.
+    // "NL9x" cannot: the held rest of the earlier event goes out at the start of the new one (as
+    // many events as the upstream sent: a split costs no extra event on the wire).
     let step = rw.feed(delta("x").as_bytes());
     let texts: Vec<String> = events(&step.out)
         .iter()
         .map(|e| serde_json::from_str::<Value>(&e.data).unwrap()["delta"]["text"].to_string())
         .collect();
-    assert_eq!(texts, ["\"NL9\"", "\"x\""]);
+    assert_eq!(texts, ["\"NL9x\""]);
+    // Not into an event of another kind: the rest goes alone before it.
+    rw.feed(delta(" NL9").as_bytes());
+    assert!(rw
+        .feed(b"event: ping\ndata: {\"type\":\"ping\"}\n\n")
+        .out
+        .is_empty());
+    let sent = events(&rw.finish().out);
+    let data: Value = serde_json::from_str(&sent[0].data).unwrap();
+    assert_eq!(data["delta"]["text"], "NL9");
+    assert_eq!(sent[1].event.as_deref(), Some("ping"));
 }
 
 #[test]
