@@ -156,6 +156,14 @@ impl Format for Anthropic {
         Ok(unit)
     }
 
+    fn joins(&self, rest: &Ev, next: &Ev) -> bool {
+        let text = |ev: &Ev| {
+            str_at(&ev.data, "/type") == Some("content_block_delta")
+                && str_at(&ev.data, "/delta/type") == Some("text_delta")
+        };
+        text(rest) && text(next) && rest.data.get("index") == next.data.get("index")
+    }
+
     fn write(&mut self, mut ev: Ev, out: &mut Vec<u8>) {
         match str_at(&ev.data, "/type") {
             Some("message_start") => self.started = true,

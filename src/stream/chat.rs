@@ -156,7 +156,7 @@ impl Format for Chat {
                 });
                 content = true;
             }
-            if let Some(Value::Array(calls)) = choice.pointer("/delta/tool_calls") {
+            if let Some(Value::Array(calls)) = util::at(choice, "/delta/tool_calls") {
                 asks |= !calls.is_empty();
                 for (j, call) in calls.iter().enumerate() {
                     let n = u64_at(call, "/index").unwrap_or(j as u64);
@@ -173,10 +173,7 @@ impl Format for Chat {
                     }
                 }
             }
-            if choice
-                .pointer("/delta/function_call")
-                .is_some_and(|f| !f.is_null())
-            {
+            if util::at(choice, "/delta/function_call").is_some_and(|f| !f.is_null()) {
                 parts.writes(&mut self.writing, index, call_key(index, 0xffff_ffff));
             }
             if str_at(choice, "/delta/function_call/arguments").is_some_and(|t| !t.is_empty()) {
@@ -252,6 +249,30 @@ impl Format for Chat {
         }
     }
 
+    fn joins(&self, rest: &Ev, next: &Ev) -> bool {
+        fn only(ev: &Ev) -> Option<&Value> {
+            match ev.data.get("choices") {
+                Some(Value::Array(choices)) if choices.len() == 1 => choices.first(),
+                _ => None,
+            }
+        }
+        let (Some(r), Some(n)) = (only(rest), only(next)) else {
+            return false;
+        };
+        let text_only = |c: &Value| {
+            c.get("delta")
+                .and_then(Value::as_object)
+                .is_some_and(|d| d.len() == 1 && d.get("content").is_some_and(Value::is_string))
+                && c.get("finish_reason").is_none_or(Value::is_null)
+                && c.get("logprobs").is_none_or(Value::is_null)
+        };
+        r.get("index") == n.get("index")
+            && text_only(r)
+            && text_only(n)
+            && next.data.get("usage").is_none_or(Value::is_null)
+            && rest.data.get("id") == next.data.get("id")
+    }
+
     fn rest(&self, ev: &mut Ev) {
         let Value::Object(chunk) = &mut ev.data else {
             return;
@@ -261,10 +282,10 @@ impl Format for Chat {
         };
         for choice in choices.iter_mut() {
             let mut delta = Map::new();
-            if let Some(content) = choice.pointer("/delta/content").filter(|c| c.is_string()) {
+            if let Some(content) = util::at(choice, "/delta/content").filter(|c| c.is_string()) {
                 delta.insert("content".into(), content.clone());
             }
-            if let Some(Value::Array(calls)) = choice.pointer("/delta/tool_calls") {
+            if let Some(Value::Array(calls)) = util::at(choice, "/delta/tool_calls") {
                 let calls: Vec<Value> = calls
                     .iter()
                     .map(|call| {
@@ -272,7 +293,7 @@ impl Format for Chat {
                         if let Some(index) = call.get("index") {
                             bare.insert("index".into(), index.clone());
                         }
-                        if let Some(arguments) = call.pointer("/function/arguments") {
+                        if let Some(arguments) = util::at(call, "/function/arguments") {
                             bare.insert("function".into(), json!({"arguments": arguments}));
                         }
                         Value::Object(bare)
@@ -280,7 +301,7 @@ impl Format for Chat {
                     .collect();
                 delta.insert("tool_calls".into(), Value::Array(calls));
             }
-            if let Some(arguments) = choice.pointer("/delta/function_call/arguments") {
+            if let Some(arguments) = util::at(choice, "/delta/function_call/arguments") {
                 delta.insert("function_call".into(), json!({"arguments": arguments}));
             }
             *choice = json!({

@@ -288,6 +288,18 @@ impl Format for Responses {
         util::write(&ev, out);
     }
 
+    fn joins(&self, rest: &Ev, next: &Ev) -> bool {
+        let text = |ev: &Ev| {
+            str_at(&ev.data, "/type") == Some("response.output_text.delta")
+                && ev
+                    .data
+                    .get("logprobs")
+                    .is_none_or(|l| l.is_null() || l.as_array().is_some_and(Vec::is_empty))
+        };
+        let same = |key: &str| rest.data.get(key) == next.data.get(key);
+        text(rest) && text(next) && same("item_id") && same("output_index") && same("content_index")
+    }
+
     fn part(&self, ev: &mut Ev) {
         // Log probabilities belong to whole tokens: they go with the last part.
         if ev.data.get("logprobs").is_some_and(Value::is_array) {
