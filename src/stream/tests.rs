@@ -572,6 +572,30 @@ fn whole_text_cut_says_the_blocked_reply() {
     }
 }
 
+/// A stream fed 5 bytes at a time to a rewriter that holds everything: nothing goes out, nothing
+/// is cut, one round ends. Returns the rewriter, the round, and how many chunks came after it.
+fn held_round(version: &Rc<Version>, api: Api, stream: &str) -> (Rewriter, RoundEnd, usize) {
+    let mut rw = Rewriter::new(
+        api,
+        Rc::clone(version),
+        &request(true),
+        Hold::Everything,
+        4096,
+    );
+    let mut round = None;
+    let mut fed_after = 0;
+    for chunk in stream.as_bytes().chunks(5) {
+        if round.is_some() {
+            fed_after += 1;
+        }
+        let step = rw.feed(chunk);
+        assert!(step.out.is_empty() && step.cut.is_none(), "{api:?}");
+        assert!(round.is_none() || step.round_end.is_none(), "one round end");
+        round = round.or(step.round_end);
+    }
+    (rw, round.expect("the round ended"), fed_after)
+}
+
 #[test]
 fn everything_shows_nothing_and_ends_the_round_once_its_text_holds_a_match() {
     let version = version(POLICY);
@@ -580,25 +604,7 @@ fn everything_shows_nothing_and_ends_the_round_once_its_text_holds_a_match() {
         (Api::ChatCompletions, CHAT_IBAN_ACROSS_EVENTS),
         (Api::Responses, RESPONSES_IBAN_ACROSS_EVENTS),
     ] {
-        let mut rw = Rewriter::new(
-            api,
-            Rc::clone(&version),
-            &request(true),
-            Hold::Everything,
-            4096,
-        );
-        let mut round = None;
-        let mut fed_after = 0;
-        for chunk in stream.as_bytes().chunks(5) {
-            if round.is_some() {
-                fed_after += 1;
-            }
-            let step = rw.feed(chunk);
-            assert!(step.out.is_empty() && step.cut.is_none(), "{api:?}");
-            assert!(round.is_none() || step.round_end.is_none(), "one round end");
-            round = round.or(step.round_end);
-        }
-        let round = round.unwrap();
+        let (mut rw, round, fed_after) = held_round(&version, api, stream);
         assert_eq!(round.early, Some(IBAN), "{api:?}");
         assert!(fed_after > 0, "{api:?}: decided before the answer ended");
         assert!(
@@ -630,20 +636,7 @@ fn everything_reads_a_clean_round_to_its_end() {
         (Api::Responses, RESPONSES_IBAN_ACROSS_EVENTS),
     ] {
         let stream = stream.replace("L91", "X91");
-        let mut rw = Rewriter::new(
-            api,
-            Rc::clone(&version),
-            &request(true),
-            Hold::Everything,
-            4096,
-        );
-        let mut round = None;
-        for chunk in stream.as_bytes().chunks(5) {
-            let step = rw.feed(chunk);
-            assert!(step.out.is_empty() && step.cut.is_none(), "{api:?}");
-            round = round.or(step.round_end);
-        }
-        let round = round.unwrap();
+        let (mut rw, round, _) = held_round(&version, api, &stream);
         assert_eq!(round.early, None);
         assert_eq!(
             round.answer_text,

@@ -28,7 +28,7 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from cut_support import VENDOR_EVENTS, VENDOR_PATH, anthropic_final, anthropic_iter, chat_iter, responses_iter
+from cut_support import VENDOR_EVENTS, VENDOR_PATH, Tee, anthropic_final, anthropic_iter, chat_iter, responses_iter
 from envoy_process import Envoy, JudgeSidecar, render_config, wasm_path
 from judge_backend_double import FAIL_MARKER, SLOW_MARKER, JudgeBackendDouble
 from upstream_double import Answer
@@ -294,39 +294,6 @@ def test_a_non_streamed_answer_is_held_until_judged(stack, double, judge_backend
 # --- (b) a judged streamed output check ----------------------------------------------------------------
 
 
-class _Tee(httpx.BaseTransport):
-    """The SDK's transport, recording the response headers and every body byte (the rest is drained
-    when the SDK closes the response: the OpenAI SDK stops reading at `data: [DONE]`)."""
-
-    def __init__(self) -> None:
-        self.inner = httpx.HTTPTransport()
-        self.headers: Optional[httpx.Headers] = None
-        self.body = bytearray()
-
-    def handle_request(self, request):
-        response = self.inner.handle_request(request)
-        self.headers = response.headers
-        inner, body = response.stream, self.body
-        chunks = iter(inner)
-
-        class Recorded(httpx.SyncByteStream):
-            def __iter__(self):
-                for chunk in chunks:
-                    body.extend(chunk)
-                    yield chunk
-
-            def close(self) -> None:
-                for chunk in chunks:
-                    body.extend(chunk)
-                inner.close()
-
-        return httpx.Response(response.status_code, headers=response.headers, stream=Recorded(),
-                              extensions=response.extensions)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
 # The SDK paths of cut_support.py: (base_url, headers, seen, got, **client) -> fills got{text, end}.
 SDK_PATHS: dict[str, tuple[str, Callable]] = {
     "anthropic.messages.stream()": ("anthropic", anthropic_final),
@@ -354,7 +321,7 @@ def test_a_streamed_answer_arrives_whole_after_the_judge_passed_it(fresh_stack, 
                 double.script(default=Answer(headers=SSE_HEADERS, body_chunks=VENDOR_EVENTS[vendor](0, words=words),
                                              chunk_delay=0.01, watch_peer=True, stop=stop))
                 judge_backend.reset()
-                tee = _Tee()
+                tee = Tee()
                 got: dict = {}
                 try:
                     path_fn(fresh_stack.envoy.url, {"x-core-agent": judge}, [], got, timeout=CLIENT_TIMEOUT,
