@@ -101,6 +101,33 @@ impl Root {
         }
         let _ = abi::set_effective_context(self.host.context_id);
     }
+
+    fn send_reports(&mut self, now: u64) {
+        let Some(policy) = &self.policy else {
+            return;
+        };
+        let jobs = self.host.outbox.borrow_mut().take_batch(now);
+        for job in jobs {
+            let headers: Vec<(&str, &str)> = job
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let sent = self.host.dispatch_callout(
+                &policy.judge_cluster,
+                &headers,
+                &job.body,
+                REPORT_TIMEOUT_MS,
+            );
+            match sent {
+                Some(token) => self.host.outbox.borrow_mut().sent(token, job),
+                None => {
+                    self.host.increment_counter("livecheck.reports.retried");
+                    self.host.outbox.borrow_mut().unsent(job, now);
+                }
+            }
+        }
+    }
 }
 
 impl Context for Root {
@@ -204,35 +231,6 @@ impl RootContext for Root {
                 random: RandomState::new(),
             },
         }))
-    }
-}
-
-impl Root {
-    fn send_reports(&mut self, now: u64) {
-        let Some(policy) = &self.policy else {
-            return;
-        };
-        let jobs = self.host.outbox.borrow_mut().take_batch(now);
-        for job in jobs {
-            let headers: Vec<(&str, &str)> = job
-                .headers
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            let sent = self.host.dispatch_callout(
-                &policy.judge_cluster,
-                &headers,
-                &job.body,
-                REPORT_TIMEOUT_MS,
-            );
-            match sent {
-                Some(token) => self.host.outbox.borrow_mut().sent(token, job),
-                None => {
-                    self.host.increment_counter("livecheck.reports.retried");
-                    self.host.outbox.borrow_mut().unsent(job, now);
-                }
-            }
-        }
     }
 }
 

@@ -766,6 +766,10 @@ impl Piece {
     /// one more per split. Only for two text events of the same kind and place that differ in
     /// nothing but their text (and their numbering); `false` when they cannot be joined.
     fn absorb(&mut self, rest: &mut Piece, format: &dyn Format) -> bool {
+        // Tried for every piece that leaves the queue: most are not a rest.
+        if !rest.rest {
+            return false;
+        }
         let ([r], [n]) = (rest.fields.as_slice(), self.fields.as_slice()) else {
             return false;
         };
@@ -774,8 +778,7 @@ impl Piece {
         else {
             return false;
         };
-        let joinable = rest.rest
-            && r.pointer == n.pointer
+        let joinable = r.pointer == n.pointer
             && r.channel == n.channel
             && end == next
             && rest.calls.is_empty()

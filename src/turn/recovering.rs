@@ -177,11 +177,7 @@ pub(super) fn stream_recovery_answered(
         }
         Next::Withhold => {
             let mut out = std::mem::take(&mut r.kept);
-            let check = check_index(&s.asked.version, &r.recovery.first_stop.check)
-                .or_else(|| first_blocking_output_check(&s.asked.version))
-                .unwrap_or_default();
-            out.append(&mut s.rewriter.cut(check));
-            s.cut = true;
+            out.append(&mut cut_with_first_stop(s, &r.recovery));
             s.ended = true;
             if !s.upstream_ended {
                 // The first model is stopped: a withheld round is a refusal, like a cut.
@@ -229,15 +225,20 @@ fn recovered_events(
     match api::as_stream(s.asked.api, &body, &s.asked.request) {
         Ok(mut events) => kept.append(&mut events),
         Err(_) => {
-            let check = check_index(&s.asked.version, &recovery.first_stop.check)
-                .or_else(|| first_blocking_output_check(&s.asked.version))
-                .unwrap_or_default();
-            kept.append(&mut s.rewriter.cut(check));
-            s.cut = true;
+            kept.append(&mut cut_with_first_stop(s, &recovery));
         }
     }
     s.ended = true;
     kept
+}
+
+/// No recovered answer goes out: the round is cut, naming the check that stopped it first.
+fn cut_with_first_stop(s: &mut Streamed, recovery: &Recovery) -> Vec<u8> {
+    let check = check_index(&s.asked.version, &recovery.first_stop.check)
+        .or_else(|| first_blocking_output_check(&s.asked.version))
+        .unwrap_or_default();
+    s.cut = true;
+    s.rewriter.cut(check)
 }
 
 /// The upstream's id of a non-streamed answer: the id the caller of a recovered turn sees.
