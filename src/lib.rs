@@ -17,6 +17,7 @@ pub mod scan;
 pub mod sse;
 pub mod stop;
 pub mod stream;
+pub mod tools;
 pub mod turn;
 pub mod verdict;
 

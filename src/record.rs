@@ -124,6 +124,30 @@ impl Record {
                 passed_on_error: result.passed_on_error,
                 created_at_ms: now_ms,
                 alert: wire_alert(check),
+                tool: None,
+                call: None,
+            });
+        }
+    }
+
+    /// Results of tool-call checks decided now, in the order decided.
+    pub fn tools_decided(&mut self, results: &[crate::tools::ToolResult], now_ms: u64) {
+        for r in results {
+            self.results.push(WireResult {
+                name: r.name.clone(),
+                stage: WireStage::Output,
+                kind: r.kind.to_owned(),
+                mode: WireMode::Block,
+                attempt: r.attempt,
+                outcome: wire_outcome(r.outcome),
+                score: None,
+                reason: r.reason.clone(),
+                judge_model: r.judge_model.clone(),
+                passed_on_error: false,
+                created_at_ms: now_ms,
+                alert: None,
+                tool: Some(r.tool.clone()),
+                call: Some(r.call),
             });
         }
     }
@@ -189,6 +213,18 @@ pub fn decided(
         if let Some(counter) = counter {
             host.increment_counter(counter);
         }
+    }
+}
+
+/// Tool-call check results decided now: counted as metrics and recorded for the turn's report.
+pub fn tools_decided(
+    host: &mut dyn Host,
+    record: &mut Record,
+    results: &[crate::tools::ToolResult],
+) {
+    record.tools_decided(results, host.now_unix_millis());
+    for r in results {
+        host.increment_counter(&r.counter);
     }
 }
 

@@ -15,6 +15,8 @@ pub enum Code {
     InputCheckFailed,
     OutputCheckFailed,
     CheckErrored,
+    /// A tool call was denied (by a `tool_checks` row or `allowed_tools`).
+    ToolCallDenied,
 }
 
 impl Code {
@@ -23,6 +25,7 @@ impl Code {
             Self::InputCheckFailed => "input_check_failed",
             Self::OutputCheckFailed => "output_check_failed",
             Self::CheckErrored => "check_errored",
+            Self::ToolCallDenied => "tool_call_denied",
         }
     }
 
@@ -54,6 +57,7 @@ impl Stop {
             Code::InputCheckFailed => TokenRef::constant("input_check_failed"),
             Code::OutputCheckFailed => TokenRef::constant("output_check_failed"),
             Code::CheckErrored => TokenRef::constant("check_errored"),
+            Code::ToolCallDenied => TokenRef::constant("tool_call_denied"),
         };
         let check = StringRef::from_str(&self.check).ok()?;
         let mut dict = DictSerializer::new();

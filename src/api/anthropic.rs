@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 use super::json::{
     bool_field, opt_str_field, push_event, scalars_of_text, scalars_of_value, str_field,
 };
-use super::{content_texts, join_lines, push_tool_call, Answer, Ids, Request};
+use super::{content_texts, intent, join_lines, push_tool_call, Answer, Ids, Request, ToolCall};
 
 /// Block types whose `input` is a tool call the model makes.
 const TOOL_USE_BLOCKS: &[&str] = &["tool_use", "server_tool_use", "mcp_tool_use"];
@@ -20,7 +20,7 @@ pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String
     let Some(Value::Array(messages)) = body.get("messages") else {
         return Err("messages must be an array".into());
     };
-    let mut last_user_text = String::new();
+    let mut user_texts: Vec<String> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         let Value::Object(message) = message else {
             return Err(format!("messages[{i}] must be an object"));
@@ -36,13 +36,14 @@ pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String
         }
         let text = join_lines(&texts);
         if role == "user" && !text.is_empty() {
-            last_user_text = text;
+            user_texts.push(text);
         }
         pieces.extend(texts);
     }
     Ok(Request {
         input_text: join_lines(&pieces),
-        last_user_text,
+        last_user_text: user_texts.last().cloned().unwrap_or_default(),
+        intent: intent(user_texts),
         stream: bool_field(body, "stream")?,
         background: false,
         include_usage: false,
@@ -72,6 +73,7 @@ pub(super) fn parse_answer(raw: &str, body: &Map<String, Value>) -> Result<Answe
         .unwrap_or_default();
     let mut text = String::new();
     let mut calls = Vec::new();
+    let mut tool_calls = Vec::new();
     for (i, block) in content.iter().enumerate() {
         let Value::Object(block) = block else {
             return Err(format!("content[{i}] must be an object"));
@@ -79,11 +81,23 @@ pub(super) fn parse_answer(raw: &str, body: &Map<String, Value>) -> Result<Answe
         match str_field(block, "type") {
             Some("text") => text.push_str(str_field(block, "text").unwrap_or_default()),
             Some(kind) if TOOL_USE_BLOCKS.contains(&kind) => {
-                let values = match raw_blocks.get(i).and_then(|b| b.input) {
+                let input = raw_blocks.get(i).and_then(|b| b.input);
+                let values = match input {
                     Some(input) => scalars_of_text(input.get()),
                     None => block.get("input").map(scalars_of_value).unwrap_or_default(),
                 };
                 calls.push(values);
+                // Server and MCP tool uses ran at Anthropic: only the caller's own tools are checked.
+                if kind == "tool_use" {
+                    tool_calls.push(ToolCall {
+                        name: str_field(block, "name").unwrap_or_default().to_owned(),
+                        arguments: input.map_or_else(
+                            || block.get("input").map(Value::to_string).unwrap_or_default(),
+                            |i| i.get().to_owned(),
+                        ),
+                        json: true,
+                    });
+                }
             }
             _ => {}
         }
@@ -97,6 +111,7 @@ pub(super) fn parse_answer(raw: &str, body: &Map<String, Value>) -> Result<Answe
         rule_text,
         asks_for_tool: str_field(body, "stop_reason") == Some("tool_use"),
         id: str_field(body, "id").map(str::to_owned),
+        calls: tool_calls,
     })
 }
 

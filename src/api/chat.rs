@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use super::json::{bool_field, opt_str_field, push_event, scalars_of_text, str_field};
-use super::{content_texts, join_lines, push_tool_call, Answer, Ids, Request};
+use super::{content_texts, intent, join_lines, push_tool_call, Answer, Ids, Request, ToolCall};
 
 /// Roles whose text an input check does not read: the model's own, and tool results.
 const UNREAD_ROLES: &[&str] = &["assistant", "tool", "function"];
@@ -16,7 +16,7 @@ pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String
         return Err("messages must be an array".into());
     };
     let mut pieces = Vec::new();
-    let mut last_user_text = String::new();
+    let mut user_texts: Vec<String> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         let Value::Object(message) = message else {
             return Err(format!("messages[{i}] must be an object"));
@@ -32,7 +32,7 @@ pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String
         }
         let text = join_lines(&texts);
         if role == "user" && !text.is_empty() {
-            last_user_text = text;
+            user_texts.push(text);
         }
         pieces.extend(texts);
     }
@@ -44,7 +44,8 @@ pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String
     };
     Ok(Request {
         input_text: join_lines(&pieces),
-        last_user_text,
+        last_user_text: user_texts.last().cloned().unwrap_or_default(),
+        intent: intent(user_texts),
         stream: bool_field(body, "stream")?,
         background: false,
         include_usage,
@@ -58,6 +59,7 @@ pub(super) fn parse_answer(body: &Map<String, Value>) -> Result<Answer, String> 
     };
     let mut text = String::new();
     let mut calls = Vec::new();
+    let mut the_calls = Vec::new();
     let mut asks_for_tool = false;
     for (i, choice) in choices.iter().enumerate() {
         let Value::Object(choice) = choice else {
@@ -80,11 +82,13 @@ pub(super) fn parse_answer(body: &Map<String, Value>) -> Result<Answer, String> 
             asks_for_tool |= !tool_calls.is_empty();
             for call in tool_calls {
                 calls.push(tool_call_values(call));
+                the_calls.push(tool_call(call));
             }
         }
         if let Some(call @ Value::Object(_)) = message.get("function_call") {
             asks_for_tool = true;
             calls.push(arguments_values(call.get("arguments")));
+            the_calls.push(function_call(call));
         }
     }
     let mut rule_text = text.clone();
@@ -96,7 +100,46 @@ pub(super) fn parse_answer(body: &Map<String, Value>) -> Result<Answer, String> 
         rule_text,
         asks_for_tool,
         id: str_field(body, "id").map(str::to_owned),
+        calls: the_calls,
     })
+}
+
+/// A `tool_calls` entry as tool-call checks read it: a function's name and JSON arguments, or a
+/// custom tool's name and free input.
+fn tool_call(call: &Value) -> ToolCall {
+    if let Some(function) = call.get("function") {
+        return function_call(function);
+    }
+    let custom = call.get("custom");
+    ToolCall {
+        name: custom
+            .and_then(|c| c.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        arguments: custom
+            .and_then(|c| c.get("input"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        json: false,
+    }
+}
+
+/// `{"name": …, "arguments": "<JSON text>"}`: a function call (and the legacy `function_call`).
+fn function_call(function: &Value) -> ToolCall {
+    let field = |k: &str| {
+        function
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    ToolCall {
+        name: field("name"),
+        arguments: field("arguments"),
+        json: true,
+    }
 }
 
 /// A tool call's argument values: `function.arguments` (a JSON text), or a custom tool's free

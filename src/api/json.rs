@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 /// Parses a request body: UTF-8, one JSON value, and no object with the same key twice (after
 /// unescaping), at any depth. Depth is bounded by serde_json's recursion limit (128).
-pub(super) fn parse_strict(body: &[u8]) -> Result<Value, String> {
+pub(crate) fn parse_strict(body: &[u8]) -> Result<Value, String> {
     let body =
         std::str::from_utf8(body).map_err(|_| "the request body is not UTF-8".to_string())?;
     match serde_json::from_str::<Strict>(body) {

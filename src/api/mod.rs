@@ -14,7 +14,7 @@ mod anthropic;
 mod chat;
 #[cfg(test)]
 mod fixtures;
-mod json;
+pub(crate) mod json;
 mod peek;
 mod recovered;
 mod responses;
@@ -66,6 +66,10 @@ pub struct Request {
     /// The text of the last user message that has text (a turn that only returns tool results is
     /// skipped): what a judge reads beside an answer.
     pub last_user_text: String,
+    /// The text of the last user messages that have text (at most
+    /// [`livecheck_wire::INTENT_MESSAGES`]), oldest first: what a tool-call check's judge reads as
+    /// the user's intent.
+    pub intent: Vec<String>,
     /// `"stream": true`.
     pub stream: bool,
     /// `"background": true` (Responses only).
@@ -88,6 +92,21 @@ pub struct Answer {
     pub asks_for_tool: bool,
     /// The answer's id (`msg_…`, `chatcmpl-…`, `resp_…`).
     pub id: Option<String>,
+    /// The tool calls it asks the caller to run, in order (tool-call checks read them). Tools the
+    /// vendor runs itself (Anthropic server tools, Responses hosted tools) already ran: not here.
+    pub calls: Vec<ToolCall>,
+}
+
+/// A tool call as tool-call checks read it: a model's (any vendor, streamed or not) or an MCP
+/// client's `tools/call`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The tool's name; for a Responses built-in tool (`computer_call`, `local_shell_call`, …) the
+    /// item's type.
+    pub name: String,
+    /// The arguments as written: JSON text, or free text when `json` is false (a custom tool).
+    pub arguments: String,
+    pub json: bool,
 }
 
 /// Whether a Responses output item of this type ends the round asking the caller to act (hosted
@@ -230,6 +249,15 @@ fn answer_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, BadAnswe
         Ok(_) => Err(BadAnswer("the answer body is not a JSON object".into())),
         Err(_) => Err(BadAnswer("the answer body is not JSON".into())),
     }
+}
+
+/// The last [`livecheck_wire::INTENT_MESSAGES`] user texts, oldest first.
+fn intent(mut user_texts: Vec<String>) -> Vec<String> {
+    let extra = user_texts
+        .len()
+        .saturating_sub(livecheck_wire::INTENT_MESSAGES);
+    user_texts.drain(..extra);
+    user_texts
 }
 
 /// Joins the non-empty pieces of text with `"\n"`.

@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 use super::json::{
     bool_field, opt_str_field, push_event, scalars_of_text, scalars_of_value, str_field, to_vec,
 };
-use super::{content_texts, join_lines, push_tool_call, Answer, Ids, Request};
+use super::{content_texts, intent, join_lines, push_tool_call, Answer, Ids, Request, ToolCall};
 
 /// Content part types a caller's message carries text in.
 const TEXT_PARTS: &[&str] = &["input_text", "text", "output_text"];
@@ -39,11 +39,11 @@ pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String
         Some(Value::Object(prompt)) => pieces.extend(prompt_variables(prompt)?),
         Some(_) => return Err("prompt must be an object".into()),
     }
-    let mut last_user_text = String::new();
+    let mut user_texts: Vec<String> = Vec::new();
     match body.get("input") {
         None | Some(Value::Null) => {}
         Some(Value::String(input)) => {
-            last_user_text = input.clone();
+            user_texts.push(input.clone());
             pieces.push(input.clone());
         }
         Some(Value::Array(items)) => {
@@ -66,7 +66,7 @@ pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String
                 }
                 let text = join_lines(&texts);
                 if role == "user" && !text.is_empty() {
-                    last_user_text = text;
+                    user_texts.push(text);
                 }
                 pieces.extend(texts);
             }
@@ -75,7 +75,8 @@ pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String
     }
     Ok(Request {
         input_text: join_lines(&pieces),
-        last_user_text,
+        last_user_text: user_texts.last().cloned().unwrap_or_default(),
+        intent: intent(user_texts),
         stream: bool_field(body, "stream")?,
         background: bool_field(body, "background")?,
         include_usage: false,
@@ -124,6 +125,7 @@ pub(super) fn parse_answer(body: &Map<String, Value>) -> Result<Answer, String> 
     };
     let mut text = String::new();
     let mut calls = Vec::new();
+    let mut the_calls = Vec::new();
     let mut asks_for_tool = false;
     for (i, item) in output.iter().enumerate() {
         let Value::Object(item) = item else {
@@ -137,8 +139,12 @@ pub(super) fn parse_answer(body: &Map<String, Value>) -> Result<Answer, String> 
                 }
             }
             Some(kind) if is_tool_call(kind) => {
-                asks_for_tool |= CALLER_TOOL_CALLS.contains(&kind);
+                let caller = CALLER_TOOL_CALLS.contains(&kind);
+                asks_for_tool |= caller;
                 calls.push(call_values(item));
+                if caller {
+                    the_calls.push(tool_call(kind, item));
+                }
             }
             _ => {}
         }
@@ -152,7 +158,38 @@ pub(super) fn parse_answer(body: &Map<String, Value>) -> Result<Answer, String> 
         rule_text,
         asks_for_tool,
         id: str_field(body, "id").map(str::to_owned),
+        calls: the_calls,
     })
+}
+
+/// A caller-run tool-call item as tool-call checks read it: a function's name and JSON
+/// `arguments`, a custom tool's name and free `input`; a built-in tool (`computer_call`,
+/// `local_shell_call`, …) is named by its type, its arguments the JSON of what it would do.
+pub(crate) fn tool_call(kind: &str, item: &Map<String, Value>) -> ToolCall {
+    match kind {
+        "function_call" => ToolCall {
+            name: str_field(item, "name").unwrap_or_default().to_owned(),
+            arguments: str_field(item, "arguments").unwrap_or_default().to_owned(),
+            json: true,
+        },
+        "custom_tool_call" => ToolCall {
+            name: str_field(item, "name").unwrap_or_default().to_owned(),
+            arguments: str_field(item, "input").unwrap_or_default().to_owned(),
+            json: false,
+        },
+        _ => {
+            let what: Map<String, Value> = item
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "id" | "call_id" | "type" | "status"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            ToolCall {
+                name: kind.to_owned(),
+                arguments: Value::Object(what).to_string(),
+                json: true,
+            }
+        }
+    }
 }
 
 /// What the model wrote for a tool: `arguments` (a JSON text), a custom tool's free `input`, and

@@ -20,6 +20,7 @@ fn request(stream: bool) -> Request {
     Request {
         input_text: "password".into(),
         last_user_text: "password".into(),
+        intent: vec!["password".into()],
         stream,
         background: false,
         include_usage: true,

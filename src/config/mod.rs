@@ -4,6 +4,7 @@
 //! fixes a config in one pass. Errors never quote a pattern or forbidden text: they are logged.
 
 mod raw;
+mod tools;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -14,6 +15,9 @@ use serde::de::DeserializeOwned;
 use crate::pattern::{compile_forbidden_text, compile_pattern, Rule, MAX_MATCH_LIMIT};
 use crate::scan::RuleSet;
 use raw::{RawAgent, RawCheck, RawMode, RawOnError, RawPolicy, RawStage, RawVersion};
+pub use tools::{
+    ArgRule, Glob, ToolChecks, ToolRow, ToolTest, ALLOWED_TOOLS, DEFAULT_TOOL_TIMEOUT_MS,
+};
 
 pub const DEFAULT_AGENT_HEADER: &str = "x-core-agent";
 pub const DEFAULT_VERSION_HEADER: &str = "x-core-version";
@@ -66,6 +70,8 @@ pub struct Version {
     pub checks: Vec<Check>,
     pub input_rules: RuleSet,
     pub output_rules: RuleSet,
+    /// `allowed_tools` and `tool_checks`: what may deny a tool call.
+    pub tools: ToolChecks,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -501,6 +507,8 @@ impl Compiler<'_> {
         // Only the output stage is read as a stream.
         let input_rules = self.rule_set(at, RuleSet::new(&input))?;
         let output_rules = self.rule_set(at, RuleSet::streamed(&output))?;
+        let taken: Vec<&str> = checks.iter().map(|c| c.name.as_str()).collect();
+        let tools = self.tool_checks(at, agent, raw.allowed_tools, raw.tool_checks, &taken);
         Some(Version {
             agent: agent.to_owned(),
             id: id.to_owned(),
@@ -511,6 +519,7 @@ impl Compiler<'_> {
             checks,
             input_rules,
             output_rules,
+            tools,
         })
     }
 

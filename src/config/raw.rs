@@ -51,6 +51,11 @@ pub struct RawVersion {
     pub deadline_ms: Option<u64>,
     #[serde(default)]
     pub live_checks: Vec<serde_json::Value>,
+    /// Rows that deny tool calls, read per row so one bad row is one error.
+    #[serde(default)]
+    pub tool_checks: Vec<serde_json::Value>,
+    /// The tools the model may call (names or globs); a call to any other is denied.
+    pub allowed_tools: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -99,4 +104,34 @@ pub enum RawOnError {
 pub struct RawAlert {
     pub failure_rate: f64,
     pub over_last: u32,
+}
+
+/// One row of a version's `tool_checks`: it denies a tool call when its test holds.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawToolCheck {
+    pub name: String,
+    /// The tool it applies to: a name or a glob (`*`, `?`); default every tool.
+    pub tool: Option<String>,
+    /// A plain-language condition, judged: when it holds, the call is denied.
+    pub when: Option<String>,
+    /// Rules over the call's arguments, decided in the filter: any that matches denies the call.
+    pub args: Option<Vec<RawArgRule>>,
+    /// Shown to the agent when the row denies a call (else the judge's explanation).
+    pub reason: Option<String>,
+    pub judge_model: Option<String>,
+    /// How long the judge may take on this row (default 60 000).
+    pub timeout_ms: Option<u64>,
+    /// Ask the model again, told of the denial and its reason.
+    pub recover: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawArgRule {
+    /// JSON pointer into the call's arguments (`""`: all of them).
+    pub pointer: String,
+    pub not_contains: Option<String>,
+    pub pattern: Option<String>,
+    pub max_match: Option<usize>,
 }

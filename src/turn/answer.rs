@@ -192,7 +192,14 @@ impl Turn {
         );
         self.state = State::Done;
         if let (None, Some(answer)) = (&rules.stop, &answer) {
+            if !answer.calls.is_empty() && asked.version.tools.any() {
+                // Rules passed; the calls are checked next (judged checks read no answer that
+                // asks for a tool).
+                decided(host, &mut self.record, &asked.version, &rules.results);
+                return self.check_calls(host, asked, answer.calls.clone(), body);
+            }
             let judged = !answer.asks_for_tool
+                && answer.calls.is_empty()
                 && !judge::blocking_judged(&asked.version, Stage::Output).is_empty();
             if judged {
                 let withheld = withheld(host, &asked);

@@ -72,6 +72,9 @@ impl Turn {
             host.log(LogLevel::Warn, "livecheck: an unknown callout answered");
             return;
         }
+        if self.call_verdict(host, token, body_size) {
+            return;
+        }
         if let State::Recovering(r) = &mut self.state {
             if !r.recovery.owns(token) {
                 host.log(LogLevel::Warn, "livecheck: an unknown callout answered");

@@ -10,6 +10,7 @@ mod judging;
 mod question;
 mod recovering;
 mod stream;
+mod tools;
 
 use std::rc::Rc;
 
@@ -61,6 +62,8 @@ enum State {
     /// No check reads the answer: it passes untouched while its first bytes are read for the
     /// upstream's id (the caller may look its turn up by it).
     Peeking { seen: Vec<u8> },
+    /// A non-streamed answer asks for tools: its calls are being checked, headers and body held.
+    CheckingCalls(Box<tools::CallCheck>),
     /// Decided: everything left passes as it is.
     Done,
 }
@@ -300,11 +303,14 @@ fn has_background_checks(version: &Version) -> bool {
         .any(|c| c.mode == crate::config::Mode::Background)
 }
 
+/// Whether an answer must be held (streamed: read as it passes) before the caller has it: a
+/// blocking output check reads it, or its tool calls are checked.
 fn has_blocking_output_checks(version: &Version) -> bool {
-    version
-        .checks
-        .iter()
-        .any(|c| c.stage == Stage::Output && c.mode == crate::config::Mode::Block)
+    version.tools.any()
+        || version
+            .checks
+            .iter()
+            .any(|c| c.stage == Stage::Output && c.mode == crate::config::Mode::Block)
 }
 
 fn send_stop(

@@ -33,6 +33,32 @@ pub struct JudgeRequest {
     pub judge_model: String,
 }
 
+/// The path of a tool-call check (a `when` row of `tool_checks`) on the sidecar. Answered with a
+/// [`JudgeVerdict`]: `failed` when the row's condition holds (the call is denied), `passed` when it
+/// does not, `errored` when the judge could not decide (which denies too).
+pub const TOOL_CHECK_PATH: &str = "/v1/tool-check";
+
+/// How many of the request's user messages a tool-call check reads as the user's intent.
+pub const INTENT_MESSAGES: usize = 10;
+
+/// One `when` row on one tool call a model (or an MCP client) is about to make.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCheckRequest {
+    /// The row's plain-language condition: when it holds, the call is denied.
+    pub condition: String,
+    /// The tool's name, as the call names it.
+    pub tool: String,
+    /// The call's arguments as the agent wrote them: JSON text, or free text for a custom tool.
+    pub arguments: String,
+    /// The user's intent: the text of the request's last user messages (at most
+    /// [`INTENT_MESSAGES`]), oldest first. Empty when the request carries none (an MCP call).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intent: Vec<String>,
+    /// The model that judges: the row's `judge_model`, else the turn's model.
+    pub judge_model: String,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
@@ -115,6 +141,14 @@ pub struct CheckResult {
     /// An errored result its check's `on_error: "pass"` let through.
     #[serde(default)]
     pub passed_on_error: bool,
+    /// Tool-call checks only: the name of the tool the call was for (never its arguments).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// Tool-call checks only: which of the answer's tool calls the result is for (1 for the first
+    /// call, in the order the answer makes them). A result is stored once per turn, check name,
+    /// attempt and call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<u32>,
     /// When it was decided, in milliseconds since the Unix epoch (the filter's clock).
     pub created_at_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]

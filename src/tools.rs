@@ -1,0 +1,394 @@
+//! Tool-call checks: whether the tool calls of an answer (or an MCP `tools/call`) may go.
+//!
+//! Rows only deny. The filter's own tests run first, on every call: `allowed_tools` (a call to a
+//! tool no glob names is denied) and the `args` rows. A denied call denies the answer, so then no
+//! judge is asked. Otherwise every `when` row of every call goes to the judge in parallel
+//! (`POST /v1/tool-check` on the sidecar); the first verdict that the condition holds, or that the
+//! judge could not decide, denies, and the rest are not waited for. One result per row and call.
+
+use livecheck_wire::{JudgeVerdict, Outcome as WireOutcome, ToolCheckRequest, TOOL_CHECK_PATH};
+use serde_json::Value;
+
+use crate::api::ToolCall;
+use crate::config::{ArgRule, Policy, ToolRow, ToolTest, Version, ALLOWED_TOOLS};
+use crate::host::Host;
+use crate::verdict::Outcome;
+
+/// What the judge of a tool call reads beside the call, and whose key it runs on.
+pub struct Context<'a> {
+    pub policy: &'a Policy,
+    pub version: &'a Version,
+    /// The user's last messages, oldest first.
+    pub intent: &'a [String],
+    /// The model the turn runs on (the judge's model unless the row names one).
+    pub turn_model: Option<&'a str>,
+    pub credentials: &'a [(String, String)],
+    /// 1 for the first answer, 2 for the first answer asked for again.
+    pub attempt: u32,
+}
+
+/// One row's (or `allowed_tools`') result on one call. Never carries the arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    pub name: String,
+    /// `allowed_tools`, `tool_args` or `tool_when`.
+    pub kind: &'static str,
+    pub tool: String,
+    /// 1 for the answer's first call.
+    pub call: u32,
+    pub attempt: u32,
+    pub outcome: Outcome,
+    /// A fixed sentence, or the judge's explanation.
+    pub reason: String,
+    pub judge_model: Option<String>,
+    /// The metric this result counts in.
+    pub counter: String,
+}
+
+/// Why the calls may not go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// The row (or `allowed_tools`) that denied: what `X-Core-Check` names.
+    pub check: String,
+    /// Shown to the agent: the row's `reason`, else the judge's explanation or a fixed sentence.
+    pub reason: String,
+    /// The row asks for the model to be asked again.
+    pub recover: bool,
+    /// Index of the denied call.
+    pub call: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Every call may go.
+    Allowed,
+    Denied(Denial),
+    /// Verdicts are pending.
+    Waiting,
+}
+
+const NOT_ALLOWED: &str = "The tool is not one the agent may call.";
+const ARGS_FORBIDDEN: &str = "The call's arguments hold something a rule forbids.";
+const ARGS_PASSED: &str = "The call's arguments hold nothing a rule forbids.";
+const ARGS_UNREADABLE: &str = "The call's arguments could not be read as JSON.";
+const ALLOWED: &str = "The tool is one the agent may call.";
+const COULD_NOT_CHECK: &str = "The tool call could not be checked.";
+
+/// The tool calls of one answer being checked.
+#[derive(Debug)]
+pub struct Checking {
+    calls: Vec<ToolCall>,
+    /// Callout token → (call, row).
+    pending: Vec<(u32, usize, usize)>,
+    /// Decided and not yet taken by [`Checking::take_results`].
+    results: Vec<ToolResult>,
+    denied: Option<Denial>,
+    judge_models: Vec<((usize, usize), String)>,
+    attempt: u32,
+}
+
+impl Checking {
+    /// Checks `calls`: the filter's tests now, then the `when` rows sent to the judge.
+    pub fn start(host: &mut dyn Host, cx: &Context<'_>, calls: Vec<ToolCall>) -> Self {
+        let mut checking = Self {
+            calls,
+            pending: Vec::new(),
+            results: Vec::new(),
+            denied: None,
+            judge_models: Vec::new(),
+            attempt: cx.attempt,
+        };
+        checking.filter_tests(cx);
+        if checking.denied.is_none() {
+            checking.ask_judge(host, cx);
+        }
+        checking
+    }
+
+    pub fn next(&self) -> Next {
+        match (&self.denied, self.pending.is_empty()) {
+            (Some(denial), _) => Next::Denied(denial.clone()),
+            (None, true) => Next::Allowed,
+            (None, false) => Next::Waiting,
+        }
+    }
+
+    pub fn calls(&self) -> &[ToolCall] {
+        &self.calls
+    }
+
+    /// Whether `token` is a callout of this check.
+    pub fn waits_for(&self, token: u32) -> bool {
+        self.pending.iter().any(|(t, _, _)| *t == token)
+    }
+
+    /// The judge's answer to callout `token` (`None`: no valid verdict came back).
+    pub fn verdict(&mut self, version: &Version, token: u32, verdict: Option<&JudgeVerdict>) {
+        let Some(at) = self.pending.iter().position(|(t, _, _)| *t == token) else {
+            return;
+        };
+        let (_, call, row) = self.pending.remove(at);
+        let Some(r) = version.tools.rows.get(row) else {
+            return;
+        };
+        let outcome = match verdict.map(|v| v.outcome) {
+            Some(WireOutcome::Passed) => Outcome::Passed,
+            Some(WireOutcome::Failed) => Outcome::Failed,
+            Some(WireOutcome::Errored) | None => Outcome::Errored,
+        };
+        let said = verdict
+            .map(|v| v.reason.trim())
+            .filter(|r| !r.is_empty())
+            .unwrap_or(COULD_NOT_CHECK)
+            .to_owned();
+        let judge_model = self
+            .judge_models
+            .iter()
+            .find(|(k, _)| *k == (call, row))
+            .map(|(_, m)| m.clone());
+        self.result(r, call, outcome, said.clone(), judge_model);
+        if outcome != Outcome::Passed && self.denied.is_none() {
+            let shown = match outcome {
+                Outcome::Failed => said,
+                _ => COULD_NOT_CHECK.to_owned(),
+            };
+            self.deny(r, call, shown);
+        }
+    }
+
+    /// Results decided since the last call, in the order decided.
+    pub fn take_results(&mut self) -> Vec<ToolResult> {
+        std::mem::take(&mut self.results)
+    }
+
+    fn filter_tests(&mut self, cx: &Context<'_>) {
+        let tools = &cx.version.tools;
+        for call in 0..self.calls.len() {
+            let Some(name) = self.calls.get(call).map(|c| c.name.clone()) else {
+                continue;
+            };
+            if let Some(allowed) = &tools.allowed {
+                let ok = allowed.iter().any(|g| g.matches(&name));
+                self.results.push(ToolResult {
+                    name: ALLOWED_TOOLS.to_owned(),
+                    kind: ALLOWED_TOOLS,
+                    tool: name.clone(),
+                    call: number(call),
+                    attempt: self.attempt,
+                    outcome: if ok { Outcome::Passed } else { Outcome::Failed },
+                    reason: if ok { ALLOWED } else { NOT_ALLOWED }.to_owned(),
+                    judge_model: None,
+                    counter: counter(
+                        &tools.allowed_counters,
+                        if ok { Outcome::Passed } else { Outcome::Failed },
+                    ),
+                });
+                if !ok && self.denied.is_none() {
+                    self.denied = Some(Denial {
+                        check: ALLOWED_TOOLS.to_owned(),
+                        reason: format!("The tool {name:?} is not one this agent may call."),
+                        recover: false,
+                        call,
+                    });
+                }
+            }
+            for row in &tools.rows {
+                let ToolTest::Args(rules) = &row.test else {
+                    continue;
+                };
+                if !row.tool.matches(&name) {
+                    continue;
+                }
+                let outcome = self
+                    .calls
+                    .get(call)
+                    .map_or(Outcome::Errored, |c| args_test(rules, c));
+                let reason = match outcome {
+                    Outcome::Passed => ARGS_PASSED,
+                    Outcome::Failed => ARGS_FORBIDDEN,
+                    Outcome::Errored => ARGS_UNREADABLE,
+                };
+                self.result(row, call, outcome, reason.to_owned(), None);
+                if outcome != Outcome::Passed && self.denied.is_none() {
+                    self.deny(row, call, reason.to_owned());
+                }
+            }
+        }
+    }
+
+    fn ask_judge(&mut self, host: &mut dyn Host, cx: &Context<'_>) {
+        for call in 0..self.calls.len() {
+            for (index, row) in cx.version.tools.rows.iter().enumerate() {
+                let (ToolTest::When(condition), Some(c)) = (&row.test, self.calls.get(call)) else {
+                    continue;
+                };
+                if !row.tool.matches(&c.name) {
+                    continue;
+                }
+                let model = judge_model(cx.policy, row, cx.turn_model);
+                let token = model.as_ref().and_then(|model| {
+                    let request = ToolCheckRequest {
+                        condition: condition.clone(),
+                        tool: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                        intent: cx.intent.to_vec(),
+                        judge_model: model.clone(),
+                    };
+                    let body = serde_json::to_vec(&request).ok()?;
+                    let mut headers = vec![
+                        (":method", "POST"),
+                        (":path", TOOL_CHECK_PATH),
+                        (":authority", cx.policy.judge_cluster.as_str()),
+                        ("content-type", "application/json"),
+                    ];
+                    headers.extend(cx.credentials.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                    host.dispatch_callout(&cx.policy.judge_cluster, &headers, &body, row.timeout_ms)
+                });
+                match token {
+                    Some(token) => {
+                        if let Some(model) = model {
+                            self.judge_models.push(((call, index), model));
+                        }
+                        self.pending.push((token, call, index));
+                    }
+                    None => {
+                        // No judge model (a router turn, and the row names none), or Envoy
+                        // refused the callout: the row cannot decide, which denies.
+                        self.result(
+                            row,
+                            call,
+                            Outcome::Errored,
+                            COULD_NOT_CHECK.to_owned(),
+                            model,
+                        );
+                        self.deny(row, call, COULD_NOT_CHECK.to_owned());
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn result(
+        &mut self,
+        row: &ToolRow,
+        call: usize,
+        outcome: Outcome,
+        reason: String,
+        judge_model: Option<String>,
+    ) {
+        self.results.push(ToolResult {
+            name: row.name.clone(),
+            kind: row.test.kind(),
+            tool: self
+                .calls
+                .get(call)
+                .map(|c| c.name.clone())
+                .unwrap_or_default(),
+            call: number(call),
+            attempt: self.attempt,
+            outcome,
+            reason,
+            judge_model,
+            counter: counter(&row.counters, outcome),
+        });
+    }
+
+    /// The first denial stands; `said` is shown when the row gives no reason of its own.
+    fn deny(&mut self, row: &ToolRow, call: usize, said: String) {
+        if self.denied.is_some() {
+            return;
+        }
+        self.denied = Some(Denial {
+            check: row.name.clone(),
+            reason: row.reason.clone().unwrap_or(said),
+            recover: row.recover,
+            call,
+        });
+    }
+}
+
+/// The metric of `outcome` among `[passed, failed, errored]`.
+fn counter(counters: &[String; 3], outcome: Outcome) -> String {
+    let [passed, failed, errored] = counters;
+    match outcome {
+        Outcome::Passed => passed,
+        Outcome::Failed => failed,
+        Outcome::Errored => errored,
+    }
+    .clone()
+}
+
+/// 1-based call number.
+fn number(call: usize) -> u32 {
+    u32::try_from(call).unwrap_or(u32::MAX).saturating_add(1)
+}
+
+/// The row's judge model, else the turn's (unless the turn runs a router).
+fn judge_model(policy: &Policy, row: &ToolRow, turn_model: Option<&str>) -> Option<String> {
+    match (&row.judge_model, turn_model) {
+        (Some(m), _) => Some(m.clone()),
+        (None, Some(m)) if !policy.router_models.iter().any(|r| r == m) => Some(m.to_owned()),
+        _ => None,
+    }
+}
+
+/// An `args` row on one call: failed when any rule matches the text at its pointer, errored when
+/// JSON arguments cannot be read (strictly: a repeated key is unreadable, as the tool's own parser
+/// might keep either value). Free-text input (a custom tool) is what the pointer `""` reads.
+fn args_test(rules: &[ArgRule], call: &ToolCall) -> Outcome {
+    let parsed = if !call.json {
+        Some(Value::String(call.arguments.clone()))
+    } else if call.arguments.trim().is_empty() {
+        None
+    } else {
+        match crate::api::json::parse_strict(call.arguments.as_bytes()) {
+            Ok(v) => Some(v),
+            Err(_) => return Outcome::Errored,
+        }
+    };
+    let Some(arguments) = parsed else {
+        return Outcome::Passed;
+    };
+    let hit = rules.iter().any(|rule| {
+        arguments.pointer(&rule.pointer).is_some_and(|v| {
+            let mut text = String::new();
+            text_under(v, &mut text);
+            rule.rule.first_hit(&text).is_some()
+        })
+    });
+    if hit {
+        Outcome::Failed
+    } else {
+        Outcome::Passed
+    }
+}
+
+/// Every key, string, number and boolean under `value`, one per line.
+fn text_under(value: &Value, out: &mut String) {
+    let mut push = |s: &str| {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(s);
+    };
+    match value {
+        Value::Null => {}
+        Value::Bool(b) => push(if *b { "true" } else { "false" }),
+        Value::Number(n) => push(&n.to_string()),
+        Value::String(s) => push(s),
+        Value::Array(items) => items.iter().for_each(|v| text_under(v, out)),
+        Value::Object(map) => {
+            for (k, v) in map {
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str(k);
+                text_under(v, out);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
