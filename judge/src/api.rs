@@ -2,8 +2,8 @@
 //!
 //! - `POST /v1/results` (from the filter, on loopback, no token): one turn's report, stored in one
 //!   transaction; `200 {"stored": n}` only after the commit, `503` when the store is down. The filter
-//!   sends a report again until it gets a 2xx: a result already stored is not stored, evented or
-//!   alerted again.
+//!   sends a report again until it gets a 2xx: a result already stored (same turn, check, attempt
+//!   and, for tool-call checks, call) is not stored, evented or alerted again.
 //! - With the operator token (`Authorization: Bearer …`, `[api] token_env`):
 //!   `GET /responses/{id}/checks`, `GET /agents/{id}/checks/summary`, `DELETE /people/{person}/checks`.
 //!
@@ -231,6 +231,12 @@ fn validate(report: &TurnReport) -> Result<(), String> {
         if let Some(model) = &r.judge_model {
             text_field(&format!("{at}.judge_model"), model, 200)?;
         }
+        if let Some(tool) = &r.tool {
+            text_field(&format!("{at}.tool"), tool, 256)?;
+        }
+        if r.call == Some(0) {
+            return Err(format!("{at}.call: must be 1 or more"));
+        }
         if i64::try_from(r.created_at_ms).is_err() {
             return Err(format!("{at}.created_at_ms: out of range"));
         }
@@ -347,7 +353,7 @@ async fn get_checks(
     let items: Vec<Value> = rows
         .iter()
         .map(|r| {
-            json!({
+            let mut item = json!({
                 "object": "response.check",
                 "id": r.id,
                 "response_id": turn.public_id(),
@@ -362,7 +368,17 @@ async fn get_checks(
                 "judge_model": r.judge_model,
                 "passed_on_error": r.passed_on_error,
                 "created_at": ids::rfc3339(r.created_at_ms),
-            })
+            });
+            // Tool-call checks only: absent otherwise, so other results read as they always did.
+            if let Some(fields) = item.as_object_mut() {
+                if let Some(tool) = &r.tool {
+                    fields.insert("tool".into(), json!(tool));
+                }
+                if let Some(call) = r.call {
+                    fields.insert("call".into(), json!(call));
+                }
+            }
+            item
         })
         .collect();
     Json(json!({ "items": items, "next_cursor": next_cursor })).into_response()

@@ -104,8 +104,8 @@ pub async fn ask(
         return Reply::failed(Failure::Unreachable);
     };
     match backend.api {
-        Api::Openai => openai::read_answer(status, &bytes),
-        Api::Anthropic => anthropic::read_answer(status, &bytes),
+        Api::Openai => openai::read_answer(prompt.form, status, &bytes),
+        Api::Anthropic => anthropic::read_answer(prompt.form, status, &bytes),
     }
 }
 

@@ -2,6 +2,8 @@
 //! callout per judged check (types in `livecheck-wire`); the sidecar asks the judge model chosen by
 //! the check's `judge_model`, through an OpenAI-compatible or an Anthropic backend, with the turn's own
 //! key, and answers `passed`, `failed` or `errored`. It never answers `passed` without a verdict.
+//! Tool-call checks (`POST /v1/tool-check`) ask the same way whether an operator's condition holds
+//! for a tool call the agent's model is about to make ([`tool_prompt`]).
 //!
 //! It also keeps the results: the filter reports each finished turn (`POST /v1/results`); results,
 //! pending background checks, alert state and the event outbox live in SQLite or PostgreSQL
@@ -23,6 +25,7 @@ pub mod prompt;
 pub mod retry;
 pub mod server;
 pub mod store;
+pub mod tool_prompt;
 pub mod verdict;
 
 pub use config::{ConfigError, Settings};

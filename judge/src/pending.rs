@@ -113,6 +113,8 @@ async fn judge_one(app: &Arc<App>, store: &Store, check: PendingCheck) {
         passed_on_error: false,
         created_at_ms: u64::try_from(now).unwrap_or(0),
         alert: check.alert,
+        tool: None,
+        call: None,
     };
     match store
         .store_background(&check.turn_id, &result, &app.webhook_urls(), now)

@@ -4,11 +4,12 @@
 //! this call's tag, which is drawn after the text is known (and redrawn if it occurs in it).
 //!
 //! On input the judge sees the caller's text and the rule; on output the last user message, the
-//! answer and the rule. Nothing else of the turn reaches it.
+//! answer and the rule. Nothing else of the turn reaches it. A tool-call check's prompt, built the
+//! same way, is in [`crate::tool_prompt`].
 
 use livecheck_wire::{JudgeRequest, Stage};
 
-use crate::verdict::Failure;
+use crate::verdict::{Failure, Form};
 
 /// The judged kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,12 +64,13 @@ impl Kind {
     }
 }
 
-/// One call's messages and the tag its markers carry.
+/// One call's messages, the tag its markers carry, and the verdict it asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prompt {
     pub system: String,
     pub user: String,
     pub nonce: String,
+    pub form: Form,
 }
 
 pub fn judged_open(nonce: &str) -> String {
@@ -116,10 +118,12 @@ pub fn build(
         system: system_message(&nonce),
         user: user_message(req.stage, kind, rule, question, &req.text, &nonce),
         nonce,
+        form: Form::Judged,
     })
 }
 
-fn fresh_nonce(
+/// A tag that occurs in none of the material, drawn after the material is known.
+pub(crate) fn fresh_nonce(
     draw: &mut dyn FnMut() -> Option<String>,
     material: &[Option<&str>],
 ) -> Result<String, Failure> {

@@ -1,8 +1,8 @@
-//! The HTTP side: `POST /v1/judge`, `POST /v1/retry`, `GET /healthz`, and the results routes
-//! of [`crate::api`]; the running service's state and its background workers.
+//! The HTTP side: `POST /v1/judge`, `POST /v1/tool-check`, `POST /v1/retry`, `GET /healthz`, and
+//! the results routes of [`crate::api`]; the running service's state and its background workers.
 //!
 //! Logs name the stage, kind, judge model, backend, outcome, failure and token counts of each call;
-//! never a judged text, a rule, a reason, a body or a key.
+//! never a judged text, a rule, a condition, a tool's name or arguments, a reason, a body or a key.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -15,16 +15,19 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use livecheck_wire::{JudgeRequest, JudgeVerdict, Outcome, Stage, JUDGE_PATH};
+use livecheck_wire::{
+    JudgeRequest, JudgeVerdict, Outcome, Stage, ToolCheckRequest, JUDGE_PATH, TOOL_CHECK_PATH,
+};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::time::timeout_at;
 
 use crate::backend::{self, TurnKey};
-use crate::config::Settings;
-use crate::prompt::{self, Kind};
+use crate::config::{Backend, Settings};
+use crate::prompt::{self, Kind, Prompt};
 use crate::store::{self, Store};
+use crate::tool_prompt;
 use crate::verdict::{Failure, Reply};
 use crate::{api, events, ids, pending};
 
@@ -170,19 +173,9 @@ impl App {
             (None, _) => Reply::failed(Failure::UnknownKind),
             (_, None) => Reply::failed(Failure::UnknownModel),
             (Some(kind), Some(backend)) => {
-                match prompt::build(req, kind, &mut prompt::random_nonce) {
-                    Err(failure) => Reply::failed(failure),
-                    Ok(prompt) => match timeout_at(deadline, self.permits.acquire()).await {
-                        Err(_) | Ok(Err(_)) => Reply::failed(Failure::Busy),
-                        Ok(Ok(_permit)) => {
-                            let call =
-                                backend::ask(&self.client, backend, &req.judge_model, &prompt, key);
-                            timeout_at(deadline, call)
-                                .await
-                                .unwrap_or_else(|_| Reply::failed(Failure::Timeout))
-                        }
-                    },
-                }
+                let prompt = prompt::build(req, kind, &mut prompt::random_nonce);
+                self.ask(backend, &req.judge_model, prompt, key, deadline)
+                    .await
             }
         };
         let failure = reply.verdict.as_ref().err().map(|f| f.code());
@@ -195,11 +188,7 @@ impl App {
             kind = kind.map_or("unknown", Kind::as_str),
             judge_model = %req.judge_model,
             backend = backend.map_or("none", |b| b.name.as_str()),
-            outcome = match verdict.outcome {
-                Outcome::Passed => "passed",
-                Outcome::Failed => "failed",
-                Outcome::Errored => "errored",
-            },
+            outcome = outcome_name(verdict.outcome),
             failure = failure.unwrap_or("none"),
             elapsed_ms = started.elapsed().as_millis() as u64,
             input_tokens = verdict.usage.input_tokens,
@@ -208,11 +197,76 @@ impl App {
         );
         verdict
     }
+
+    /// Decides one tool-call check: `failed` when the condition holds for the call (deny),
+    /// `passed` when it does not. Never fails: whatever goes wrong is an `errored` verdict (which
+    /// denies too).
+    pub async fn tool_check(&self, req: &ToolCheckRequest, key: &TurnKey) -> JudgeVerdict {
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + self.settings.timeout;
+        let backend = self.settings.models.backend_for(&req.judge_model);
+        let reply = match backend {
+            None => Reply::failed(Failure::UnknownModel),
+            Some(backend) => {
+                let prompt = tool_prompt::build(req, &mut prompt::random_nonce);
+                self.ask(backend, &req.judge_model, prompt, key, deadline)
+                    .await
+            }
+        };
+        let failure = reply.verdict.as_ref().err().map(|f| f.code());
+        let verdict = reply.into_wire();
+        // The tool's name comes from the agent: like its arguments, it is never logged.
+        tracing::info!(
+            judge_model = %req.judge_model,
+            backend = backend.map_or("none", |b| b.name.as_str()),
+            intent_messages = tool_prompt::intent(req).len(),
+            outcome = outcome_name(verdict.outcome),
+            failure = failure.unwrap_or("none"),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            input_tokens = verdict.usage.input_tokens,
+            output_tokens = verdict.usage.output_tokens,
+            "tool call judged"
+        );
+        verdict
+    }
+
+    /// One judge call for a built prompt, bounded by `deadline`, a free slot included.
+    async fn ask(
+        &self,
+        backend: &Backend,
+        model: &str,
+        prompt: Result<Prompt, Failure>,
+        key: &TurnKey,
+        deadline: tokio::time::Instant,
+    ) -> Reply {
+        let prompt = match prompt {
+            Ok(p) => p,
+            Err(failure) => return Reply::failed(failure),
+        };
+        match timeout_at(deadline, self.permits.acquire()).await {
+            Err(_) | Ok(Err(_)) => Reply::failed(Failure::Busy),
+            Ok(Ok(_permit)) => {
+                let call = backend::ask(&self.client, backend, model, &prompt, key);
+                timeout_at(deadline, call)
+                    .await
+                    .unwrap_or_else(|_| Reply::failed(Failure::Timeout))
+            }
+        }
+    }
+}
+
+fn outcome_name(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Passed => "passed",
+        Outcome::Failed => "failed",
+        Outcome::Errored => "errored",
+    }
 }
 
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route(JUDGE_PATH, post(post_judge))
+        .route(TOOL_CHECK_PATH, post(post_tool_check))
         .route(livecheck_wire::RETRY_PATH, post(post_retry))
         .route("/healthz", get(healthz))
         .merge(api::routes())
@@ -258,6 +312,16 @@ async fn post_judge(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes
     };
     let key = TurnKey::from_headers(&headers);
     Json(app.judge(&req, &key).await).into_response()
+}
+
+/// A tool-call check: the turn's key arrives as the callout's own `authorization` / `x-api-key`.
+async fn post_tool_check(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
+    let req: ToolCheckRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(response) => return *response,
+    };
+    let key = TurnKey::from_headers(&headers);
+    Json(app.tool_check(&req, &key).await).into_response()
 }
 
 /// Recovery: asks the model again through the upstream configured for the turn's authority.

@@ -1,6 +1,8 @@
-//! The verdict a judge model gives (`{"passed", "score", "reason"}`), and every way a judge call can
-//! fail to give one. A failure is `errored`, never `passed`, and its reason is a fixed sentence naming
-//! the kind of failure: never a judged text, a backend's error message, or a key.
+//! The verdicts a judge model gives, and every way a judge call can fail to give one. A judged check
+//! asks for `{"passed", "score", "reason"}` ([`Form::Judged`]); a tool-call check for `{"result",
+//! "explanation"}` ([`Form::ToolCheck`]), where `result: true` means the row's condition holds, so the
+//! call is denied (`failed`). A failure is `errored`, never `passed`, and its reason is a fixed sentence
+//! naming the kind of failure: never a judged text, a backend's error message, or a key.
 
 use livecheck_wire::{JudgeVerdict, Outcome, Usage};
 use serde_json::{json, Value};
@@ -8,7 +10,59 @@ use serde_json::{json, Value};
 /// The judge's own reason is kept, cut to this many characters.
 const MAX_REASON_CHARS: usize = 1_000;
 
-/// The JSON schema both backends are asked to answer with.
+/// The verdict a prompt asks for: its JSON schema, and how an answer is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// A judged check (`POST /v1/judge`): `{"passed", "score", "reason"}`.
+    Judged,
+    /// A tool-call check (`POST /v1/tool-check`): `{"result", "explanation"}`, `result: true` when
+    /// the condition holds.
+    ToolCheck,
+}
+
+impl Form {
+    /// The JSON schema both backends are asked to answer with.
+    pub fn schema(self) -> Value {
+        match self {
+            Self::Judged => schema(),
+            Self::ToolCheck => json!({
+                "type": "object",
+                "properties": {
+                    "result": {"type": "boolean", "description": "true when the condition holds for this tool call"},
+                    "explanation": {"type": "string", "description": "one short sentence, not quoting the arguments"}
+                },
+                "required": ["result", "explanation"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    /// The schema's name (OpenAI's `json_schema.name`).
+    pub fn schema_name(self) -> &'static str {
+        match self {
+            Self::Judged => "judge_verdict",
+            Self::ToolCheck => "tool_check_verdict",
+        }
+    }
+
+    /// What the verdict tool records (Anthropic's forced tool call).
+    pub fn tool_description(self) -> &'static str {
+        match self {
+            Self::Judged => "Record the verdict on the text between the markers.",
+            Self::ToolCheck => "Record whether the condition holds for the tool call.",
+        }
+    }
+
+    /// The verdict in a decoded answer object, checked.
+    pub fn read(self, value: &Value) -> Result<ModelVerdict, Failure> {
+        match self {
+            Self::Judged => ModelVerdict::from_value(value),
+            Self::ToolCheck => ModelVerdict::from_tool_check(value),
+        }
+    }
+}
+
+/// The JSON schema of a judged check's verdict.
 pub fn schema() -> Value {
     json!({
         "type": "object",
@@ -22,16 +76,19 @@ pub fn schema() -> Value {
     })
 }
 
-/// A judge model's decision, checked.
+/// A judge model's decision, checked. `passed: false` is the `failed` outcome: a judged text that
+/// breaks its rule, or a tool call its condition holds for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelVerdict {
     pub passed: bool,
-    pub score: f64,
+    /// Judged checks only.
+    pub score: Option<f64>,
     pub reason: String,
 }
 
 impl ModelVerdict {
-    /// All three fields, of the right types, with the score within 0..=1; else malformed.
+    /// A judged check's verdict: all three fields, of the right types, with the score within
+    /// 0..=1; else malformed.
     pub fn from_value(value: &Value) -> Result<Self, Failure> {
         let obj = value.as_object().ok_or(Failure::Malformed)?;
         let passed = obj
@@ -49,10 +106,35 @@ impl ModelVerdict {
             .ok_or(Failure::Malformed)?;
         Ok(Self {
             passed,
-            score,
-            reason: reason.trim().chars().take(MAX_REASON_CHARS).collect(),
+            score: Some(score),
+            reason: cut(reason),
         })
     }
+
+    /// A tool-call check's verdict: a boolean `result` (true: the condition holds, so the call is
+    /// denied) and an `explanation` that says something; else malformed. The explanation becomes the
+    /// reason, which the agent may be shown: a blank one is no verdict.
+    pub fn from_tool_check(value: &Value) -> Result<Self, Failure> {
+        let obj = value.as_object().ok_or(Failure::Malformed)?;
+        let holds = obj
+            .get("result")
+            .and_then(Value::as_bool)
+            .ok_or(Failure::Malformed)?;
+        let explanation = obj
+            .get("explanation")
+            .and_then(Value::as_str)
+            .filter(|e| !e.trim().is_empty())
+            .ok_or(Failure::Malformed)?;
+        Ok(Self {
+            passed: !holds,
+            score: None,
+            reason: cut(explanation),
+        })
+    }
+}
+
+fn cut(reason: &str) -> String {
+    reason.trim().chars().take(MAX_REASON_CHARS).collect()
 }
 
 /// Why no verdict came back.
@@ -61,6 +143,7 @@ pub enum Failure {
     UnknownModel,
     UnknownKind,
     NoRule,
+    NoCondition,
     Nonce,
     BadKey,
     Busy,
@@ -81,6 +164,7 @@ impl Failure {
             Self::UnknownModel => "unknown_model",
             Self::UnknownKind => "unknown_kind",
             Self::NoRule => "no_rule",
+            Self::NoCondition => "no_condition",
             Self::Nonce => "no_nonce",
             Self::BadKey => "bad_key",
             Self::Busy => "busy",
@@ -101,6 +185,7 @@ impl Failure {
             Self::UnknownModel => "The judge model is not configured on the judge sidecar.".into(),
             Self::UnknownKind => "The check's kind is not a judged kind.".into(),
             Self::NoRule => "A custom_rule check came without its rule.".into(),
+            Self::NoCondition => "A tool-call check came without its condition.".into(),
             Self::Nonce => "The judge sidecar could not draw a random marker.".into(),
             Self::BadKey => "The turn's credentials could not be forwarded to the judge.".into(),
             Self::Busy => "The judge sidecar was at capacity until the timeout.".into(),
@@ -139,7 +224,7 @@ impl Reply {
                 } else {
                     Outcome::Failed
                 },
-                score: Some(v.score),
+                score: v.score,
                 reason: v.reason,
                 usage: self.usage,
             },
@@ -166,12 +251,12 @@ mod tests {
             v,
             ModelVerdict {
                 passed: false,
-                score: 0.2,
+                score: Some(0.2),
                 reason: "Rude.".into()
             }
         );
         let v = ModelVerdict::from_value(&json!({"passed": true, "score": 1, "reason": "ok"}));
-        assert_eq!(v.map(|v| v.score), Ok(1.0));
+        assert_eq!(v.map(|v| v.score), Ok(Some(1.0)));
     }
 
     #[test]
@@ -193,6 +278,77 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_condition_that_holds_is_failed_with_the_explanation_as_reason() {
+        let v = Form::ToolCheck
+            .read(&json!({"result": true, "explanation": " The email has an invoice. "}))
+            .unwrap();
+        assert_eq!(
+            v,
+            ModelVerdict {
+                passed: false,
+                score: None,
+                reason: "The email has an invoice.".into()
+            }
+        );
+        let wire = Reply {
+            verdict: Ok(v),
+            usage: Usage::default(),
+        }
+        .into_wire();
+        assert_eq!(
+            (wire.outcome, wire.score, wire.reason.as_str()),
+            (Outcome::Failed, None, "The email has an invoice.")
+        );
+    }
+
+    #[test]
+    fn a_condition_that_does_not_hold_is_passed_without_a_score() {
+        let wire = Reply {
+            verdict: Form::ToolCheck.read(&json!({"result": false, "explanation": "No billing."})),
+            usage: Usage::default(),
+        }
+        .into_wire();
+        assert_eq!(
+            (wire.outcome, wire.score, wire.reason.as_str()),
+            (Outcome::Passed, None, "No billing.")
+        );
+    }
+
+    #[test]
+    fn a_tool_check_verdict_short_of_result_and_explanation_is_malformed() {
+        for bad in [
+            json!({"explanation": "Holds."}),
+            json!({"result": "true", "explanation": "Holds."}),
+            json!({"result": 1, "explanation": "Holds."}),
+            json!({"result": null, "explanation": "Holds."}),
+            json!({"result": true}),
+            json!({"result": true, "explanation": 7}),
+            json!({"result": true, "explanation": "   "}),
+            // A judged check's verdict is not a tool check's.
+            json!({"passed": false, "score": 0.1, "reason": "Holds."}),
+            json!([true, "Holds."]),
+            json!(true),
+        ] {
+            assert_eq!(Form::ToolCheck.read(&bad), Err(Failure::Malformed), "{bad}");
+        }
+        // And the other way round.
+        assert_eq!(
+            Form::Judged.read(&json!({"result": true, "explanation": "Holds."})),
+            Err(Failure::Malformed)
+        );
+    }
+
+    #[test]
+    fn each_form_asks_for_its_own_strict_schema() {
+        let tool = Form::ToolCheck.schema();
+        assert_eq!(tool["required"], json!(["result", "explanation"]));
+        assert_eq!(tool["additionalProperties"], false);
+        assert_eq!(tool["properties"]["result"]["type"], "boolean");
+        assert_eq!(Form::Judged.schema(), schema());
+        assert_ne!(Form::Judged.schema_name(), Form::ToolCheck.schema_name());
     }
 
     #[test]

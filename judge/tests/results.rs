@@ -51,6 +51,9 @@ on_both!(
     a_pending_check_without_its_key_after_a_restart,
     events_are_signed_and_verified_by_a_python_receiver,
     no_text_reaches_rows_events_alerts_or_logs,
+    tool_call_results_are_stored_once_per_call_and_name_their_tool,
+    a_bad_tool_call_result_is_refused_400,
+    a_database_of_the_first_release_is_migrated_with_every_row,
 );
 
 fn api_only() -> Extras {
@@ -791,4 +794,226 @@ async fn no_text_reaches_rows_events_alerts_or_logs(db: Db) {
     for secret in [TEXT, REASON, KEY, TOKEN, HOOK_SECRET] {
         assert!(!logs.contains(secret), "{secret} in the logs:\n{logs}");
     }
+}
+
+async fn tool_call_results_are_stored_once_per_call_and_name_their_tool(db: Db) {
+    let hook = Recorder::start().await;
+    let extras = Extras {
+        token: true,
+        webhooks: vec![hook.url.clone()],
+        ..Extras::default()
+    };
+    let sidecar = Sidecar::start(&db, &extras).await;
+    let id = turn_id();
+    // One row on two calls of the same answer: two results of the same check and attempt.
+    let r = report(
+        &id,
+        "mailer",
+        vec![
+            result("no-pw", Passed, 1),
+            tool_result("no-billing-mail", Passed, "send_email", 1),
+            tool_result("no-billing-mail", Failed, "send_email", 2),
+        ],
+    );
+    assert_eq!(sidecar.post_report(&r).await, (200, json!({"stored": 3})));
+    // Delivered again (the filter did not see the 200): nothing stored or evented twice.
+    assert_eq!(sidecar.post_report(&r).await, (200, json!({"stored": 0})));
+    // A later delivery with a third call stores only that one.
+    let mut more = r.clone();
+    more.results
+        .push(tool_result("no-billing-mail", Errored, "send_email", 3));
+    assert_eq!(
+        sidecar.post_report(&more).await,
+        (200, json!({"stored": 1}))
+    );
+    assert_eq!(
+        sidecar.post_report(&more).await,
+        (200, json!({"stored": 0}))
+    );
+
+    let items = sidecar.all_checks(&id).await;
+    assert_eq!(items.len(), 4, "{items:?}");
+    let rule = items[0].as_object().unwrap();
+    assert!(
+        !rule.contains_key("tool") && !rule.contains_key("call"),
+        "results that are not tool calls' read as before: {rule:?}"
+    );
+    let calls: Vec<(&Value, &Value, &Value)> = items[1..]
+        .iter()
+        .map(|i| (&i["tool"], &i["call"], &i["outcome"]))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            (&json!("send_email"), &json!(1), &json!("passed")),
+            (&json!("send_email"), &json!(2), &json!("failed")),
+            (&json!("send_email"), &json!(3), &json!("errored")),
+        ]
+    );
+    assert_eq!(items[2]["name"], "no-billing-mail");
+    assert_eq!(items[2]["reason"], "No billing information in email.");
+    assert_eq!(items[2]["score"], Value::Null);
+
+    // One event per call that did not pass, naming the tool and the call; never the reason.
+    wait_until("both events arrived", async || hook.bodies().len() == 2).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut data: Vec<Value> = hook
+        .bodies()
+        .iter()
+        .map(|b| serde_json::from_str::<Value>(b).unwrap()["data"].clone())
+        .collect();
+    assert_eq!(data.len(), 2, "{data:?}");
+    data.sort_by_key(|d| d["call"].as_u64());
+    assert_eq!(
+        data[0],
+        json!({"name": "no-billing-mail", "stage": "output", "kind": "tool_check",
+               "outcome": "failed", "response_id": id, "tool": "send_email", "call": 2})
+    );
+    assert_eq!(data[1]["call"], 3);
+    assert_eq!(data[1]["outcome"], "errored");
+    for body in hook.bodies() {
+        assert!(!body.contains("No billing information"), "{body}");
+    }
+
+    // The summary counts each call's result.
+    let (_, summary) = sidecar
+        .api(Method::GET, "/agents/mailer/checks/summary")
+        .await;
+    assert_eq!(
+        summary["items"],
+        json!([{"name": "no-billing-mail", "passed": 1, "failed": 1, "errored": 1},
+               {"name": "no-pw", "passed": 1, "failed": 0, "errored": 0}])
+    );
+    sidecar.stop().await;
+}
+
+async fn a_bad_tool_call_result_is_refused_400(db: Db) {
+    let sidecar = Sidecar::start(&db, &api_only()).await;
+    let good = serde_json::to_value(report(
+        "lc_1",
+        "mailer",
+        vec![tool_result("no-billing-mail", Failed, "send_email", 1)],
+    ))
+    .unwrap();
+    for (field, value, needle) in [
+        ("call", json!(0), "results[0].call"),
+        ("call", json!(-1), "results[0].call"),
+        ("tool", json!(""), "results[0].tool"),
+        ("tool", json!("send\nemail"), "results[0].tool"),
+    ] {
+        let mut body = good.clone();
+        body["results"][0][field] = value;
+        let (status, answer) = sidecar.post_report_with(&body.to_string(), &[]).await;
+        assert_eq!(status, 400, "{body}");
+        let error = answer["error"].as_str().unwrap();
+        assert!(error.contains(needle), "{error:?} should name {needle}");
+    }
+    assert!(db.dump().await.is_empty(), "nothing stored");
+    sidecar.stop().await;
+}
+
+async fn a_database_of_the_first_release_is_migrated_with_every_row(db: Db) {
+    db.at_migration_0001().await;
+    let (old, other) = (turn_id(), turn_id());
+    for (id, response) in [(&old, "'msg_old'"), (&other, "NULL")] {
+        db.execute(&format!(
+            "INSERT INTO turns (turn_id, response_id, agent, version, person, created_at) \
+             VALUES ('{id}', {response}, 'mailer', '1', 'p1', {})",
+            ids::now_ms()
+        ))
+        .await;
+    }
+    // (id, turn, seq, name, kind, attempt, outcome, score, judge_model, passed_on_error)
+    let rows = [
+        format!("'rck_a', '{old}', 1, 'tone', 'polite_tone', 1, 'failed', 0.25, 'judge-a', 0"),
+        format!("'rck_b', '{old}', 2, 'tone', 'polite_tone', 2, 'passed', 0.9, 'judge-a', 0"),
+        format!("'rck_c', '{old}', 3, 'no-pw', 'not_contains', 1, 'errored', NULL, NULL, 1"),
+        format!("'rck_d', '{other}', 1, 'no-pw', 'not_contains', 1, 'passed', NULL, NULL, 0"),
+    ];
+    for row in rows {
+        db.execute(&format!(
+            "INSERT INTO results (id, turn_id, seq, name, kind, attempt, outcome, score, \
+             judge_model, passed_on_error, agent, version, stage, mode, reason, created_at) \
+             VALUES ({row}, 'mailer', '1', 'output', 'block', 'A reason.', 1792142043000)"
+        ))
+        .await;
+    }
+    db.execute(&format!(
+        "INSERT INTO event_outbox (id, webhook, turn_id, body, attempts, next_attempt_at, created_at) \
+         VALUES ('evt_old', 'http://127.0.0.1:9/gone', '{old}', '{{}}', 0, 9999999999999, 1)"
+    ))
+    .await;
+    let before = db
+        .rows("SELECT id, turn_id, seq, name, attempt, outcome, score, reason, judge_model FROM results ORDER BY id")
+        .await;
+
+    let sidecar = Sidecar::start(&db, &api_only()).await;
+    assert_eq!(
+        db.rows("SELECT version, name FROM livecheck_migrations ORDER BY version")
+            .await,
+        [["Some(1)", "results"], ["Some(2)", "tool_calls"]]
+    );
+    // Every row kept, as it was, with no tool and call 0.
+    let after = db
+        .rows("SELECT id, turn_id, seq, name, attempt, outcome, score, reason, judge_model FROM results ORDER BY id")
+        .await;
+    assert_eq!(after, before, "{}", db.kind);
+    assert_eq!(
+        db.rows("SELECT tool, tool_call FROM results").await,
+        vec![vec!["".to_owned(), "Some(0)".to_owned()]; 4]
+    );
+    assert_eq!(db.rows("SELECT id FROM event_outbox").await, [["evt_old"]]);
+
+    // Read back through the API as before, by either id.
+    let items = sidecar.all_checks("msg_old").await;
+    assert_eq!(items.len(), 3);
+    assert_eq!(items[0]["id"], "rck_a");
+    assert_eq!(items[0]["score"], 0.25);
+    assert_eq!(items[1]["attempt"], 2);
+    assert_eq!(items[2]["passed_on_error"], true);
+    for item in &items {
+        let item = item.as_object().unwrap();
+        assert!(
+            !item.contains_key("tool") && !item.contains_key("call"),
+            "{item:?}"
+        );
+    }
+
+    // The old rows still dedupe a report sent again: only what is new is stored, after them.
+    let mut again = report(
+        &old,
+        "mailer",
+        vec![
+            result("tone", Failed, 1),
+            result("no-pw", Errored, 1),
+            tool_result("tone", Failed, "send_email", 1),
+            result("tone", Passed, 3),
+        ],
+    );
+    again.response_id = Some("msg_old".into());
+    assert_eq!(
+        sidecar.post_report(&again).await,
+        (200, json!({"stored": 2}))
+    );
+    let items = sidecar.all_checks(&old).await;
+    assert_eq!(items.len(), 5);
+    assert_eq!(items[3]["tool"], "send_email");
+    assert_eq!(items[3]["call"], 1);
+    assert_eq!(items[4]["attempt"], 3);
+
+    // Retention and erasure still reach the migrated table.
+    let (status, _) = sidecar.api(Method::DELETE, "/people/p1/checks").await;
+    assert_eq!(status, 204);
+    assert!(db.rows("SELECT id FROM results").await.is_empty());
+    sidecar.stop().await;
+
+    // A second start applies nothing again.
+    let restarted = Sidecar::start(&db, &api_only()).await;
+    assert_eq!(
+        db.rows("SELECT version FROM livecheck_migrations")
+            .await
+            .len(),
+        2
+    );
+    restarted.stop().await;
 }

@@ -15,7 +15,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use common::doubles::{Answer, BackendDouble, Vendor};
-use common::{config_for, output, KEY};
+use common::{config_for, output, tool_check, KEY};
 use livecheck_judge::Settings;
 use livecheck_wire::{JudgeVerdict, Outcome};
 
@@ -153,6 +153,28 @@ async fn it_logs_no_key_or_text_and_finishes_calls_in_flight_on_sigterm() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
+    // A tool-call check first: its condition, tool and arguments are as secret as a judged text.
+    let tool_req = tool_check(
+        "The mail names project Nightjar",
+        "mail_tool_5e0b",
+        r#"{"iban":"DE89370400440532013000"}"#,
+        &["Send my IBAN to Carol"],
+    );
+    let answer = client
+        .post(format!("{url}/v1/tool-check"))
+        .header("x-api-key", KEY)
+        .header("content-type", "application/json")
+        .body(serde_json::to_string(&tool_req).unwrap())
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let tool_verdict: JudgeVerdict = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(tool_verdict.outcome, Outcome::Passed);
+    let seen_before = double.seen().len();
+
     const SECRET_TEXT: &str = "my card number is 4111-1111-1111-1111";
     const SECRET_RULE: &str = "Never reveal the launch codename Bluebird.";
     let mut req = output("custom_rule", "What is the codename?", SECRET_TEXT);
@@ -174,7 +196,7 @@ async fn it_logs_no_key_or_text_and_finishes_calls_in_flight_on_sigterm() {
         }
     });
     // SIGTERM while the backend is still answering: the call in flight still gets its verdict.
-    while double.seen().is_empty() {
+    while double.seen().len() == seen_before {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let term = Command::new("kill")
@@ -191,6 +213,7 @@ async fn it_logs_no_key_or_text_and_finishes_calls_in_flight_on_sigterm() {
 
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("judged"), "{logged}");
+    assert!(logged.contains("tool call judged"), "{logged}");
     assert!(logged.contains("judge_model=judge-model"), "{logged}");
     assert!(logged.contains("livecheck-judge stopped"), "{logged}");
     for secret in [
@@ -199,6 +222,10 @@ async fn it_logs_no_key_or_text_and_finishes_calls_in_flight_on_sigterm() {
         "What is the codename",
         "Bluebird",
         "Slow double verdict",
+        "Nightjar",
+        "mail_tool_5e0b",
+        "DE89370400440532013000",
+        "Send my IBAN",
     ] {
         assert!(!logged.contains(secret), "{secret:?} was logged:\n{logged}");
     }

@@ -1,12 +1,13 @@
 //! The Anthropic Messages API (`POST {base}/v1/messages`): the verdict comes back as the input of a
-//! forced tool call (`tool_choice: {type: "tool"}`), whose `input_schema` is the verdict's schema.
+//! forced tool call (`tool_choice: {type: "tool"}`), whose `input_schema` is the schema of the verdict
+//! the prompt asks for ([`Form`]).
 
 use livecheck_wire::Usage;
 use serde_json::{json, Value};
 
 use super::{answer_object, count, no_usage};
 use crate::prompt::Prompt;
-use crate::verdict::{schema, Failure, ModelVerdict, Reply};
+use crate::verdict::{Failure, Form, ModelVerdict, Reply};
 
 pub const VERSION: &str = "2023-06-01";
 pub const TOOL_NAME: &str = "record_verdict";
@@ -20,14 +21,15 @@ pub fn request_body(model: &str, prompt: &Prompt, max_tokens: u32) -> Value {
         "messages": [{"role": "user", "content": prompt.user}],
         "tools": [{
             "name": TOOL_NAME,
-            "description": "Record the verdict on the text between the markers.",
-            "input_schema": schema()
+            "description": prompt.form.tool_description(),
+            "input_schema": prompt.form.schema()
         }],
         "tool_choice": {"type": "tool", "name": TOOL_NAME}
     })
 }
 
-pub fn read_answer(status: u16, body: &[u8]) -> Reply {
+/// Reads an answer to a prompt that asked for a `form` verdict.
+pub fn read_answer(form: Form, status: u16, body: &[u8]) -> Reply {
     let answer = match answer_object(status, body) {
         Ok(a) => a,
         Err(failure) => {
@@ -45,12 +47,12 @@ pub fn read_answer(status: u16, body: &[u8]) -> Reply {
         output_tokens: count(&answer, "/usage/output_tokens"),
     };
     Reply {
-        verdict: verdict(&answer),
+        verdict: verdict(form, &answer),
         usage,
     }
 }
 
-fn verdict(answer: &Value) -> Result<ModelVerdict, Failure> {
+fn verdict(form: Form, answer: &Value) -> Result<ModelVerdict, Failure> {
     if answer.get("stop_reason").and_then(Value::as_str) == Some("refusal") {
         return Err(Failure::Refused);
     }
@@ -65,7 +67,7 @@ fn verdict(answer: &Value) -> Result<ModelVerdict, Failure> {
         })
         .ok_or(Failure::Empty)?;
     let input = call.get("input").ok_or(Failure::Malformed)?;
-    ModelVerdict::from_value(input)
+    form.read(input)
 }
 
 #[cfg(test)]
@@ -84,6 +86,7 @@ mod tests {
     #[test]
     fn the_tool_input_is_the_verdict() {
         let r = read_answer(
+            Form::Judged,
             200,
             &message(json!([
                 {"type": "text", "text": "Deciding."},
@@ -91,7 +94,10 @@ mod tests {
                  "input": {"passed": false, "score": 0.1, "reason": "Hostile."}}
             ])),
         );
-        assert_eq!(r.verdict.map(|v| (v.passed, v.score)), Ok((false, 0.1)));
+        assert_eq!(
+            r.verdict.map(|v| (v.passed, v.score)),
+            Ok((false, Some(0.1)))
+        );
         assert_eq!(
             r.usage,
             Usage {
@@ -106,20 +112,64 @@ mod tests {
         let text = message(
             json!([{"type": "text", "text": "{\"passed\":true,\"score\":1,\"reason\":\"x\"}"}]),
         );
-        assert_eq!(read_answer(200, &text).verdict, Err(Failure::Empty));
-        let other = message(json!([{"type": "tool_use", "name": "other", "input": {}}]));
-        assert_eq!(read_answer(200, &other).verdict, Err(Failure::Empty));
         assert_eq!(
-            read_answer(200, &message(json!([]))).verdict,
+            read_answer(Form::Judged, 200, &text).verdict,
             Err(Failure::Empty)
         );
+        let other = message(json!([{"type": "tool_use", "name": "other", "input": {}}]));
+        assert_eq!(
+            read_answer(Form::Judged, 200, &other).verdict,
+            Err(Failure::Empty)
+        );
+        assert_eq!(
+            read_answer(Form::Judged, 200, &message(json!([]))).verdict,
+            Err(Failure::Empty)
+        );
+    }
+
+    #[test]
+    fn a_tool_check_verdict_is_the_forced_tool_calls_input() {
+        let prompt = Prompt {
+            system: "s".into(),
+            user: "u".into(),
+            nonce: "n".into(),
+            form: Form::ToolCheck,
+        };
+        let body = request_body("m", &prompt, 64);
+        assert_eq!(body["tools"][0]["input_schema"], Form::ToolCheck.schema());
+        assert_eq!(body["tool_choice"]["name"], TOOL_NAME);
+        let answer = |input: Value| {
+            read_answer(
+                Form::ToolCheck,
+                200,
+                &message(
+                    json!([{"type": "tool_use", "id": "t", "name": TOOL_NAME, "input": input}]),
+                ),
+            )
+            .verdict
+        };
+        assert_eq!(
+            answer(json!({"result": false, "explanation": "No billing data."})),
+            Ok(ModelVerdict {
+                passed: true,
+                score: None,
+                reason: "No billing data.".into()
+            })
+        );
+        assert_eq!(answer(json!({"result": true})), Err(Failure::Malformed));
     }
 
     #[test]
     fn an_error_event_in_a_200_is_a_failure() {
         let body =
             br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-        assert_eq!(read_answer(200, body).verdict, Err(Failure::ErrorInAnswer));
-        assert_eq!(read_answer(529, body).verdict, Err(Failure::Status(529)));
+        assert_eq!(
+            read_answer(Form::Judged, 200, body).verdict,
+            Err(Failure::ErrorInAnswer)
+        );
+        assert_eq!(
+            read_answer(Form::Judged, 529, body).verdict,
+            Err(Failure::Status(529))
+        );
     }
 }

@@ -1,14 +1,13 @@
 //! OpenAI-compatible Chat Completions (`POST {base}/v1/chat/completions`): the verdict comes back as
-//! the message content, constrained by `response_format: json_schema` with `strict: true`.
+//! the message content, constrained by `response_format: json_schema` with `strict: true` (the
+//! schema of the verdict the prompt asks for: [`Form`]).
 
 use livecheck_wire::Usage;
 use serde_json::{json, Value};
 
 use super::{answer_object, count, no_usage};
 use crate::prompt::Prompt;
-use crate::verdict::{schema, Failure, ModelVerdict, Reply};
-
-pub const SCHEMA_NAME: &str = "judge_verdict";
+use crate::verdict::{Failure, Form, ModelVerdict, Reply};
 
 pub fn request_body(model: &str, prompt: &Prompt, max_tokens: u32) -> Value {
     json!({
@@ -22,12 +21,17 @@ pub fn request_body(model: &str, prompt: &Prompt, max_tokens: u32) -> Value {
         "stream": false,
         "response_format": {
             "type": "json_schema",
-            "json_schema": {"name": SCHEMA_NAME, "strict": true, "schema": schema()}
+            "json_schema": {
+                "name": prompt.form.schema_name(),
+                "strict": true,
+                "schema": prompt.form.schema()
+            }
         }
     })
 }
 
-pub fn read_answer(status: u16, body: &[u8]) -> Reply {
+/// Reads an answer to a prompt that asked for a `form` verdict.
+pub fn read_answer(form: Form, status: u16, body: &[u8]) -> Reply {
     let answer = match answer_object(status, body) {
         Ok(a) => a,
         Err(failure) => {
@@ -42,12 +46,12 @@ pub fn read_answer(status: u16, body: &[u8]) -> Reply {
         output_tokens: count(&answer, "/usage/completion_tokens"),
     };
     Reply {
-        verdict: verdict(&answer),
+        verdict: verdict(form, &answer),
         usage,
     }
 }
 
-fn verdict(answer: &Value) -> Result<ModelVerdict, Failure> {
+fn verdict(form: Form, answer: &Value) -> Result<ModelVerdict, Failure> {
     let message = answer.pointer("/choices/0/message").ok_or(Failure::Empty)?;
     if message
         .get("refusal")
@@ -63,7 +67,7 @@ fn verdict(answer: &Value) -> Result<ModelVerdict, Failure> {
         .filter(|c| !c.is_empty())
         .ok_or(Failure::Empty)?;
     let value: Value = serde_json::from_str(content).map_err(|_| Failure::Malformed)?;
-    ModelVerdict::from_value(&value)
+    form.read(&value)
 }
 
 #[cfg(test)]
@@ -82,6 +86,7 @@ mod tests {
     #[test]
     fn the_content_is_the_verdict() {
         let r = read_answer(
+            Form::Judged,
             200,
             &completion(json!(r#"{"passed":true,"score":0.9,"reason":"Polite."}"#)),
         );
@@ -101,34 +106,83 @@ mod tests {
     #[test]
     fn no_content_a_refusal_or_prose_is_no_verdict() {
         assert_eq!(
-            read_answer(200, &completion(json!(""))).verdict,
+            read_answer(Form::Judged, 200, &completion(json!(""))).verdict,
             Err(Failure::Empty)
         );
         assert_eq!(
-            read_answer(200, &completion(Value::Null)).verdict,
+            read_answer(Form::Judged, 200, &completion(Value::Null)).verdict,
             Err(Failure::Empty)
         );
         assert_eq!(
-            read_answer(200, br#"{"choices":[]}"#).verdict,
+            read_answer(Form::Judged, 200, br#"{"choices":[]}"#).verdict,
             Err(Failure::Empty)
         );
         assert_eq!(
-            read_answer(200, &completion(json!("It passed."))).verdict,
+            read_answer(Form::Judged, 200, &completion(json!("It passed."))).verdict,
             Err(Failure::Malformed)
         );
         let refused = json!({"choices": [{"message": {"content": null, "refusal": "I can't."}}]});
         assert_eq!(
-            read_answer(200, refused.to_string().as_bytes()).verdict,
+            read_answer(Form::Judged, 200, refused.to_string().as_bytes()).verdict,
             Err(Failure::Refused)
         );
     }
 
     #[test]
-    fn errors_and_garbage_are_failures() {
-        assert_eq!(read_answer(502, b"").verdict, Err(Failure::Status(502)));
-        assert_eq!(read_answer(200, b"<html>").verdict, Err(Failure::NotJson));
+    fn a_tool_check_reads_result_and_explanation_and_nothing_around_them() {
+        let r = read_answer(
+            Form::ToolCheck,
+            200,
+            &completion(json!(
+                r#"{"result":true,"explanation":"It mails an invoice."}"#
+            )),
+        );
         assert_eq!(
-            read_answer(200, br#"{"error":{"message":"overloaded"}}"#).verdict,
+            r.verdict.map(|v| (v.passed, v.score, v.reason)),
+            Ok((false, None, "It mails an invoice.".into()))
+        );
+        assert_eq!(r.usage.input_tokens, 100);
+        for bad in [
+            r#"{"result":true,"explanation":"x"} and more"#,
+            r#"Sure: {"result":true,"explanation":"x"}"#,
+            r#"{"result":"yes","explanation":"x"}"#,
+            r#"{"passed":true,"score":1,"reason":"x"}"#,
+        ] {
+            assert_eq!(
+                read_answer(Form::ToolCheck, 200, &completion(json!(bad))).verdict,
+                Err(Failure::Malformed),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_request_asks_for_the_prompts_own_schema() {
+        let prompt = Prompt {
+            system: "s".into(),
+            user: "u".into(),
+            nonce: "n".into(),
+            form: Form::ToolCheck,
+        };
+        let body = request_body("m", &prompt, 64);
+        let format = &body["response_format"]["json_schema"];
+        assert_eq!(format["name"], "tool_check_verdict");
+        assert_eq!(format["strict"], true);
+        assert_eq!(format["schema"], Form::ToolCheck.schema());
+    }
+
+    #[test]
+    fn errors_and_garbage_are_failures() {
+        assert_eq!(
+            read_answer(Form::Judged, 502, b"").verdict,
+            Err(Failure::Status(502))
+        );
+        assert_eq!(
+            read_answer(Form::Judged, 200, b"<html>").verdict,
+            Err(Failure::NotJson)
+        );
+        assert_eq!(
+            read_answer(Form::Judged, 200, br#"{"error":{"message":"overloaded"}}"#).verdict,
             Err(Failure::ErrorInAnswer)
         );
     }

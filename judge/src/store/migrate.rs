@@ -7,11 +7,18 @@ use sqlx::AnyPool;
 use super::{Flavor, StoreError};
 
 /// (version, name, SQL), in order. A shipped migration is never edited: add the next one.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "results",
-    include_str!("../../migrations/0001_results.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "results",
+        include_str!("../../migrations/0001_results.sql"),
+    ),
+    (
+        2,
+        "tool_calls",
+        include_str!("../../migrations/0002_tool_calls.sql"),
+    ),
+];
 
 /// An arbitrary constant naming livecheck's migration lock.
 const LOCK_KEY: i64 = 0x006c_636a_7564_6765;

@@ -85,6 +85,10 @@ pub struct StoredResult {
     pub judge_model: Option<String>,
     pub passed_on_error: bool,
     pub created_at_ms: i64,
+    /// Tool-call checks only: the tool's name.
+    pub tool: Option<String>,
+    /// Tool-call checks only: which call of the answer (from 1). Every other result has none.
+    pub call: Option<u32>,
 }
 
 /// One check's counts in an agent's summary.
@@ -426,7 +430,7 @@ impl Store {
     ) -> Result<Vec<StoredResult>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, seq, name, stage, kind, mode, attempt, outcome, score, reason, judge_model, \
-             passed_on_error, created_at FROM results WHERE turn_id = $1 AND seq > $2 \
+             passed_on_error, created_at, tool, tool_call FROM results WHERE turn_id = $1 AND seq > $2 \
              ORDER BY seq LIMIT $3",
         )
         .bind(turn_id)
@@ -437,6 +441,7 @@ impl Store {
         rows.iter()
             .map(|row| {
                 let passed_on_error: i64 = row.try_get(11)?;
+                let call: i64 = row.try_get(14)?;
                 Ok(StoredResult {
                     id: row.try_get(0)?,
                     seq: row.try_get(1)?,
@@ -451,6 +456,9 @@ impl Store {
                     judge_model: row.try_get(10)?,
                     passed_on_error: passed_on_error != 0,
                     created_at_ms: row.try_get(12)?,
+                    tool: row.try_get(13)?,
+                    // 0 is "not a tool call's result".
+                    call: u32::try_from(call).ok().filter(|c| *c > 0),
                 })
             })
             .collect()
@@ -651,7 +659,8 @@ async fn result_exists(
     name: &str,
 ) -> Result<bool, StoreError> {
     let n: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM results WHERE turn_id = $1 AND name = $2 AND attempt = 1",
+        "SELECT COUNT(*) FROM results WHERE turn_id = $1 AND name = $2 AND attempt = 1 \
+         AND tool_call = 0",
     )
     .bind(turn_id)
     .bind(name)
@@ -663,7 +672,8 @@ async fn result_exists(
 // A NULL DOUBLE PRECISION is never bound: sqlx 0.8's Any driver binds it as a float4 NULL, and
 // PostgreSQL's cached statement then refuses the next real (float8) value. `CASE WHEN flag = 1` instead.
 
-/// Inserts a result unless its (turn, name, attempt) is stored already; true when it was new.
+/// Inserts a result unless its (turn, name, attempt, call) is stored already; true when it was new.
+/// A result that is not a tool call's has call 0, so it is stored once per (turn, name, attempt).
 async fn insert_result(
     tx: &mut Transaction<'_, Any>,
     turn: &Turn,
@@ -677,9 +687,9 @@ async fn insert_result(
             .await?;
     let inserted = sqlx::query(
         "INSERT INTO results (id, turn_id, seq, agent, version, name, stage, kind, mode, attempt, \
-         outcome, score, reason, judge_model, passed_on_error, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, CASE WHEN $17 = 1 THEN $12 END, $13, $14, $15, $16) \
-         ON CONFLICT (turn_id, name, attempt) DO NOTHING",
+         outcome, score, reason, judge_model, passed_on_error, created_at, tool, tool_call) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, CASE WHEN $17 = 1 THEN $12 END, $13, $14, $15, $16, $18, $19) \
+         ON CONFLICT (turn_id, name, attempt, tool_call) DO NOTHING",
     )
     .bind(ids::random("rck_"))
     .bind(&turn.turn_id)
@@ -698,6 +708,8 @@ async fn insert_result(
     .bind(i64::from(result.passed_on_error))
     .bind(i64::try_from(result.created_at_ms).unwrap_or(i64::MAX))
     .bind(i64::from(result.score.is_some()))
+    .bind(&result.tool)
+    .bind(i64::from(result.call.unwrap_or(0)))
     .execute(&mut **tx)
     .await?
     .rows_affected();

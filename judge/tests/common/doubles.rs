@@ -51,7 +51,7 @@ pub enum Answer {
     Status(u16),
     /// A 200 with exactly this body.
     Raw(&'static str),
-    /// Wait, then answer a passed verdict.
+    /// Wait, then answer a passed verdict (for a tool-call check: the condition does not hold).
     Slow(Duration),
     /// A 307 to this URL.
     Redirect(String),
@@ -59,6 +59,19 @@ pub enum Answer {
 
 pub fn verdict(passed: bool, score: f64, reason: &str) -> Answer {
     Answer::Verdict(json!({"passed": passed, "score": score, "reason": reason}))
+}
+
+/// A tool-call check's verdict: `result` true when the condition holds.
+pub fn tool_verdict(result: bool, explanation: &str) -> Answer {
+    Answer::Verdict(json!({"result": result, "explanation": explanation}))
+}
+
+/// Whether a request asks for a tool-call check's verdict (by the schema it asks the answer in).
+pub fn asks_tool_check(body: &Value) -> bool {
+    let schema = body
+        .pointer("/response_format/json_schema/schema")
+        .or_else(|| body.pointer("/tools/0/input_schema"));
+    schema.is_some_and(|s| s["properties"].get("result").is_some())
 }
 
 /// One request as the double received it.
@@ -207,9 +220,11 @@ async fn respond(state: &DoubleState, headers: HeaderMap, body: Bytes) -> Respon
         Answer::Content(c) => reply(c),
         Answer::Slow(delay) => {
             tokio::time::sleep(delay).await;
-            reply(as_content(
-                json!({"passed": true, "score": 1, "reason": "Slow double verdict."}),
-            ))
+            reply(as_content(if asks_tool_check(&body) {
+                json!({"result": false, "explanation": "Slow double verdict."})
+            } else {
+                json!({"passed": true, "score": 1, "reason": "Slow double verdict."})
+            }))
         }
         Answer::Raw(text) => (StatusCode::OK, text).into_response(),
         Answer::Redirect(to) => {

@@ -9,7 +9,7 @@ pub mod results;
 use std::sync::Arc;
 
 use livecheck_judge::{serve, App, Settings};
-use livecheck_wire::{JudgeRequest, JudgeVerdict, Stage};
+use livecheck_wire::{JudgeRequest, JudgeVerdict, Stage, ToolCheckRequest, TOOL_CHECK_PATH};
 use serde_json::Value;
 
 use doubles::BackendDouble;
@@ -88,6 +88,61 @@ impl Judge {
         assert_eq!(status, 200, "{body}");
         serde_json::from_value(body).unwrap()
     }
+}
+
+impl Judge {
+    /// Posts a tool-call check with the turn's key as an OpenAI-style bearer token.
+    pub async fn tool_check(&self, req: &ToolCheckRequest) -> JudgeVerdict {
+        let auth = format!("Bearer {KEY}");
+        self.tool_check_with(req, &[("authorization", &auth)]).await
+    }
+
+    pub async fn tool_check_with(
+        &self,
+        req: &ToolCheckRequest,
+        headers: &[(&str, &str)],
+    ) -> JudgeVerdict {
+        let (status, body) = self
+            .post_to(
+                TOOL_CHECK_PATH,
+                &serde_json::to_string(req).unwrap(),
+                headers,
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_value(body).unwrap()
+    }
+}
+
+/// A tool-call check of `condition` on a call of `tool` with `arguments`, and the user's intent.
+pub fn tool_check(
+    condition: &str,
+    tool: &str,
+    arguments: &str,
+    intent: &[&str],
+) -> ToolCheckRequest {
+    ToolCheckRequest {
+        condition: condition.into(),
+        tool: tool.into(),
+        arguments: arguments.into(),
+        intent: intent.iter().map(|m| (*m).to_owned()).collect(),
+        judge_model: "judge-model".into(),
+    }
+}
+
+/// Every text between this call's `<<<NAME tag>>>` and `<<<END NAME tag>>>` markers, in order.
+pub fn sections(user: &str, name: &str, nonce: &str) -> Vec<String> {
+    let open = format!("<<<{name} {nonce}>>>\n");
+    let close = format!("\n<<<END {name} {nonce}>>>");
+    let mut out = Vec::new();
+    let mut rest = user;
+    while let Some(at) = rest.find(&open) {
+        let after = &rest[at + open.len()..];
+        let end = after.find(&close).unwrap();
+        out.push(after[..end].to_owned());
+        rest = &after[end + close.len()..];
+    }
+    out
 }
 
 /// An output check on an answer to a question.

@@ -154,6 +154,35 @@ impl Db {
         let mut conn = sqlx::AnyConnection::connect(&self.url).await.unwrap();
         sqlx::query(sql).execute(&mut conn).await.unwrap();
     }
+
+    /// Makes the database a sidecar of the first release left: migration 0001 applied and recorded,
+    /// nothing after it (the SQLite file is created).
+    pub async fn at_migration_0001(&self) {
+        sqlx::any::install_default_drivers();
+        let url = if self.kind == "sqlite" {
+            format!("{}?mode=rwc", self.url)
+        } else {
+            self.url.clone()
+        };
+        let mut conn = sqlx::AnyConnection::connect(&url).await.unwrap();
+        sqlx::raw_sql(
+            "CREATE TABLE livecheck_migrations (\
+             version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::raw_sql(include_str!("../../migrations/0001_results.sql"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO livecheck_migrations (version, name, applied_at) VALUES (1, 'results', 1)",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
 }
 
 /// What a sidecar under test is configured with besides its store.
@@ -330,6 +359,20 @@ pub fn result(name: &str, outcome: Outcome, attempt: u32) -> CheckResult {
         passed_on_error: false,
         created_at_ms: livecheck_judge::ids::now_ms() as u64,
         alert: None,
+        tool: None,
+        call: None,
+    }
+}
+
+/// A tool-call check's result on call `call` of the answer, for tool `tool`.
+pub fn tool_result(name: &str, outcome: Outcome, tool: &str, call: u32) -> CheckResult {
+    CheckResult {
+        kind: "tool_check".into(),
+        reason: "No billing information in email.".into(),
+        judge_model: Some("judge-model".into()),
+        tool: Some(tool.into()),
+        call: Some(call),
+        ..result(name, outcome, 1)
     }
 }
 
