@@ -115,6 +115,11 @@ pub(crate) fn asks_for_tool_item(kind: &str) -> bool {
     responses::CALLER_TOOL_CALLS.contains(&kind)
 }
 
+/// A caller-run Responses tool-call item as tool-call checks read it. Shared with the stream reader.
+pub(crate) fn responses_tool_call(kind: &str, item: &serde_json::Map<String, Value>) -> ToolCall {
+    responses::tool_call(kind, item)
+}
+
 /// Ids and time for a body the filter writes on its own (a refused question).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ids {

@@ -167,7 +167,7 @@ pub(super) fn parse_answer(body: &Map<String, Value>) -> Result<Answer, String> 
 /// `local_shell_call`, …) is named by its type, its arguments the JSON of what it would do.
 pub(crate) fn tool_call(kind: &str, item: &Map<String, Value>) -> ToolCall {
     match kind {
-        "function_call" => ToolCall {
+        "function_call" | "mcp_approval_request" => ToolCall {
             name: str_field(item, "name").unwrap_or_default().to_owned(),
             arguments: str_field(item, "arguments").unwrap_or_default().to_owned(),
             json: true,

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::util::{self, str_at, u64_at};
 use super::{Ev, Format, Lane, TextIn, TextKind, Unit, Unreadable};
-use crate::api::Request;
+use crate::api::{Request, ToolCall};
 use crate::sse;
 
 pub(super) struct Anthropic {
@@ -65,6 +65,33 @@ fn index_of(data: &Value) -> Result<u64, Unreadable> {
 }
 
 impl Format for Anthropic {
+    fn call_of(&self, _key: u64, events: &[&Ev]) -> Option<ToolCall> {
+        let start = events
+            .iter()
+            .find(|e| str_at(&e.data, "/type") == Some("content_block_start"))?;
+        // Server and MCP tool uses ran at Anthropic: only the caller's own tools are checked.
+        if str_at(&start.data, "/content_block/type") != Some("tool_use") {
+            return None;
+        }
+        let mut arguments: String = events
+            .iter()
+            .filter(|e| str_at(&e.data, "/delta/type") == Some("input_json_delta"))
+            .filter_map(|e| str_at(&e.data, "/delta/partial_json"))
+            .collect();
+        if arguments.is_empty() {
+            // No deltas: the input is the one the block started with (`{}` for none).
+            arguments = util::at(&start.data, "/content_block/input")
+                .map_or_else(|| "{}".to_owned(), Value::to_string);
+        }
+        Some(ToolCall {
+            name: str_at(&start.data, "/content_block/name")
+                .unwrap_or_default()
+                .to_owned(),
+            arguments,
+            json: true,
+        })
+    }
+
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
         let data = util::parse(&event)?;
         let kind = str_at(&data, "/type").unwrap_or_default().to_owned();

@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 
 use super::util::{self, str_at, u64_at};
 use super::{Ev, Format, Lane, TextIn, TextKind, Unit, Unreadable};
-use crate::api::Request;
+use crate::api::{Request, ToolCall};
 use crate::sse;
 
 /// Top-level fields of a chunk that a bare chunk repeats.
@@ -101,6 +101,56 @@ fn call_key(choice: u64, call: u64) -> u64 {
 }
 
 impl Format for Chat {
+    fn call_of(&self, key: u64, events: &[&Ev]) -> Option<ToolCall> {
+        let (choice, index) = (key >> 32, key & 0xffff_ffff);
+        let mut call = ToolCall {
+            json: true,
+            ..ToolCall::default()
+        };
+        for ev in events {
+            let Some(Value::Array(choices)) = ev.data.get("choices") else {
+                continue;
+            };
+            for (k, c) in choices.iter().enumerate() {
+                if u64_at(c, "/index").unwrap_or(k as u64) != choice {
+                    continue;
+                }
+                let parts: Vec<&Value> = if index == 0xffff_ffff {
+                    // The legacy `function_call`.
+                    util::at(c, "/delta/function_call").into_iter().collect()
+                } else {
+                    match util::at(c, "/delta/tool_calls") {
+                        Some(Value::Array(calls)) => calls
+                            .iter()
+                            .enumerate()
+                            .filter(|(j, tc)| u64_at(tc, "/index").unwrap_or(*j as u64) == index)
+                            .map(|(_, tc)| {
+                                tc.get("function")
+                                    .or_else(|| tc.get("custom"))
+                                    .unwrap_or(tc)
+                            })
+                            .collect(),
+                        _ => Vec::new(),
+                    }
+                };
+                for part in parts {
+                    if call.name.is_empty() {
+                        call.name = str_at(part, "/name").unwrap_or_default().to_owned();
+                    }
+                    if let Some(arguments) = str_at(part, "/arguments") {
+                        call.arguments.push_str(arguments);
+                    }
+                    if let Some(input) = str_at(part, "/input") {
+                        // A custom tool: free text.
+                        call.json = false;
+                        call.arguments.push_str(input);
+                    }
+                }
+            }
+        }
+        Some(call)
+    }
+
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
         if event.data.trim() == "[DONE]" {
             let mut unit = Unit::new(

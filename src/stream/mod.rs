@@ -29,7 +29,7 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
-use crate::api::{Api, Request};
+use crate::api::{Api, Request, ToolCall};
 use crate::config::{Mode, Stage, Version};
 use crate::sse;
 use args::ArgsReader;
@@ -64,7 +64,8 @@ impl Hold {
             .filter(|c| c.stage == Stage::Output && c.mode == Mode::Block)
             .collect();
         if blocking.is_empty() {
-            None
+            // Tool checks alone: the text streams as it comes, tool calls wait for their checks.
+            version.tools.any().then_some(Hold::Rules)
         } else if blocking.iter().any(|c| c.recover) {
             Some(Hold::Everything)
         } else if blocking.iter().all(|c| c.kind.is_rule()) {
@@ -85,6 +86,9 @@ pub struct Step {
     pub cut: Option<Cut>,
     /// The round ended (whole-text modes only): decide it, then call `release` or `cut`.
     pub round_end: Option<RoundEnd>,
+    /// Tool calls complete in this step that the version's tool checks read: each call's events
+    /// wait until [`Rewriter::allow_calls`] or [`Rewriter::deny_calls`], by its key.
+    pub calls: Vec<(u64, ToolCall)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +176,8 @@ pub struct Rewriter {
     decides_early: bool,
     /// The round ended early on this check's match: the rest of the upstream's answer is not read.
     abandoned: Option<usize>,
+    /// Tool calls complete and waiting for the version's tool checks: never sent until allowed.
+    awaiting: BTreeSet<u64>,
 }
 
 /// The answer's id an event carries: Anthropic `message_start`'s `message.id`, a Responses event's
@@ -233,6 +239,7 @@ impl Rewriter {
             open_calls: BTreeSet::new(),
             decides_early: true,
             abandoned: None,
+            awaiting: BTreeSet::new(),
         }
     }
 
@@ -284,7 +291,17 @@ impl Rewriter {
         if matches!(self.phase, Phase::Done | Phase::Released) {
             return out;
         }
-        for piece in std::mem::take(&mut self.held) {
+        let mut held = std::mem::take(&mut self.held).into_iter();
+        for piece in held.by_ref() {
+            if piece.calls.iter().any(|c| self.awaiting.contains(c)) {
+                // A tool call still waiting for its checks: it and what follows it go through
+                // the queue, which holds them until the call is allowed.
+                let rest: Vec<Piece> = std::iter::once(piece).chain(held.by_ref()).collect();
+                for piece in rest.into_iter().rev() {
+                    self.queue.push_front(piece);
+                }
+                break;
+            }
             self.write_whole(piece, &mut out);
         }
         self.phase = if self.upstream_done || self.abandoned.is_some() {
@@ -294,6 +311,58 @@ impl Rewriter {
         };
         self.release_queue(None, &mut out);
         out
+    }
+
+    /// The tool checks allowed `calls`: their events, and what waited behind them, go now.
+    pub fn allow_calls(&mut self, calls: &[u64]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for call in calls {
+            self.awaiting.remove(call);
+        }
+        // Not while a held round waits for its decision, nor after a cut (done before the end).
+        let cut = self.phase == Phase::Done && !self.upstream_done;
+        if self.phase != Phase::Decide && !cut {
+            self.release_queue(None, &mut out);
+        }
+        out
+    }
+
+    /// A tool call was denied: the stream ends now, saying `reason` as the answer's last text.
+    /// Nothing of the denied call (or of what followed it) is ever sent.
+    pub fn deny_calls(&mut self, reason: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        if self.phase == Phase::Done && !self.upstream_done {
+            return out;
+        }
+        self.queue.clear();
+        self.held.clear();
+        self.awaiting.clear();
+        self.format.close(Some(reason), &mut out);
+        self.phase = Phase::Done;
+        out
+    }
+
+    /// Whether tool calls wait for their checks.
+    pub fn awaits_calls(&self) -> bool {
+        !self.awaiting.is_empty()
+    }
+
+    /// Calls complete after this event that tool checks read: from now on they wait.
+    fn await_calls(&mut self, done: &[u64], step: &mut Step) {
+        for &key in done {
+            let events: Vec<&Ev> = self
+                .held
+                .iter()
+                .chain(&self.queue)
+                .filter(|p| p.calls.contains(&key))
+                .map(|p| &p.ev)
+                .collect();
+            // A tool the vendor runs itself (a server tool) already ran: nothing to await.
+            if let Some(call) = self.format.call_of(key, &events) {
+                self.awaiting.insert(key);
+                step.calls.push((key, call));
+            }
+        }
     }
 
     /// Ends the stream now because `check` stopped it. In whole-text modes the caller saw none of
@@ -334,12 +403,14 @@ impl Rewriter {
             touched.push(text.channel);
             fields.push(self.push_text(&text, raw)?);
         }
-        // Only rules read a call's arguments as it streams; without any, a call streams as it comes.
-        let calls = if self.version.output_rules.is_empty() {
-            Vec::new()
-        } else {
+        // Rules read a call's arguments as it streams and tool checks read it whole: a call is a
+        // unit for either. Without both, a call streams as it comes.
+        let units = !self.version.output_rules.is_empty() || self.version.tools.any();
+        let calls = if units {
             self.open_calls.extend(unit.calls.iter().copied());
             unit.calls
+        } else {
+            Vec::new()
         };
         for call in &unit.calls_done {
             self.open_calls.remove(call);
@@ -359,6 +430,9 @@ impl Rewriter {
             self.held.push(piece);
         } else {
             self.queue.push_back(piece);
+        }
+        if self.version.tools.any() {
+            self.await_calls(&unit.calls_done, step);
         }
         for channel in unit.ends {
             self.channel(channel)?.holdback.end();
@@ -489,6 +563,11 @@ impl Rewriter {
                     continue;
                 }
             }
+            if piece.calls.iter().any(|c| self.awaiting.contains(c)) {
+                // Never sent before its tool checks allowed it, the upstream's end or not.
+                self.queue.push_front(piece);
+                return;
+            }
             if !finishing && !piece.calls.iter().all(|c| cleared.contains(c)) {
                 if !self.call_goes(&piece, cut_at) {
                     self.queue.push_front(piece);
@@ -543,7 +622,11 @@ impl Rewriter {
     /// Whether the tool calls `piece` is part of may go: each complete, and every queued event of
     /// them confirmed whole (so none is ever split, and a cut inside one drops all of it).
     fn call_goes(&self, piece: &Piece, cut_at: Option<(usize, usize)>) -> bool {
-        if piece.calls.iter().any(|c| self.open_calls.contains(c)) {
+        if piece
+            .calls
+            .iter()
+            .any(|c| self.open_calls.contains(c) || self.awaiting.contains(c))
+        {
             return false;
         }
         let confirmed = |p: &Piece| {
@@ -747,6 +830,9 @@ pub(crate) trait Format {
     /// Ends the stream for the caller: closes what is open, says `reply` as the answer when
     /// given, and stops the way the vendor stops a filtered answer, with the usage known so far.
     fn close(&mut self, reply: Option<&str>, out: &mut Vec<u8>);
+    /// The complete tool call `key` from its events (start to end), as tool checks read it;
+    /// `None` for a tool the vendor runs itself.
+    fn call_of(&self, key: u64, events: &[&Ev]) -> Option<ToolCall>;
 }
 
 /// An event on its way out, and its checked fields.

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::util::{self, str_at, u64_at};
 use super::{Ev, Format, Lane, TextIn, TextKind, Unit, Unreadable};
-use crate::api::{self, Request};
+use crate::api::{self, Request, ToolCall};
 use crate::sse;
 
 pub(super) struct Responses {
@@ -145,6 +145,19 @@ fn is_call(item: &str) -> bool {
 }
 
 impl Format for Responses {
+    fn call_of(&self, _key: u64, events: &[&Ev]) -> Option<ToolCall> {
+        // The item as `output_item.done` gives it whole: read as a non-streamed answer's item.
+        let done = events
+            .iter()
+            .find(|e| str_at(&e.data, "/type") == Some("response.output_item.done"))?;
+        let Some(Value::Object(item)) = done.data.get("item") else {
+            return None;
+        };
+        let kind = item.get("type").and_then(Value::as_str)?;
+        // Hosted tools (MCP, code interpreter, search) ran at the vendor: not the caller's to run.
+        api::asks_for_tool_item(kind).then(|| api::responses_tool_call(kind, item))
+    }
+
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
         let data = util::parse(&event)?;
         let kind = str_at(&data, "/type").unwrap_or_default().to_owned();

@@ -783,3 +783,118 @@ fn a_tool_call_is_sent_only_once_complete_and_then_whole() {
         assert_eq!(seen.channel(0), upstream.channel(0), "{api:?}");
     }
 }
+
+/// Tool checks alone: text streams as it comes; a tool call's events wait until the call is
+/// complete, when it is reported once (whole, as tool checks read it), and then until it is allowed
+/// or denied. Allowed, it arrives whole; denied, nothing of it arrives and the stream ends saying
+/// the reason, filtered. Fed whole and at every byte split.
+#[test]
+fn tool_checks_hold_a_complete_call_until_it_is_allowed_or_denied() {
+    let version = version(
+        r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {
+          "tool_checks": [{"name": "billing", "when": "The call has billing information"}]}}}}}"#,
+    );
+    assert_eq!(Hold::for_version(&version), Some(Hold::Rules));
+    let cases = [
+        (
+            Api::AnthropicMessages,
+            ANTHROPIC_CLEAN,
+            "note",
+            r#"{"text": "pass", "n": 1}"#,
+            "toolu_1",
+        ),
+        (
+            Api::ChatCompletions,
+            CHAT_TOOL_CALL,
+            "send",
+            r#"{"to": "Bob"}"#,
+            "call_1",
+        ),
+        (
+            Api::Responses,
+            RESPONSES_TOOL_CALL,
+            "send",
+            r#"{"to": "Bob"}"#,
+            "call_1",
+        ),
+    ];
+    for (api, stream, name, arguments, call_id) in cases {
+        let upstream = read(api, stream.as_bytes());
+        let bytes = stream.as_bytes();
+        for split in 0..=bytes.len() {
+            let chunks: [&[u8]; 2] = [&bytes[..split], &bytes[split..]];
+            for allow in [true, false] {
+                let mut rw =
+                    Rewriter::new(api, Rc::clone(&version), &request(false), Hold::Rules, 4096);
+                let (mut out, mut calls) = (Vec::new(), Vec::new());
+                for chunk in chunks {
+                    let step = rw.feed(chunk);
+                    out.extend(step.out);
+                    calls.extend(step.calls);
+                }
+                let last = rw.finish();
+                out.extend(last.out);
+                calls.extend(last.calls);
+                assert_eq!(calls.len(), 1, "{api:?} at {split}");
+                let (key, call) = &calls[0];
+                assert_eq!(
+                    (call.name.as_str(), call.arguments.as_str(), call.json),
+                    (name, arguments, true)
+                );
+                let before = String::from_utf8_lossy(&out).into_owned();
+                assert!(
+                    !before.contains(call_id),
+                    "{api:?} at {split}: the call went before it was allowed"
+                );
+                assert!(rw.awaits_calls());
+                if allow {
+                    out.extend(rw.allow_calls(&[*key]));
+                    let seen = read(api, &out);
+                    assert!(!seen.filtered, "{api:?}");
+                    assert_eq!(seen.calls.len(), 1, "{api:?} at {split}");
+                    assert!(upstream.has_whole_calls(&seen), "{api:?}");
+                    assert_eq!(seen.channel(0), upstream.channel(0), "{api:?}");
+                } else {
+                    out.extend(rw.deny_calls("No billing info in calls."));
+                    let all = String::from_utf8_lossy(&out).into_owned();
+                    assert!(!all.contains(call_id), "{api:?} at {split}");
+                    let seen = read(api, &out);
+                    assert!(seen.filtered, "{api:?} at {split}");
+                    assert!(seen.calls.is_empty(), "{api:?}");
+                    assert!(
+                        seen.answer.ends_with("No billing info in calls."),
+                        "{api:?}: {}",
+                        seen.answer
+                    );
+                    // Nothing more after the end.
+                    assert!(rw.allow_calls(&[*key]).is_empty());
+                }
+            }
+        }
+    }
+}
+
+/// A call the vendor runs itself (an Anthropic server tool) already ran: nothing waits for it.
+#[test]
+fn a_server_tool_is_not_held_for_tool_checks() {
+    let version = version(
+        r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {
+          "allowed_tools": ["nothing"]}}}}}"#,
+    );
+    let stream = ANTHROPIC_CLEAN.replace(
+        r#""type":"tool_use","id":"toolu_1","name":"note""#,
+        r#""type":"server_tool_use","id":"srvtoolu_1","name":"web_search""#,
+    );
+    let mut rw = Rewriter::new(
+        Api::AnthropicMessages,
+        version,
+        &request(false),
+        Hold::Rules,
+        4096,
+    );
+    let step = rw.feed(stream.as_bytes());
+    assert!(step.calls.is_empty());
+    let mut out = step.out;
+    out.extend(rw.finish().out);
+    assert!(String::from_utf8_lossy(&out).contains("srvtoolu_1"));
+}

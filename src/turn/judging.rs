@@ -55,6 +55,9 @@ impl Turn {
                 stream_recovery_answered(host, &self.policy, &mut self.record, s, token, body_size);
                 return;
             }
+            if super::tools::stream_call_verdict(host, &mut self.record, s, token, body_size) {
+                return;
+            }
             let body = host.callout_body(body_size).unwrap_or_default();
             let verdict = judge::verdict(host.callout_status(), &body);
             if let Some(judging) = &mut s.judging {

@@ -150,6 +150,8 @@ struct Streamed {
     recovery: Option<StreamRecovery>,
     /// The upstream's body ended (Envoy said `end_of_stream`).
     upstream_ended: bool,
+    /// Tool calls complete and with their checks: the response is paused meanwhile.
+    calls: Option<tools::StreamCalls>,
 }
 
 /// A streamed round's judged checks in flight.

@@ -1,6 +1,7 @@
 //! A streamed answer: each upstream chunk rewritten as it passes, held rounds decided, cuts ended.
 
 use super::recovering::{deliver_waiting, start_stream_recovery};
+use super::tools::check_stream_calls;
 use super::*;
 
 impl Turn {
@@ -21,8 +22,13 @@ impl Turn {
         // so it ends with the upstream and needs no frame; and its release may be written into
         // Envoy's paused buffer from a judge's answer, where 4 MiB of padding would trip the
         // buffer limit and reset the stream.
+        // Nor does a stream whose tool calls are checked: an allowed call is written into the
+        // paused buffer after the judge answered, which a frame's fixed length cannot know.
         let frame = match hold {
-            Hold::Rules => self.policy.stream_frame_bytes.map(Frame::new),
+            Hold::Rules if !asked.version.tools.any() => {
+                self.policy.stream_frame_bytes.map(Frame::new)
+            }
+            Hold::Rules => None,
             Hold::WholeText | Hold::Everything => None,
         };
         if let Some(frame) = &frame {
@@ -52,6 +58,7 @@ impl Turn {
             close_pending: false,
             recovery: None,
             upstream_ended: false,
+            calls: None,
         });
         if !identity {
             // Compressed despite `accept-encoding: identity`: nothing can be read, so the turn is
@@ -141,14 +148,17 @@ pub(super) fn stream_chunk(
         replace_chunk(host, body_size, &kept);
         return Flow::Pause;
     }
+    // Paused while tool calls are checked: Envoy keeps buffering after what this filter kept.
+    let kept = s.calls.as_ref().map_or(0, |c| c.kept_len());
+    let fresh = buffered.get(kept..).unwrap_or_default();
     if let Some(copy) = &mut s.copy {
-        if copy.len().saturating_add(buffered.len()) <= policy.max_body_bytes {
-            copy.extend_from_slice(&buffered);
+        if copy.len().saturating_add(fresh.len()) <= policy.max_body_bytes {
+            copy.extend_from_slice(fresh);
         } else {
             s.copy = None;
         }
     }
-    let mut step = s.rewriter.feed(&buffered);
+    let mut step = s.rewriter.feed(fresh);
     if record.response_id.is_none() {
         record.response_id = s.rewriter.answer_id().map(str::to_owned);
     }
@@ -157,7 +167,9 @@ pub(super) fn stream_chunk(
         step.out.append(&mut last.out);
         step.cut = last.cut;
         step.round_end = last.round_end;
+        step.calls.append(&mut last.calls);
     }
+    let calls = std::mem::take(&mut step.calls);
     if let Some(round) = step.round_end.take() {
         // The round's text is scanned once; the judge is asked only when every rule passed.
         let mut failed = s.asked.version.output_rules.failed_checks(&round.rule_text);
@@ -217,7 +229,7 @@ pub(super) fn stream_chunk(
         }
     }
     let round_decided = s.round_decided;
-    let out = finish_step(host, record, s, step, end_of_stream);
+    let mut out = finish_step(host, record, s, step, end_of_stream);
     if end_of_stream && !s.cut && !round_decided {
         // Rules mode holds no answer text: the background checks read the kept copy.
         if let Some(copy) = s.copy.take() {
@@ -228,8 +240,16 @@ pub(super) fn stream_chunk(
             }
         }
     }
-    replace_chunk(host, body_size, &out);
-    Flow::Continue
+    check_stream_calls(
+        host,
+        policy,
+        record,
+        s,
+        calls,
+        &mut out,
+        end_of_stream,
+        body_size,
+    )
 }
 
 /// A streamed round with verdicts in hand: when one stops it or none is pending, the round is
@@ -253,8 +273,7 @@ pub(super) fn settle_stream(
     let judging = s.judging.take()?;
     let mut step = Step {
         out: judging.kept,
-        cut: None,
-        round_end: None,
+        ..Step::default()
     };
     let undecided: Vec<usize> = judging.pending.iter().map(|(_, c)| *c).collect();
     let round = Decided {

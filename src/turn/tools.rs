@@ -6,6 +6,7 @@ use crate::api::ToolCall;
 use crate::record::tools_decided;
 use crate::tools::{self, Checking, Denial, Next};
 
+use super::stream::replace_chunk;
 use super::*;
 
 /// A held non-streamed answer whose tool calls are being checked.
@@ -93,6 +94,164 @@ impl Turn {
     }
 }
 
+/// A streamed answer's tool calls with their checks, a batch per step that completed calls.
+///
+/// The stream is not paused while the upstream still sends: text before a call has gone out, and
+/// the call's events (and what follows them) wait in the rewriter; a verdict is applied at the
+/// next upstream chunk. Only the upstream's end is held (paused) until every batch is decided;
+/// then verdicts are applied as they come.
+pub(super) struct StreamCalls {
+    /// Each batch: the calls' keys in the rewriter, and their checks.
+    batches: Vec<(Vec<u64>, Checking)>,
+    /// Paused at the upstream's end: what this filter left in the paused buffer.
+    kept: Option<Vec<u8>>,
+}
+
+impl StreamCalls {
+    /// What this filter left in the paused buffer (nothing unless paused).
+    pub(super) fn kept_len(&self) -> usize {
+        self.kept.as_ref().map_or(0, Vec::len)
+    }
+}
+
+/// After a streamed step: the calls it completed are checked, and what the checks decided so far
+/// is applied to `out`, what the step sends.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn check_stream_calls(
+    host: &mut dyn Host,
+    policy: &Policy,
+    record: &mut Record,
+    s: &mut Streamed,
+    calls: Vec<(u64, ToolCall)>,
+    out: &mut Vec<u8>,
+    end_of_stream: bool,
+    body_size: usize,
+) -> Flow {
+    if s.cut {
+        // Cut by a rule meanwhile: nothing after the cut is sent, so no call waits any more.
+        if let Some(c) = s.calls.as_mut() {
+            c.batches.clear();
+        }
+    } else if !calls.is_empty() {
+        let cx = tools_context(policy, &s.asked, 1);
+        let (keys, calls): (Vec<u64>, Vec<ToolCall>) = calls.into_iter().unzip();
+        let checking = Checking::start(host, &cx, calls);
+        s.calls
+            .get_or_insert_with(|| StreamCalls {
+                batches: Vec::new(),
+                kept: None,
+            })
+            .batches
+            .push((keys, checking));
+    }
+    let waiting = settle_stream_calls(host, record, s, out, end_of_stream);
+    let mut all = s
+        .calls
+        .as_mut()
+        .and_then(|c| c.kept.take())
+        .unwrap_or_default();
+    all.append(out);
+    replace_chunk(host, body_size, &all);
+    match s.calls.as_mut() {
+        Some(calls) if waiting && (end_of_stream || s.upstream_ended) => {
+            // The upstream's end waits for the verdicts.
+            calls.kept = Some(all);
+            Flow::Pause
+        }
+        _ => {
+            if !waiting {
+                s.calls = None;
+            }
+            Flow::Continue
+        }
+    }
+}
+
+/// Applies what the checks decided: allowed batches' calls go, a denied call ends the stream with
+/// the reason. Returns whether a batch still waits.
+fn settle_stream_calls(
+    host: &mut dyn Host,
+    record: &mut Record,
+    s: &mut Streamed,
+    out: &mut Vec<u8>,
+    end_of_stream: bool,
+) -> bool {
+    let Some(calls) = s.calls.as_mut() else {
+        return false;
+    };
+    let mut denied = None;
+    let mut i = 0;
+    while let Some((keys, checking)) = calls.batches.get_mut(i) {
+        tools_decided(host, record, &checking.take_results());
+        match checking.next() {
+            Next::Waiting => i += 1,
+            Next::Allowed => {
+                out.append(&mut s.rewriter.allow_calls(keys));
+                calls.batches.remove(i);
+            }
+            Next::Denied(denial) => {
+                denied = Some(denial);
+                break;
+            }
+        }
+    }
+    let Some(denial) = denied else {
+        return !calls.batches.is_empty();
+    };
+    // Verdicts still out are not waited for: their results are never recorded.
+    calls.batches.clear();
+    out.append(&mut s.rewriter.deny_calls(&denial.reason));
+    let upstream_done = s.upstream_ended || end_of_stream;
+    s.cut = true;
+    if !s.ended || !upstream_done {
+        s.ended = true;
+        s.close_pending = !upstream_done;
+        if s.close_pending {
+            // The rest of the upstream's answer is dropped: the next chunk closes the stream,
+            // or the timer does.
+            host.close_response_soon();
+        }
+    }
+    false
+}
+
+/// A verdict on a streamed answer's tool call; `false` when the callout is not one of its checks.
+/// Applied now when the upstream's end is held for it, else at the next upstream chunk.
+pub(super) fn stream_call_verdict(
+    host: &mut dyn Host,
+    record: &mut Record,
+    s: &mut Streamed,
+    token: u32,
+    body_size: usize,
+) -> bool {
+    let version = Rc::clone(&s.asked.version);
+    let Some(calls) = s.calls.as_mut() else {
+        return false;
+    };
+    let Some((_, checking)) = calls.batches.iter_mut().find(|(_, c)| c.waits_for(token)) else {
+        return false;
+    };
+    let body = host.callout_body(body_size).unwrap_or_default();
+    let verdict = judge::verdict(host.callout_status(), &body);
+    checking.verdict(&version, token, verdict.as_ref());
+    let Some(mut kept) = calls.kept.take() else {
+        return true;
+    };
+    let buffered = kept.len();
+    let mut out = Vec::new();
+    let waiting = settle_stream_calls(host, record, s, &mut out, true);
+    kept.append(&mut out);
+    replace_chunk(host, buffered, &kept);
+    match s.calls.as_mut() {
+        Some(calls) if waiting => calls.kept = Some(kept),
+        _ => {
+            s.calls = None;
+            host.resume_response();
+        }
+    }
+    true
+}
+
 pub(super) fn tools_context<'a>(
     policy: &'a Policy,
     asked: &'a Asked,
@@ -128,5 +287,219 @@ fn denied_reply(host: &mut dyn Host, asked: &Asked, denial: &Denial, body: &[u8]
             let ids = fresh_ids(host);
             api::refusal(asked.api, &denial.reason, &asked.request, &ids)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::host::fake::FakeHost;
+
+    const POLICY: &str = r#"{"default_agent": "mail", "agents": {"mail": {"published": "1", "versions": {"1": {
+        "tool_checks": [
+            {"name": "no-billing", "tool": "send_email", "when": "The email contains billing information", "reason": "No billing info in email."},
+            {"name": "no-rival", "args": [{"pointer": "/to", "not_contains": "@rival.example"}]}
+        ]}}}}}"#;
+
+    fn turn() -> Turn {
+        Turn::new(Rc::new(Policy::from_json(POLICY.as_bytes()).unwrap()))
+    }
+
+    fn anthropic_request(host: &mut FakeHost) {
+        host.request_headers = [
+            (":method", "POST"),
+            (":path", "/v1/messages"),
+            (":authority", "api.test"),
+            ("x-api-key", "sk-ant-test"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        host.request_body = json!({
+            "model": "claude-sonnet-4-5", "max_tokens": 100,
+            "messages": [
+                {"role": "user", "content": "Send Bob the meeting notes"},
+                {"role": "assistant", "content": "Which notes?"},
+                {"role": "user", "content": [{"type": "text", "text": "Monday's"}]}
+            ]
+        })
+        .to_string()
+        .into_bytes();
+    }
+
+    fn ask(t: &mut Turn, host: &mut FakeHost) {
+        anthropic_request(host);
+        t.on_request_headers(host, false);
+        let size = host.request_body.len();
+        assert_eq!(t.on_request_body(host, size, true), Flow::Continue);
+    }
+
+    /// A non-streamed answer calling `send_email` with `to`.
+    fn answer(t: &mut Turn, host: &mut FakeHost, to: &str) -> (Flow, Flow) {
+        host.response_headers.insert(":status".into(), "200".into());
+        host.response_headers
+            .insert("content-type".into(), "application/json".into());
+        host.response_body = json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": [
+                {"type": "text", "text": "Sending it now."},
+                {"type": "tool_use", "id": "toolu_1", "name": "send_email", "input": {"to": to, "body": "notes"}}
+            ],
+            "stop_reason": "tool_use", "stop_sequence": null,
+            "usage": {"input_tokens": 10, "output_tokens": 20}
+        })
+        .to_string()
+        .into_bytes();
+        let headers = t.on_response_headers(host, false);
+        let size = host.response_body.len();
+        (headers, t.on_response_body(host, size, true))
+    }
+
+    /// The judge answers callout `token` with `status` and `body`.
+    fn judge_says(t: &mut Turn, host: &mut FakeHost, token: u32, status: u16, body: &[u8]) {
+        host.callout_answer = Some((Some(status), body.to_vec()));
+        t.on_callout_response(host, token, body.len());
+    }
+
+    fn tool_check(host: &FakeHost, i: usize) -> Value {
+        serde_json::from_slice(&host.callouts[i].2).unwrap()
+    }
+
+    #[test]
+    fn a_call_the_args_rows_deny_is_replaced_at_once_by_the_refusal() {
+        let (mut t, mut host) = (turn(), FakeHost::default());
+        ask(&mut t, &mut host);
+        assert_eq!(
+            answer(&mut t, &mut host, "eve@rival.example"),
+            (Flow::Pause, Flow::Pause)
+        );
+        assert!(
+            host.callouts.is_empty(),
+            "no judge for a call already denied"
+        );
+        let reply = host.local_reply.as_ref().unwrap();
+        assert_eq!(reply.status, 200);
+        assert_eq!(
+            reply.headers.get("x-core-check").map(String::as_str),
+            Some(r#"stage=output, check="no-rival", code=tool_call_denied"#)
+        );
+        let body = host.local_reply_json();
+        assert_eq!(body["stop_reason"], "refusal");
+        assert_eq!(
+            body["content"],
+            json!([{"type": "text", "text": "The call's arguments hold something a rule forbids."}])
+        );
+        assert_eq!(body["usage"]["output_tokens"], 20);
+        assert!(!String::from_utf8_lossy(&reply.body).contains("rival"));
+        assert_eq!(
+            host.counters.get("livecheck.mail.no-rival.failed"),
+            Some(&1)
+        );
+    }
+
+    #[test]
+    fn a_call_waits_for_its_judge_and_goes_when_the_condition_does_not_hold() {
+        let (mut t, mut host) = (turn(), FakeHost::default());
+        ask(&mut t, &mut host);
+        assert_eq!(
+            answer(&mut t, &mut host, "bob@ok.example"),
+            (Flow::Pause, Flow::Pause)
+        );
+        assert_eq!(host.callouts.len(), 1);
+        let sent = tool_check(&host, 0);
+        assert_eq!(sent["tool"], "send_email");
+        // As the model wrote them (the double serialises keys in order).
+        assert_eq!(
+            sent["arguments"],
+            r#"{"body":"notes","to":"bob@ok.example"}"#
+        );
+        assert_eq!(
+            sent["intent"],
+            json!(["Send Bob the meeting notes", "Monday's"])
+        );
+        assert_eq!(sent["judge_model"], "claude-sonnet-4-5");
+        assert!(host.callouts[0]
+            .1
+            .contains(&("x-api-key".into(), "sk-ant-test".into())));
+        judge_says(
+            &mut t,
+            &mut host,
+            1,
+            200,
+            br#"{"outcome": "passed", "reason": "Meeting notes only."}"#,
+        );
+        assert_eq!(host.resumed, vec!["response"]);
+        assert!(host.local_reply.is_none());
+        assert!(!host.response_headers.contains_key("x-core-check"));
+        t.on_done(&mut host);
+        let report: Value = serde_json::from_slice(&host.delivered[0].body).unwrap();
+        let results = report["results"].as_array().unwrap();
+        let tools: Vec<(&str, &str, &str)> = results
+            .iter()
+            .map(|r| {
+                (
+                    r["name"].as_str().unwrap(),
+                    r["outcome"].as_str().unwrap(),
+                    r["tool"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            tools,
+            vec![
+                ("no-rival", "passed", "send_email"),
+                ("no-billing", "passed", "send_email")
+            ]
+        );
+        assert!(results
+            .iter()
+            .all(|r| r["call"] == 1 && r["stage"] == "output"));
+        assert!(
+            !report.to_string().contains("bob@ok.example"),
+            "never the arguments"
+        );
+    }
+
+    #[test]
+    fn a_condition_that_holds_denies_with_the_rows_reason() {
+        let (mut t, mut host) = (turn(), FakeHost::default());
+        ask(&mut t, &mut host);
+        answer(&mut t, &mut host, "bob@ok.example");
+        judge_says(
+            &mut t,
+            &mut host,
+            1,
+            200,
+            br#"{"outcome": "failed", "reason": "It has an invoice."}"#,
+        );
+        let reply = host.local_reply.as_ref().unwrap();
+        assert_eq!(
+            reply.headers.get("x-core-check").map(String::as_str),
+            Some(r#"stage=output, check="no-billing", code=tool_call_denied"#)
+        );
+        assert_eq!(
+            host.local_reply_json()["content"][0]["text"],
+            "No billing info in email."
+        );
+        assert!(host.resumed.is_empty());
+    }
+
+    #[test]
+    fn a_judge_timeout_denies() {
+        let (mut t, mut host) = (turn(), FakeHost::default());
+        ask(&mut t, &mut host);
+        answer(&mut t, &mut host, "bob@ok.example");
+        judge_says(&mut t, &mut host, 1, 504, b"upstream request timeout");
+        assert_eq!(host.local_reply_json()["stop_reason"], "refusal");
+        assert_eq!(
+            host.counters.get("livecheck.mail.no-billing.errored"),
+            Some(&1)
+        );
     }
 }
