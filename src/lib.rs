@@ -9,6 +9,7 @@ pub mod config;
 pub mod frame;
 pub mod host;
 pub mod judge;
+pub mod mcp;
 pub mod outbox;
 pub mod pattern;
 pub mod record;

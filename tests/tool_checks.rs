@@ -10,6 +10,7 @@ use livecheck_harness::{Callout, Host, StreamId};
 use serde_json::{json, Value};
 
 const POLICY: &str = r#"{"default_agent": "mail", "router_models": ["router/auto"], "agents": {"mail": {"published": "1", "versions": {"1": {
+    "model": "gpt-4.1-mini",
     "allowed_tools": ["send_email", "lookup_*"],
     "tool_checks": [
         {"name": "no-billing", "tool": "send_email", "when": "The email contains billing information", "reason": "No billing info in email."},
@@ -685,4 +686,142 @@ fn a_streamed_call_denied_in_the_filter_ends_the_stream_in_the_same_callback() {
             "{vendor:?}"
         );
     }
+}
+
+/// An MCP client's JSON-RPC POST to `/mcp` (Streamable HTTP), with the caller's MCP credentials.
+fn mcp_post(host: &mut Host, body: &Value) -> StreamId {
+    send_request(
+        host,
+        "/mcp",
+        &[
+            ("authorization", "Bearer mcp-server-token"),
+            ("accept", "application/json, text/event-stream"),
+        ],
+        &body.to_string(),
+        Chunking::Bytes(7),
+    )
+}
+
+fn tools_call(id: Value, name: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
+}
+
+#[test]
+fn an_mcp_tools_call_denied_never_reaches_the_server_and_the_client_gets_an_error_result() {
+    for (call, check) in [
+        (
+            tools_call(json!(7), "send_email", json!({"to": "eve@rival.example"})),
+            "no-rival",
+        ),
+        (
+            tools_call(json!("req-1"), "drop_tables", json!({})),
+            "allowed_tools",
+        ),
+    ] {
+        let mut host = livecheck(POLICY);
+        let s = mcp_post(&mut host, &call);
+        assert!(checks(&host).is_empty(), "{check}: decided in the filter");
+        assert!(
+            host.upstream_received(s).headers.is_none(),
+            "{check}: the MCP server is never called"
+        );
+        let got = host.caller_received(s);
+        assert_eq!(got.status(), Some(200));
+        assert_eq!(
+            got.header("x-core-check").unwrap(),
+            format!(r#"stage=output, check="{check}", code=tool_call_denied"#)
+        );
+        let body = json(&got.body);
+        assert_eq!(body["id"], call["id"]);
+        assert_eq!(body["result"]["isError"], true);
+        assert_eq!(body["result"]["content"][0]["type"], "text");
+        assert!(!got.body_text().contains("rival"));
+        host.finish_stream(s).unwrap();
+        host.advance_time(std::time::Duration::from_millis(250));
+        assert!(tool_results(&report(&host))
+            .iter()
+            .any(|r| r.0 == check && r.3 == "failed"));
+    }
+}
+
+#[test]
+fn an_mcp_tools_call_waits_for_its_judge_then_goes_to_the_server_untouched() {
+    for (outcome, reaches) in [("passed", true), ("failed", false)] {
+        let mut host = livecheck(POLICY);
+        let call = tools_call(
+            json!(3),
+            "send_email",
+            json!({"to": "bob@ok.example", "body": "hi"}),
+        );
+        let s = mcp_post(&mut host, &call);
+        assert!(
+            host.upstream_received(s).headers.is_none(),
+            "held while judged"
+        );
+        let out = checks(&host);
+        assert_eq!(out.len(), 2, "no-billing and on-task");
+        for c in &out {
+            let sent = json(&c.body);
+            assert_eq!(sent["judge_model"], "gpt-4.1-mini", "the version's model");
+            assert!(
+                sent.get("intent").is_none(),
+                "an MCP request carries no user messages"
+            );
+            assert!(
+                c.header("authorization").is_none(),
+                "the MCP server's token never goes to the judge"
+            );
+        }
+        for c in &out {
+            if !host.caller_received(s).body.is_empty() {
+                break;
+            }
+            say(&mut host, c, outcome, "The email attaches an invoice.");
+        }
+        if reaches {
+            let up = host.upstream_received(s);
+            assert_eq!(json(&up.body), call, "forwarded untouched");
+            assert!(host.caller_received(s).headers.is_none());
+        } else {
+            assert!(host.upstream_received(s).headers.is_none());
+            let body = json(&host.caller_received(s).body);
+            assert_eq!(
+                body["result"]["content"][0]["text"],
+                "No billing info in email."
+            );
+        }
+    }
+}
+
+#[test]
+fn other_mcp_messages_pass_and_what_cannot_be_checked_is_refused() {
+    let mut host = livecheck(POLICY);
+    for message in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ] {
+        let s = mcp_post(&mut host, &message);
+        assert_eq!(json(&host.upstream_received(s).body), message);
+    }
+    let batch = json!([tools_call(json!(1), "lookup_order", json!({}))]);
+    let s = mcp_post(&mut host, &batch);
+    assert!(host.upstream_received(s).headers.is_none());
+    assert_eq!(host.caller_received(s).status(), Some(400));
+    assert_eq!(json(&host.caller_received(s).body)["error"]["code"], -32600);
+    // A key twice: the server might run the other `arguments`.
+    let s = send_request(
+        &mut host,
+        "/mcp",
+        &[],
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"send_email","arguments":{"to":"a@ok.example"},"arguments":{"to":"eve@rival.example"}}}"#,
+        Chunking::Whole,
+    );
+    assert!(host.upstream_received(s).headers.is_none());
+    assert_eq!(json(&host.caller_received(s).body)["error"]["code"], -32700);
+    // A version without tool checks reads no MCP request.
+    let mut plain = livecheck(SEED);
+    let call = tools_call(json!(1), "anything", json!({"x": 1}));
+    let s = mcp_post(&mut plain, &call);
+    assert_eq!(json(&plain.upstream_received(s).body), call);
 }

@@ -31,6 +31,7 @@ pub const DEFAULT_DEADLINE_MS: u64 = 60_000;
 pub const MAX_DEADLINE_MS: u64 = 3_600_000;
 pub const DEFAULT_SAMPLE: f64 = 0.1;
 pub const DEFAULT_JUDGE_CLUSTER: &str = "livecheck-judge";
+pub const DEFAULT_MCP_PATH: &str = "/mcp";
 pub const DEFAULT_JUDGE_TIMEOUT_MS: u64 = 10_000;
 pub const MAX_JUDGE_TIMEOUT_MS: u64 = 120_000;
 
@@ -49,6 +50,8 @@ pub struct Policy {
     pub router_models: Vec<String>,
     /// The request header naming the person a turn belongs to.
     pub person_header: Option<String>,
+    /// Path suffixes of MCP endpoints: their `tools/call` requests are checked.
+    pub mcp_paths: Vec<String>,
     pub agents: HashMap<String, Agent>,
 }
 
@@ -220,6 +223,21 @@ impl Policy {
         }
     }
 
+    /// Whether any version of any agent checks tool calls.
+    pub fn checks_tools(&self) -> bool {
+        self.agents
+            .values()
+            .any(|a| a.versions.values().any(|v| v.tools.any()))
+    }
+
+    /// Whether a request goes to an MCP endpoint whose tool calls are checked: a POST whose path
+    /// (the query ignored) ends with one of `mcp_paths`.
+    pub fn is_mcp(&self, method: &str, path: &str) -> bool {
+        let path = path.split(['?', '#']).next().unwrap_or(path);
+        let path = path.strip_suffix('/').unwrap_or(path);
+        method == "POST" && self.mcp_paths.iter().any(|p| path.ends_with(p.as_str()))
+    }
+
     /// The version a request runs: the named agent (header, else host, else default) and
     /// its published version, or the version the version header names (drafts included).
     pub fn select(
@@ -379,7 +397,25 @@ impl Compiler<'_> {
             }
             Some(n) => Some(n),
         };
+        let mcp_paths = raw
+            .mcp_paths
+            .unwrap_or_else(|| vec![DEFAULT_MCP_PATH.to_owned()]);
+        for (i, path) in mcp_paths.iter().enumerate() {
+            let plain = path.len() > 1
+                && path.starts_with('/')
+                && !path.ends_with('/')
+                && path
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && !b"?#".contains(&b));
+            if !plain {
+                self.errors.push(at.error(
+                    Some(&format!("mcp_paths[{i}]")),
+                    "must be a path such as \"/mcp\": starting with `/`, not ending with one, no query",
+                ));
+            }
+        }
         Some(Policy {
+            mcp_paths,
             agent_header,
             version_header,
             default_agent: raw.default_agent,

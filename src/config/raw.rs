@@ -29,6 +29,9 @@ pub struct RawPolicy {
     /// Length a streamed answer is framed to so a cut ends it cleanly for every HTTP/1.1 SDK
     /// (opt-in: every framed answer is padded to it; default and 0: unframed).
     pub stream_frame_bytes: Option<usize>,
+    /// Paths (suffixes, the query ignored) of MCP Streamable HTTP endpoints whose `tools/call`
+    /// requests tool checks read (default `["/mcp"]`).
+    pub mcp_paths: Option<Vec<String>>,
     /// The agents, by id. Checks are read from them per check, so one bad check is one error.
     pub agents: BTreeMap<String, serde_json::Value>,
 }

@@ -75,7 +75,7 @@ impl Turn {
             host.log(LogLevel::Warn, "livecheck: an unknown callout answered");
             return;
         }
-        if self.call_verdict(host, token, body_size) {
+        if self.call_verdict(host, token, body_size) || self.mcp_verdict(host, token, body_size) {
             return;
         }
         if let State::Recovering(r) = &mut self.state {

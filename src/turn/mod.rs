@@ -7,6 +7,7 @@
 
 mod answer;
 mod judging;
+mod mcp;
 mod question;
 mod recovering;
 mod stream;
@@ -62,6 +63,10 @@ enum State {
     /// No check reads the answer: it passes untouched while its first bytes are read for the
     /// upstream's id (the caller may look its turn up by it).
     Peeking { seen: Vec<u8> },
+    /// A POST to an MCP endpoint: request headers held while its body is read.
+    ReadingMcp { version: Rc<Version> },
+    /// An MCP `tools/call` with its checks out: the request is held.
+    CheckingMcp(Box<mcp::McpCheck>),
     /// A non-streamed answer asks for tools: its calls are being checked, headers and body held.
     CheckingCalls(Box<tools::CallCheck>),
     /// Decided: everything left passes as it is.

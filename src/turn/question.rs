@@ -6,6 +6,9 @@ impl Turn {
     pub fn on_request_headers(&mut self, host: &mut dyn Host, end_of_stream: bool) -> Flow {
         let method = host.request_header(":method").unwrap_or_default();
         let path = host.request_header(":path").unwrap_or_default();
+        if self.policy.is_mcp(&method, &path) && self.policy.checks_tools() {
+            return self.start_mcp(host, end_of_stream);
+        }
         let Some(api) = Api::from_request(&method, &path) else {
             self.state = State::Bypass;
             return Flow::Continue;
@@ -64,6 +67,9 @@ impl Turn {
         body_size: usize,
         end_of_stream: bool,
     ) -> Flow {
+        if let State::ReadingMcp { .. } = &self.state {
+            return self.on_mcp_body(host, body_size, end_of_stream);
+        }
         let State::ReadingQuestion { api, version } = &self.state else {
             return Flow::Continue;
         };

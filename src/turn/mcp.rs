@@ -1,0 +1,166 @@
+//! An MCP `tools/call` passing through Envoy: held (headers and body) until its tool checks
+//! decided; forwarded untouched when allowed, else answered here as a tool result with
+//! `isError: true`, so the MCP server is never called.
+
+use serde_json::Value;
+
+use crate::mcp::{self, Message};
+use crate::record::tools_decided;
+use crate::tools::{self, Checking, Next};
+
+use super::tools::denied_stop;
+use super::*;
+
+/// A `tools/call` with its checks out.
+pub(super) struct McpCheck {
+    version: Rc<Version>,
+    id: Value,
+    checking: Checking,
+}
+
+impl Turn {
+    /// Request headers of a POST to an MCP endpoint: held while the body is read, when the
+    /// version checks tool calls at all.
+    pub(super) fn start_mcp(&mut self, host: &mut dyn Host, end_of_stream: bool) -> Flow {
+        let agent = host.request_header(&self.policy.agent_header);
+        let version = host.request_header(&self.policy.version_header);
+        let authority = host.request_header(":authority");
+        let version =
+            match self
+                .policy
+                .select(agent.as_deref(), version.as_deref(), authority.as_deref())
+            {
+                Ok(v) => v,
+                Err(e) => return self.refuse_mcp(host, 400, None, -32600, &e.to_string()),
+            };
+        if !version.tools.any() || end_of_stream {
+            self.state = State::Bypass;
+            return Flow::Continue;
+        }
+        self.record = Record::new(format!("lc_{:016x}{:016x}", host.random(), host.random()));
+        self.record.runs(&version);
+        if let Some(header) = &self.policy.person_header {
+            self.record.person = host.request_header(header);
+        }
+        let encoded = host
+            .request_header("content-encoding")
+            .is_some_and(|e| !e.trim().eq_ignore_ascii_case("identity"));
+        if encoded {
+            let message = "livecheck reads MCP requests as they are written: send them without content-encoding";
+            return self.refuse_mcp(host, 415, None, -32600, message);
+        }
+        self.state = State::ReadingMcp { version };
+        Flow::Pause
+    }
+
+    pub(super) fn on_mcp_body(
+        &mut self,
+        host: &mut dyn Host,
+        body_size: usize,
+        end_of_stream: bool,
+    ) -> Flow {
+        let State::ReadingMcp { version } = &self.state else {
+            return Flow::Continue;
+        };
+        let version = Rc::clone(version);
+        if body_size > self.policy.max_body_bytes {
+            let message = "the request body is larger than this gateway reads";
+            return self.refuse_mcp(host, 413, None, -32600, message);
+        }
+        if !end_of_stream {
+            return Flow::Pause;
+        }
+        let body = host.request_body(body_size).unwrap_or_default();
+        let (id, call) = match mcp::read(&body) {
+            Message::Other => {
+                self.state = State::Done;
+                return Flow::Continue;
+            }
+            Message::Refused {
+                status,
+                code,
+                message,
+            } => return self.refuse_mcp(host, status, None, code, message),
+            Message::ToolsCall { id, call } => (id, call),
+        };
+        // The agent's intent is not in an MCP request; the judge runs on the version's model
+        // and the sidecar's own key (the caller's credentials are the MCP server's, not a model's).
+        let cx = tools::Context {
+            policy: &self.policy,
+            version: &version,
+            intent: &[],
+            turn_model: version.model.as_deref(),
+            credentials: &[],
+            attempt: 1,
+        };
+        let checking = Checking::start(host, &cx, vec![call]);
+        let check = Box::new(McpCheck {
+            version,
+            id,
+            checking,
+        });
+        self.mcp_next(host, check, false)
+    }
+
+    /// A verdict on an MCP call; `false` when the callout is not this turn's.
+    pub(super) fn mcp_verdict(
+        &mut self,
+        host: &mut dyn Host,
+        token: u32,
+        body_size: usize,
+    ) -> bool {
+        let State::CheckingMcp(check) = &mut self.state else {
+            return false;
+        };
+        if !check.checking.waits_for(token) {
+            return false;
+        }
+        let body = host.callout_body(body_size).unwrap_or_default();
+        let verdict = judge::verdict(host.callout_status(), &body);
+        let version = Rc::clone(&check.version);
+        check.checking.verdict(&version, token, verdict.as_ref());
+        if let State::CheckingMcp(check) = std::mem::replace(&mut self.state, State::Done) {
+            let _ = self.mcp_next(host, check, true);
+        }
+        true
+    }
+
+    fn mcp_next(&mut self, host: &mut dyn Host, mut check: Box<McpCheck>, resumed: bool) -> Flow {
+        tools_decided(host, &mut self.record, &check.checking.take_results());
+        match check.checking.next() {
+            Next::Waiting => {
+                self.state = State::CheckingMcp(check);
+                Flow::Pause
+            }
+            Next::Allowed => {
+                self.state = State::Done;
+                resume(host, Stage::Input, resumed)
+            }
+            Next::Denied(denial) => {
+                self.state = State::Done;
+                let body = mcp::denied(&check.id, &denial.reason);
+                send_stop(
+                    host,
+                    &self.record,
+                    &denied_stop(&denial),
+                    "application/json",
+                    &body,
+                )
+            }
+        }
+    }
+
+    fn refuse_mcp(
+        &mut self,
+        host: &mut dyn Host,
+        status: u32,
+        id: Option<&Value>,
+        code: i64,
+        message: &str,
+    ) -> Flow {
+        self.state = State::Done;
+        let body = mcp::error(id, code, message);
+        host.send_local_reply(status, &[("content-type", "application/json")], &body);
+        Flow::Pause
+    }
+}
