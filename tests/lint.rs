@@ -63,3 +63,24 @@ fn a_missing_file_is_a_usage_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn tool_checks_lint_with_the_rest_one_line_per_problem() {
+    let (code, out) = lint(include_str!("../examples/tools.json"));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("1 check(s), 4 tool check(s))"), "{out}");
+    let config = r#"{"agents": {"mail": {"published": "1", "versions": {"1": {
+        "allowed_tools": ["send email"],
+        "tool_checks": [
+            {"name": "a", "when": "x", "args": [{"pointer": "/to", "not_contains": "y"}]},
+            {"name": "b", "args": [{"pointer": "/to", "pattern": "secret.*"}]}
+        ]}}}}}"#;
+    let (code, out) = lint(config);
+    assert_eq!(code, 1);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(lines[0].contains("field `allowed_tools[0]`"), "{out}");
+    assert!(lines[1].contains(r#"check "a" field `when`: a tool check has either"#), "{out}");
+    assert!(lines[2].contains(r#"check "b" field `args[0].pattern`"#), "{out}");
+    assert!(!out.contains("secret"), "patterns are never printed: {out}");
+}

@@ -51,8 +51,19 @@ fn lint(path: &str) -> ExitCode {
                 .flat_map(|a| a.versions.values())
                 .map(|v| v.checks.len())
                 .sum();
+            let tool_checks: usize = policy
+                .agents
+                .values()
+                .flat_map(|a| a.versions.values())
+                .map(|v| v.tools.rows.len())
+                .sum();
+            let tools = if tool_checks > 0 {
+                format!(", {tool_checks} tool check(s)")
+            } else {
+                String::new()
+            };
             println!(
-                "{path}: ok ({} agent(s), {versions} version(s), {checks} check(s))",
+                "{path}: ok ({} agent(s), {versions} version(s), {checks} check(s){tools})",
                 policy.agents.len()
             );
             ExitCode::SUCCESS
