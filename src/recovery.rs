@@ -14,8 +14,10 @@ use crate::api::{self, Api, Request, Usage};
 use crate::config::{Policy, Stage, Version};
 use crate::host::Host;
 use crate::judge::{self, Judged};
+use crate::record::tools_decided;
 use crate::record::{decided, Record};
 use crate::stop::Stop;
+use crate::tools::{self, Checking};
 use crate::verdict::{decide, judged_stops, CheckResult, Outcome, Reading};
 
 /// What a retry is built from, kept from the request while the turn runs.
@@ -84,6 +86,10 @@ pub struct Recovery {
     retry: Option<u32>,
     /// A retry's answer whose rules passed, with its judged checks in flight.
     candidate: Option<Candidate>,
+    /// Stopped for a denied tool call: retries keep the tools, and their calls are checked again.
+    keep_tools: bool,
+    /// A retry's answer that calls tools, with its tool checks in flight.
+    tool_candidate: Option<(Vec<u8>, Checking)>,
 }
 
 #[derive(Debug)]
@@ -96,6 +102,7 @@ struct Candidate {
 impl Recovery {
     /// Asks for the second answer. `first_usage`: what the rejected answer cost; `estimate_ms`:
     /// how long it took; `started_ms`: when the turn began.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         host: &mut dyn Host,
         turn: &Turn<'_>,
@@ -104,6 +111,7 @@ impl Recovery {
         first_usage: Usage,
         estimate_ms: u64,
         started_ms: u64,
+        keep_tools: bool,
     ) -> (Self, Next) {
         let mut recovery = Self {
             first_stop,
@@ -115,6 +123,8 @@ impl Recovery {
             deadline_at_ms: started_ms.saturating_add(turn.version.deadline_ms),
             retry: None,
             candidate: None,
+            keep_tools,
+            tool_candidate: None,
         };
         let next = recovery.ask_again(host, turn);
         (recovery, next)
@@ -127,6 +137,10 @@ impl Recovery {
                 .candidate
                 .as_ref()
                 .is_some_and(|c| c.pending.iter().any(|(t, _)| *t == token))
+            || self
+                .tool_candidate
+                .as_ref()
+                .is_some_and(|(_, c)| c.waits_for(token))
     }
 
     fn ask_again(&mut self, host: &mut dyn Host, turn: &Turn<'_>) -> Next {
@@ -149,6 +163,7 @@ impl Recovery {
             request: turn.source.body.clone(),
             rules: self.rules.clone(),
             attempt: self.attempt,
+            keep_tools: self.keep_tools,
         };
         let Ok(body) = serde_json::to_vec(&request) else {
             return Next::Withhold;
@@ -202,6 +217,15 @@ impl Recovery {
                 None => Next::Withhold,
             };
         }
+        if let Some((_, checking)) = self
+            .tool_candidate
+            .as_mut()
+            .filter(|(_, c)| c.waits_for(token))
+        {
+            let verdict = judge::verdict(status, &body);
+            checking.verdict(turn.version, token, verdict.as_ref());
+            return self.settle_tools(host, turn, record);
+        }
         let Some(candidate) = &mut self.candidate else {
             return Next::Wait;
         };
@@ -248,6 +272,21 @@ impl Recovery {
         if rules.stop.is_some() || answer.asks_for_tool {
             decided(host, record, turn.version, &rules.results);
             if answer.asks_for_tool && rules.stop.is_none() {
+                if self.keep_tools {
+                    // Asked again after a denied tool call: its calls are checked as the first
+                    // answer's were (a repeat of the denied call is denied again).
+                    let cx = tools::Context {
+                        policy: turn.policy,
+                        version: turn.version,
+                        intent: &turn.request.intent,
+                        turn_model: turn.request.model.as_deref(),
+                        credentials: turn.credentials,
+                        attempt: self.attempt,
+                    };
+                    let checking = Checking::start(host, &cx, answer.calls);
+                    self.tool_candidate = Some((body, checking));
+                    return self.settle_tools(host, turn, record);
+                }
                 // A retry may never call a tool: this answer cannot be shown; ask again.
                 return self.ask_again(host, turn);
             }
@@ -311,6 +350,33 @@ impl Recovery {
         match api::with_usage(turn.api, &candidate.body, &self.usage) {
             Ok(body) => Next::Deliver(body),
             Err(_) => Next::Withhold,
+        }
+    }
+
+    /// A retry's tool calls with their checks: all allowed delivers it, a denial asks again (when
+    /// the row recovers) or withholds.
+    fn settle_tools(&mut self, host: &mut dyn Host, turn: &Turn<'_>, record: &mut Record) -> Next {
+        let Some((_, checking)) = &mut self.tool_candidate else {
+            return Next::Wait;
+        };
+        tools_decided(host, record, &checking.take_results());
+        let next = checking.next();
+        if next == tools::Next::Waiting {
+            return Next::Wait;
+        }
+        let Some((body, _)) = self.tool_candidate.take() else {
+            return Next::Wait;
+        };
+        match next {
+            tools::Next::Allowed => match api::with_usage(turn.api, &body, &self.usage) {
+                Ok(body) => Next::Deliver(body),
+                Err(_) => Next::Withhold,
+            },
+            tools::Next::Denied(denial) if denial.recover => {
+                self.rules = vec![denial.as_rule()];
+                self.ask_again(host, turn)
+            }
+            _ => Next::Withhold,
         }
     }
 

@@ -56,6 +56,18 @@ pub struct Denial {
     pub recover: bool,
     /// Index of the denied call.
     pub call: usize,
+    /// The denied call's tool.
+    pub tool: String,
+}
+
+impl Denial {
+    /// What a retry tells the model it broke (never the call's arguments).
+    pub fn as_rule(&self) -> String {
+        format!(
+            "Your call of the tool {:?} was denied: {}",
+            self.tool, self.reason
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,6 +201,7 @@ impl Checking {
                         reason: format!("The tool {name:?} is not one this agent may call."),
                         recover: false,
                         call,
+                        tool: name.clone(),
                     });
                 }
             }
@@ -304,6 +317,11 @@ impl Checking {
             reason: row.reason.clone().unwrap_or(said),
             recover: row.recover,
             call,
+            tool: self
+                .calls
+                .get(call)
+                .map(|c| c.name.clone())
+                .unwrap_or_default(),
         });
     }
 }

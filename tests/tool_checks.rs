@@ -825,3 +825,141 @@ fn other_mcp_messages_pass_and_what_cannot_be_checked_is_refused() {
     let s = mcp_post(&mut plain, &call);
     assert_eq!(json(&plain.upstream_received(s).body), call);
 }
+
+const RECOVERING: &str = r#"{"default_agent": "mail", "agents": {"mail": {"published": "1", "versions": {"1": {
+    "recover_attempts": 2,
+    "tool_checks": [
+        {"name": "no-billing", "tool": "send_email", "when": "The email contains billing information",
+         "reason": "No billing info in email.", "recover": true}
+    ]}}}}}"#;
+
+fn retry_answer(body: &str) -> Vec<u8> {
+    json!({"outcome": "answered", "body": body})
+        .to_string()
+        .into_bytes()
+}
+
+#[test]
+fn a_denied_call_with_recover_asks_the_model_again_with_its_tools_and_checks_the_new_calls() {
+    let vendor = Vendor::Chat;
+    let mut host = livecheck(RECOVERING);
+    let s = ask(&mut host, vendor, false);
+    send_answer(
+        &mut host,
+        s,
+        &[content_type(false)],
+        &answer_with(vendor, &[email("bob@ok.example")]),
+        Chunking::Whole,
+    );
+    let first = checks(&host);
+    say(&mut host, &first[0], "failed", "It attaches an invoice.");
+    // Asked again: tools kept, told which call was denied and why, never its arguments.
+    let retries = callouts_to(&host, "/v1/retry");
+    assert_eq!(retries.len(), 1, "asked again, not withheld");
+    let retry = json(&retries[0].body);
+    assert_eq!(retry["keep_tools"], true);
+    assert_eq!(
+        retry["rules"],
+        json!([r#"Your call of the tool "send_email" was denied: No billing info in email."#])
+    );
+    assert!(!retry["rules"].to_string().contains("bob@ok.example"));
+    assert!(host.caller_received(s).headers.is_none(), "still held");
+    // The second answer repeats the call: denied again, and asked once more.
+    let again = answer_with(vendor, &[email("bob@ok.example")]);
+    host.answer_callout(
+        retries[0].token,
+        &[(":status", "200")],
+        &retry_answer(&again),
+    )
+    .unwrap();
+    let second = checks(&host);
+    assert_eq!(second.len(), 1);
+    say(&mut host, &second[0], "failed", "Still the invoice.");
+    let retries = callouts_to(&host, "/v1/retry");
+    assert_eq!(retries.len(), 1);
+    assert_eq!(json(&retries[0].body)["attempt"], 3);
+    // The third answer calls the tool cleanly: it passes and is what the caller gets.
+    let clean = answer_with(
+        vendor,
+        &[(
+            "send_email",
+            json!({"to": "bob@ok.example", "body": "Meeting notes."}),
+        )],
+    );
+    host.answer_callout(
+        retries[0].token,
+        &[(":status", "200")],
+        &retry_answer(&clean),
+    )
+    .unwrap();
+    let third = checks(&host);
+    assert_eq!(third.len(), 1);
+    say(&mut host, &third[0], "passed", "No billing data.");
+    let got = host.caller_received(s);
+    assert!(got.header("x-core-check").is_none());
+    let body = json(&got.body);
+    assert_eq!(
+        body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+        json!({"to": "bob@ok.example", "body": "Meeting notes."}).to_string()
+    );
+    host.finish_stream(s).unwrap();
+    host.advance_time(std::time::Duration::from_millis(250));
+    let attempts: Vec<(String, u64)> = report(&host)["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["outcome"].as_str().unwrap().to_owned(),
+                r["attempt"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        attempts,
+        vec![
+            ("failed".into(), 1),
+            ("failed".into(), 2),
+            ("passed".into(), 3)
+        ]
+    );
+}
+
+#[test]
+fn when_no_retry_passes_the_first_denial_is_what_the_caller_gets() {
+    let vendor = Vendor::Anthropic;
+    let mut host = livecheck(RECOVERING);
+    let s = ask(&mut host, vendor, false);
+    send_answer(
+        &mut host,
+        s,
+        &[content_type(false)],
+        &answer_with(vendor, &[email("bob@ok.example")]),
+        Chunking::Whole,
+    );
+    let c = checks(&host).remove(0);
+    say(&mut host, &c, "failed", "It attaches an invoice.");
+    for _ in 0..2 {
+        let retry = callouts_to(&host, "/v1/retry");
+        let again = answer_with(vendor, &[email("bob@ok.example")]);
+        host.answer_callout(retry[0].token, &[(":status", "200")], &retry_answer(&again))
+            .unwrap();
+        let c = checks(&host).remove(0);
+        say(&mut host, &c, "failed", "Still the invoice.");
+    }
+    assert!(
+        callouts_to(&host, "/v1/retry").is_empty(),
+        "recover_attempts used up"
+    );
+    let got = host.caller_received(s);
+    assert_eq!(
+        got.header("x-core-check"),
+        Some(r#"stage=output, check="no-billing", code=tool_call_denied"#)
+    );
+    let body = json(&got.body);
+    assert_eq!(vendor.text_of(&body), "No billing info in email.");
+    assert_eq!(
+        body["usage"]["output_tokens"], 21,
+        "the usage of every attempt"
+    );
+}

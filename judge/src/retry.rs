@@ -106,7 +106,13 @@ pub fn instruction(rules: &[String]) -> String {
 }
 
 /// The retry's body: `request` (the original body's JSON text) changed as the module says.
-pub fn retry_body(api: Api, request: &str, rules: &[String]) -> Result<Value, Failure> {
+/// `keep_tools`: the answer was stopped for a denied tool call; the retry keeps the tools.
+pub fn retry_body(
+    api: Api,
+    request: &str,
+    rules: &[String],
+    keep_tools: bool,
+) -> Result<Value, Failure> {
     if rules.is_empty() {
         return Err(Failure::NoRule);
     }
@@ -117,9 +123,9 @@ pub fn retry_body(api: Api, request: &str, rules: &[String]) -> Result<Value, Fa
     body.remove("stream_options");
     let instruction = instruction(rules);
     match api {
-        Api::AnthropicMessages => anthropic(&mut body, instruction),
-        Api::ChatCompletions => chat(&mut body, instruction),
-        Api::Responses => responses(&mut body, instruction)?,
+        Api::AnthropicMessages => anthropic(&mut body, instruction, keep_tools),
+        Api::ChatCompletions => chat(&mut body, instruction, keep_tools),
+        Api::Responses => responses(&mut body, instruction, keep_tools)?,
     }
     Ok(Value::Object(body))
 }
@@ -136,7 +142,7 @@ fn type_of(item: &Map<String, Value>) -> &str {
     item.get("type").and_then(Value::as_str).unwrap_or_default()
 }
 
-fn anthropic(body: &mut Map<String, Value>, instruction: String) {
+fn anthropic(body: &mut Map<String, Value>, instruction: String, keep_tools: bool) {
     // `tool_use`, `tool_result`, and the server and MCP tools' `server_tool_use`,
     // `web_search_tool_result`, `mcp_tool_use`, `mcp_tool_result`, …
     let tool_history = objects(body.get("messages"))
@@ -145,13 +151,15 @@ fn anthropic(body: &mut Map<String, Value>, instruction: String) {
             let kind = type_of(b);
             kind.ends_with("tool_use") || kind.ends_with("tool_result")
         });
-    disable_tools(
-        body,
-        tool_history,
-        &["tools", "mcp_servers"],
-        &["tool_choice"],
-        json!({"type": "none"}),
-    );
+    if !keep_tools {
+        disable_tools(
+            body,
+            tool_history,
+            &["tools", "mcp_servers"],
+            &["tool_choice"],
+            json!({"type": "none"}),
+        );
+    }
     match body.get_mut("system") {
         Some(Value::String(system)) if !system.is_empty() => {
             system.push_str("\n\n");
@@ -164,7 +172,7 @@ fn anthropic(body: &mut Map<String, Value>, instruction: String) {
     }
 }
 
-fn chat(body: &mut Map<String, Value>, instruction: String) {
+fn chat(body: &mut Map<String, Value>, instruction: String, keep_tools: bool) {
     let tool_history = objects(body.get("messages")).any(|m| {
         let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
         let calls = m
@@ -174,22 +182,24 @@ fn chat(body: &mut Map<String, Value>, instruction: String) {
         let legacy = m.get("function_call").is_some_and(Value::is_object);
         matches!(role, "tool" | "function") || calls || legacy
     });
-    body.remove("parallel_tool_calls");
-    disable_tools(
-        body,
-        tool_history,
-        &["tools"],
-        &["tool_choice"],
-        json!("none"),
-    );
-    // The deprecated functions: the same, with their own choice.
-    disable_tools(
-        body,
-        tool_history,
-        &["functions"],
-        &["function_call"],
-        json!("none"),
-    );
+    if !keep_tools {
+        body.remove("parallel_tool_calls");
+        disable_tools(
+            body,
+            tool_history,
+            &["tools"],
+            &["tool_choice"],
+            json!("none"),
+        );
+        // The deprecated functions: the same, with their own choice.
+        disable_tools(
+            body,
+            tool_history,
+            &["functions"],
+            &["function_call"],
+            json!("none"),
+        );
+    }
     let message = json!({"role": "system", "content": instruction});
     match body.get_mut("messages") {
         Some(Value::Array(messages)) => messages.push(message),
@@ -199,13 +209,19 @@ fn chat(body: &mut Map<String, Value>, instruction: String) {
     }
 }
 
-fn responses(body: &mut Map<String, Value>, instruction: String) -> Result<(), Failure> {
+fn responses(
+    body: &mut Map<String, Value>,
+    instruction: String,
+    keep_tools: bool,
+) -> Result<(), Failure> {
     // The original's answer, the rejected one, is already part of a stored conversation.
     if body.get("conversation").is_some_and(|c| !c.is_null()) {
         return Err(Failure::StoredConversation);
     }
     body.remove("background");
-    body.remove("parallel_tool_calls");
+    if !keep_tools {
+        body.remove("parallel_tool_calls");
+    }
     let input_history = objects(body.get("input")).any(|item| {
         let kind = type_of(item);
         kind.ends_with("_call") || kind.ends_with("_call_output") || kind.starts_with("mcp_")
@@ -215,7 +231,9 @@ fn responses(body: &mut Map<String, Value>, instruction: String) -> Result<(), F
     let unseen = ["previous_response_id", "prompt"]
         .iter()
         .any(|k| body.get(*k).is_some_and(|v| !v.is_null()));
-    if input_history || unseen {
+    if keep_tools {
+        // Stopped for a denied tool call: the model may call tools again.
+    } else if input_history || unseen {
         body.insert("tool_choice".into(), json!("none"));
     } else {
         disable_tools(body, false, &["tools"], &["tool_choice"], json!("none"));
@@ -343,7 +361,7 @@ async fn send(
     status: &mut Option<u16>,
 ) -> Result<String, Failure> {
     let url = target(upstream, req.api, &req.path)?;
-    let body = retry_body(req.api, &req.request, &req.rules)?;
+    let body = retry_body(req.api, &req.request, &req.rules, req.keep_tools)?;
     let mut request = client
         .post(url)
         .header("content-type", "application/json")
@@ -413,14 +431,39 @@ mod tests {
     #[test]
     fn a_retry_without_rules_or_an_object_is_refused() {
         assert_eq!(
-            retry_body(Api::ChatCompletions, "{}", &[]),
+            retry_body(Api::ChatCompletions, "{}", &[], false),
             Err(Failure::NoRule)
         );
         for bad in ["[]", "nope", "\"x\""] {
             assert_eq!(
-                retry_body(Api::ChatCompletions, bad, &rules()),
+                retry_body(Api::ChatCompletions, bad, &rules(), false),
                 Err(Failure::BadRequest)
             );
+        }
+    }
+
+    #[test]
+    fn a_retry_after_a_denied_tool_call_keeps_the_tools() {
+        let request = r#"{"model": "m", "tools": [{"type": "function", "function": {"name": "send_email"}}],
+            "tool_choice": "auto", "parallel_tool_calls": true, "messages": [{"role": "user", "content": "hi"}]}"#;
+        let kept = retry_body(Api::ChatCompletions, request, &rules(), true).unwrap();
+        assert_eq!(kept["tools"][0]["function"]["name"], "send_email");
+        assert_eq!(kept["tool_choice"], "auto");
+        let dropped = retry_body(Api::ChatCompletions, request, &rules(), false).unwrap();
+        assert!(dropped.get("tools").is_none());
+        for (api, request) in [
+            (
+                Api::AnthropicMessages,
+                r#"{"tools": [{"name": "t"}], "messages": []}"#,
+            ),
+            (
+                Api::Responses,
+                r#"{"tools": [{"type": "function", "name": "t"}], "input": "hi"}"#,
+            ),
+        ] {
+            let kept = retry_body(api, request, &rules(), true).unwrap();
+            assert_eq!(kept["tools"].as_array().unwrap().len(), 1, "{api:?}");
+            assert!(kept.get("tool_choice").is_none(), "{api:?}");
         }
     }
 
@@ -431,6 +474,7 @@ mod tests {
             r#"{"system": [{"type": "text", "text": "Be kind.", "cache_control": {"type": "ephemeral"}}],
                 "messages": []}"#,
             &rules(),
+            false,
         )
         .unwrap();
         let system = body["system"].as_array().unwrap();

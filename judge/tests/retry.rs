@@ -67,6 +67,7 @@ fn retry_request(api: Api, path: &str, original: &Value) -> RetryRequest {
         request: original.to_string(),
         rules: rules(),
         attempt: 2,
+        keep_tools: false,
     }
 }
 

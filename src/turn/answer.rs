@@ -221,7 +221,7 @@ impl Turn {
                 // Withheld at once (no time left, the retry could not be sent) or waiting for
                 // the retry: the answer's headers stay held either way.
                 return self
-                    .recover(host, asked, stop, broken, withheld)
+                    .recover(host, asked, stop, broken, withheld, false)
                     .unwrap_or(Flow::Pause);
             }
         }

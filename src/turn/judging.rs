@@ -188,7 +188,9 @@ impl Turn {
                     recovery::recoverable(&version, &settled),
                     judging.withheld.clone(),
                 ) {
-                    if let Some(flow) = self.recover(host, asked, stop.clone(), rules, withheld) {
+                    if let Some(flow) =
+                        self.recover(host, asked, stop.clone(), rules, withheld, false)
+                    {
                         return flow;
                     }
                     return Flow::Pause;

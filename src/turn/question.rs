@@ -100,13 +100,11 @@ impl Turn {
             1,
         );
         let credentials = self.record.credentials.clone();
-        let source = version
-            .checks
-            .iter()
-            .any(|c| c.recover)
-            .then(|| retry_source(host, &body))
-            .flatten()
-            .map(Rc::new);
+        let source = (version.checks.iter().any(|c| c.recover)
+            || version.tools.rows.iter().any(|r| r.recover))
+        .then(|| retry_source(host, &body))
+        .flatten()
+        .map(Rc::new);
         let asked = Asked {
             api,
             version,

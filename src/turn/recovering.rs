@@ -15,6 +15,7 @@ impl Turn {
         stop: Stop,
         rules: Vec<String>,
         withheld: api::Reply,
+        keep_tools: bool,
     ) -> Option<Flow> {
         let estimate = host.now_unix_millis().saturating_sub(asked.asked_at_ms);
         // The withheld form keeps the rejected answer's usage: the first attempt's.
@@ -32,6 +33,7 @@ impl Turn {
             first_usage,
             estimate,
             asked.started_ms,
+            keep_tools,
         );
         self.state = State::Recovering(Box::new(Recovering {
             asked,
@@ -120,6 +122,7 @@ pub(super) fn start_stream_recovery(
         first_usage,
         estimate,
         s.asked.started_ms,
+        false,
     );
     if next != Next::Wait {
         return false;

@@ -81,14 +81,17 @@ impl Turn {
             Next::Denied(denial) => {
                 self.state = State::Done;
                 let reply = denied_reply(host, &check.asked, &denial, &check.body);
+                let stop = denied_stop(&denial);
+                if denial.recover {
+                    // Asked again, told of the denial, with its tools; the reply above is what the
+                    // caller gets if no retry passes.
+                    let rules = vec![denial.as_rule()];
+                    return self
+                        .recover(host, check.asked, stop, rules, reply, true)
+                        .unwrap_or(Flow::Pause);
+                }
                 // The answer's headers are still held: a local reply replaces the whole answer.
-                send_stop(
-                    host,
-                    &self.record,
-                    &denied_stop(&denial),
-                    reply.content_type,
-                    &reply.body,
-                )
+                send_stop(host, &self.record, &stop, reply.content_type, &reply.body)
             }
         }
     }

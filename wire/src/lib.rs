@@ -89,7 +89,7 @@ pub struct JudgeVerdict {
 /// The path where the filter delivers a finished turn's report: every result its checks decided and
 /// the background checks drawn for it. The sidecar answers 2xx only once the report is stored; the
 /// filter keeps the report and sends it again until then, so delivery survives a sidecar outage, and the
-/// sidecar stores each result once (by `turn_id`, check name and attempt).
+/// sidecar stores each result once (by `turn_id`, check name, attempt and tool call).
 pub const RESULTS_PATH: &str = "/v1/results";
 
 /// The path where the filter asks the sidecar to ask the model again (recovery).
@@ -227,6 +227,11 @@ pub struct RetryRequest {
     pub rules: Vec<String>,
     /// The answer this retry asks for: 2 for the first retry.
     pub attempt: u32,
+    /// Keep the request's tools: the answer was stopped for a tool call a `tool_checks` row
+    /// denied, and the model may call a tool again (another one, or the same one otherwise).
+    /// Without it a retry can call no tool.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_tools: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
