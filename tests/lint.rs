@@ -80,7 +80,13 @@ fn tool_checks_lint_with_the_rest_one_line_per_problem() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 3, "{out}");
     assert!(lines[0].contains("field `allowed_tools[0]`"), "{out}");
-    assert!(lines[1].contains(r#"check "a" field `when`: a tool check has either"#), "{out}");
-    assert!(lines[2].contains(r#"check "b" field `args[0].pattern`"#), "{out}");
+    assert!(
+        lines[1].contains(r#"check "a" field `when`: a tool check has either"#),
+        "{out}"
+    );
+    assert!(
+        lines[2].contains(r#"check "b" field `args[0].pattern`"#),
+        "{out}"
+    );
     assert!(!out.contains("secret"), "patterns are never printed: {out}");
 }
