@@ -963,3 +963,63 @@ fn when_no_retry_passes_the_first_denial_is_what_the_caller_gets() {
         "the usage of every attempt"
     );
 }
+
+/// A version that also holds the answer text whole (a judged output check) or every event of the
+/// round (a check that recovers): a streamed call still waits for its own checks, and goes whole.
+#[test]
+fn held_rounds_wait_for_their_calls_checks_too() {
+    for extra in [
+        r#"{"name": "polite", "stage": "output", "kind": "polite_tone", "judge_model": "judge-1"}"#,
+        r#"{"name": "no-iban", "stage": "output", "kind": "matches_pattern", "pattern": "NL\\d{2}[A-Z]{4}\\d{10}", "max_match": 18, "recover": true}"#,
+    ] {
+        let policy = format!(
+            r#"{{"default_agent": "mail", "agents": {{"mail": {{"published": "1", "versions": {{"1": {{
+                "live_checks": [{extra}],
+                "tool_checks": [{{"name": "no-billing", "tool": "send_email", "when": "The email contains billing information"}}]}}}}}}}}}}"#
+        );
+        for vendor in VENDORS {
+            for (outcome, arrives) in [("passed", true), ("failed", false)] {
+                let mut host = livecheck(&policy);
+                let s = ask(&mut host, vendor, true);
+                let upstream = stream_with(vendor, &[email("bob@ok.example")]);
+                send_answer(
+                    &mut host,
+                    s,
+                    &[content_type(true)],
+                    &upstream,
+                    Chunking::Bytes(7),
+                );
+                assert!(
+                    callouts_to(&host, "/v1/judge").is_empty(),
+                    "an answer asking for a tool is not judged"
+                );
+                let out = checks(&host);
+                assert_eq!(out.len(), 1, "{vendor:?} {extra}");
+                assert!(!host
+                    .caller_received(s)
+                    .body_text()
+                    .contains("bob@ok.example"));
+                say(&mut host, &out[0], outcome, "It attaches an invoice.");
+                let got = host.caller_received(s);
+                assert!(got.end_of_stream, "{vendor:?} {extra}");
+                let calls = call_arguments(vendor, &got.body_text());
+                if arrives {
+                    assert_eq!(
+                        calls,
+                        vec![email("bob@ok.example").1.to_string()],
+                        "{vendor:?} {extra}: {}",
+                        got.body_text()
+                    );
+                } else {
+                    assert!(calls.is_empty(), "{vendor:?} {extra}");
+                    let seen = read_stream(vendor, &got.body_text());
+                    assert_eq!(
+                        seen.end.trim_end_matches("+[DONE]"),
+                        vendor.refused_marker(),
+                        "{vendor:?} {extra}"
+                    );
+                }
+            }
+        }
+    }
+}

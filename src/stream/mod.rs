@@ -178,6 +178,8 @@ pub struct Rewriter {
     abandoned: Option<usize>,
     /// Tool calls complete and waiting for the version's tool checks: never sent until allowed.
     awaiting: BTreeSet<u64>,
+    /// How many upstream events were read (each piece's `seq`).
+    seq: u64,
 }
 
 /// The answer's id an event carries: Anthropic `message_start`'s `message.id`, a Responses event's
@@ -240,6 +242,7 @@ impl Rewriter {
             decides_early: true,
             abandoned: None,
             awaiting: BTreeSet::new(),
+            seq: 0,
         }
     }
 
@@ -291,18 +294,28 @@ impl Rewriter {
         if matches!(self.phase, Phase::Done | Phase::Released) {
             return out;
         }
-        let mut held = std::mem::take(&mut self.held).into_iter();
-        for piece in held.by_ref() {
-            if piece.calls.iter().any(|c| self.awaiting.contains(c)) {
-                // A tool call still waiting for its checks: it and what follows it go through
-                // the queue, which holds them until the call is allowed.
-                let rest: Vec<Piece> = std::iter::once(piece).chain(held.by_ref()).collect();
-                for piece in rest.into_iter().rev() {
-                    self.queue.push_front(piece);
-                }
-                break;
+        // A tool call still waiting for its checks holds back what came after it upstream: held
+        // pieces from there on join the queue (in upstream order), which keeps them until the call
+        // is allowed; the held pieces before it go now.
+        let waits_from = self
+            .queue
+            .iter()
+            .chain(&self.held)
+            .filter(|p| p.calls.iter().any(|c| self.awaiting.contains(c)))
+            .map(|p| p.seq)
+            .min();
+        let mut later = Vec::new();
+        for piece in std::mem::take(&mut self.held) {
+            if waits_from.is_some_and(|w| piece.seq >= w) {
+                later.push(piece);
+            } else {
+                self.write_whole(piece, &mut out);
             }
-            self.write_whole(piece, &mut out);
+        }
+        if !later.is_empty() {
+            let mut merged: Vec<Piece> = self.queue.drain(..).chain(later).collect();
+            merged.sort_by_key(|p| p.seq);
+            self.queue = merged.into();
         }
         self.phase = if self.upstream_done || self.abandoned.is_some() {
             Phase::Done
@@ -415,7 +428,9 @@ impl Rewriter {
         for call in &unit.calls_done {
             self.open_calls.remove(call);
         }
+        self.seq += 1;
         let piece = Piece {
+            seq: self.seq,
             ev,
             fields,
             calls,
@@ -838,6 +853,8 @@ pub(crate) trait Format {
 /// An event on its way out, and its checked fields.
 #[derive(Debug)]
 struct Piece {
+    /// Its upstream event's place in the stream (a split event's rest keeps it).
+    seq: u64,
     ev: Ev,
     fields: Vec<Field>,
     /// The tool calls it is part of, when rules read tool calls: it goes only with all of them.

@@ -212,6 +212,8 @@ pub(super) fn stream_chunk(
             judged: &[],
             undecided: &[],
             early: round.early.is_some(),
+            // A round that asks for a tool is not judged: its judged checks get no result.
+            judged_apply: !round.asks_for_tool,
         };
         match close_round(host, policy, record, s, &decided_round, &mut step) {
             Closed::Released if !round.asks_for_tool => {
@@ -281,6 +283,7 @@ pub(super) fn settle_stream(
         judged: &judging.judged,
         undecided: &undecided,
         early: false,
+        judged_apply: true,
     };
     match close_round(host, policy, record, s, &round, &mut step) {
         Closed::Released => {
@@ -323,6 +326,8 @@ struct Decided<'a> {
     undecided: &'a [usize],
     /// Decided before the answer ended (its text already failed a rule).
     early: bool,
+    /// Whether judged checks decide this round (not when it asks for a tool).
+    judged_apply: bool,
 }
 
 /// How a decided round went on.
@@ -349,6 +354,7 @@ fn close_round(
         judged,
         undecided,
         early,
+        judged_apply,
     } = *round;
     let verdict = decide(
         &s.asked.version,
@@ -356,7 +362,7 @@ fn close_round(
         &Reading {
             rule_text: "",
             failed: Some(failed),
-            judged_apply: true,
+            judged_apply,
             readable: true,
             judged,
         },
