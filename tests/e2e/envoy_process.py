@@ -115,6 +115,7 @@ def render_config(
     buffer_limit: Optional[int] = None,
     extra_clusters: Optional[dict[str, int]] = None,
     one_request_per_connection: bool = False,
+    extra_routes: Optional[dict[str, str]] = None,
 ) -> dict:
     """envoy/livecheck.yaml with loopback ports, the vendor cluster on the double, and the given filter.
 
@@ -126,6 +127,9 @@ def render_config(
 
     `plugin_configuration` replaces the shipped plugin configuration (None keeps envoy/livecheck.yaml's).
     `extra_clusters` adds loopback clusters by name, or re-points one the config already has.
+    `extra_routes` maps a path prefix to a cluster (e.g. an MCP server's, added with `extra_clusters`):
+    each becomes a copy of the shipped catch-all route (its timeout, its request headers) matching that
+    prefix, placed before the catch-all, so the filter sees those requests as it sees every other.
     """
     config = copy.deepcopy(yaml.safe_load(LIVECHECK_YAML.read_text()))
     config["admin"]["address"]["socket_address"]["port_value"] = 0
@@ -148,8 +152,14 @@ def render_config(
     clusters = config["static_resources"]["clusters"]
     vendor = next(c for c in clusters if c["name"] == "vendor_api")
     clusters[clusters.index(vendor)] = _cluster("vendor_api", upstream_port)
-    for route in hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]:
+    routes = hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
+    for route in routes:
         route["route"].pop("host_rewrite_literal", None)
+    for prefix, cluster in (extra_routes or {}).items():
+        route = copy.deepcopy(routes[-1])
+        route["match"] = {"prefix": prefix}
+        route["route"]["cluster"] = cluster
+        routes.insert(len(routes) - 1, route)
     for name, port in (extra_clusters or {}).items():
         # A cluster the shipped config already has (e.g. `livecheck-judge`) is re-pointed in place.
         existing = next((i for i, c in enumerate(clusters) if c["name"] == name), None)

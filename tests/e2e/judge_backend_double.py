@@ -6,12 +6,27 @@ One loopback HTTP/1.1 server speaking both judge APIs the sidecar calls:
   - Anthropic `POST /v1/messages`: a forced `tool_use` block named `record_verdict` whose `input` is the
     same verdict object.
 
-It decides from the JUDGED TEXT only (the section between the sidecar's `<<<JUDGED-TEXT tag>>>` markers,
-never the rule or the user's message): a text containing `RUDE` fails, one containing `SLOW` is
-answered after `slow_seconds` (for timeouts), anything else passes. `delay` holds every answer that long
-(for the overhead bench). It records every request: path, headers (lower-cased), JSON body, the judged
-text, and how long it spent handling the request (`handled_s`, from the request line read, headers
-parsed, body read, to the answer flushed; the delay included).
+Judged checks (`POST /v1/judge` on the sidecar). It decides from the JUDGED TEXT only (the section
+between the sidecar's `<<<JUDGED-TEXT tag>>>` markers, never the rule or the user's message): a text
+containing `RUDE` fails, one containing `SLOW` is answered after `slow_seconds` (for timeouts), anything
+else passes. `delay` holds every answer that long (for the overhead bench). It records every request:
+path, headers (lower-cased), JSON body, the judged text, and how long it spent handling the request
+(`handled_s`, from the request line read, headers parsed, body read, to the answer flushed; the delay
+included).
+
+Tool-call checks (`POST /v1/tool-check` on the sidecar, judge/src/tool_prompt.rs). A prompt is one when
+its user message has the sidecar's `<<<CONDITION tag>>>` and `<<<TOOL-ARGUMENTS tag>>>` sections (the
+tag is read from the system prompt's "secret tag ..."). The double reads the fenced sections
+(CONDITION, TOOL-NAME, TOOL-ARGUMENTS, every USER-MESSAGE in order) into `JudgeCall.tool_check` and
+answers the tool-check verdict `{"result", "explanation"}` (the same two API shapes as above), deciding
+from the CONDITION and the ARGUMENTS only, in this order:
+  - a condition containing `BROKEN`: HTTP 500 with an error body (the backend fails);
+  - a condition containing `GARBAGE`: a malformed verdict (`result` is not a boolean);
+  - a condition containing `SLOW`: answered after `slow_seconds` (`result: false`), for timeouts;
+  - a condition containing `billing`: holds (`result: true`) when the arguments contain `invoice`;
+  - any other condition holds when the arguments contain `HOLDS-FOR-JUDGE`;
+  - otherwise `result: false`.
+The explanation is `TOOL_HOLDS_EXPLANATION` or `TOOL_CLEAR_EXPLANATION`.
 """
 
 from __future__ import annotations
@@ -28,7 +43,29 @@ FAIL_MARKER = "RUDE"
 SLOW_MARKER = "SLOW"
 TOOL_NAME = "record_verdict"
 
+# Tool-call checks: how a condition is decided (see the module docstring).
+BROKEN_MARKER = "BROKEN"
+GARBAGE_MARKER = "GARBAGE"
+BILLING_WORD = "billing"
+INVOICE_WORD = "invoice"
+HOLDS_MARKER = "HOLDS-FOR-JUDGE"
+TOOL_HOLDS_EXPLANATION = "The call matches the condition."
+TOOL_CLEAR_EXPLANATION = "The condition does not hold for this call."
+
 _JUDGED = re.compile(r"<<<JUDGED-TEXT ([0-9a-f]+)>>>\n(.*)\n<<<END JUDGED-TEXT \1>>>", re.S)
+_TAG = re.compile(r"secret tag ([0-9a-f]+)")
+
+
+@dataclasses.dataclass
+class ToolCheckSeen:
+    """What the double read from a tool-check prompt's fenced sections, and what it answered."""
+
+    condition: str
+    tool: str
+    arguments: str
+    intent: list  # the USER-MESSAGE sections, in the prompt's order (oldest first)
+    # "holds" / "clear" (a verdict), "garbage" (a malformed verdict), "broken" (HTTP 500)
+    answered: str = ""
 
 
 @dataclasses.dataclass
@@ -39,6 +76,8 @@ class JudgeCall:
     judged_text: Optional[str]
     passed: Optional[bool]
     handled_s: float = 0.0
+    # Set for a tool-call check's prompt (then `judged_text` and `passed` are None).
+    tool_check: Optional[ToolCheckSeen] = None
 
 
 def judged_text(body: dict) -> Optional[str]:
@@ -48,6 +87,46 @@ def judged_text(body: dict) -> Optional[str]:
         return None
     found = _JUDGED.search(users[0]["content"])
     return found.group(2) if found else None
+
+
+def _system_prompt(body: dict) -> str:
+    """The system prompt in either API's request shape."""
+    if isinstance(body.get("system"), str):  # Anthropic
+        return body["system"]
+    return next((m.get("content") for m in body.get("messages", [])
+                 if m.get("role") == "system" and isinstance(m.get("content"), str)), "")
+
+
+def tool_check_seen(body: dict) -> Optional[ToolCheckSeen]:
+    """The sections of a tool-call check's prompt (both APIs), or None when the body is not one: the
+    user message must carry this call's CONDITION and TOOL-ARGUMENTS sections under the tag the
+    system prompt names."""
+    tag = _TAG.search(_system_prompt(body))
+    users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+    if tag is None or len(users) != 1 or not isinstance(users[0].get("content"), str):
+        return None
+    user, tag = users[0]["content"], tag.group(1)
+
+    def sections(name: str) -> list[str]:
+        return re.findall(rf"<<<{name} {tag}>>>\n(.*?)\n<<<END {name} {tag}>>>", user, re.S)
+
+    condition, tool, arguments = sections("CONDITION"), sections("TOOL-NAME"), sections("TOOL-ARGUMENTS")
+    if len(condition) != 1 or len(arguments) != 1 or len(tool) != 1:
+        return None
+    return ToolCheckSeen(condition[0], tool[0], arguments[0], sections("USER-MESSAGE"))
+
+
+def _tool_decision(seen: ToolCheckSeen) -> str:
+    """What the double answers a tool-call check (the module docstring's rules)."""
+    if BROKEN_MARKER in seen.condition:
+        return "broken"
+    if GARBAGE_MARKER in seen.condition:
+        return "garbage"
+    if SLOW_MARKER in seen.condition:
+        return "clear"
+    if BILLING_WORD in seen.condition:
+        return "holds" if INVOICE_WORD in seen.arguments else "clear"
+    return "holds" if HOLDS_MARKER in seen.arguments else "clear"
 
 
 class JudgeBackendDouble:
@@ -83,19 +162,31 @@ class JudgeBackendDouble:
                     body = {}
                 text = judged_text(body)
                 passed = None if text is None else FAIL_MARKER not in text
-                call = JudgeCall(self.path, {k.lower(): v for k, v in self.headers.items()}, body, text, passed)
+                tool = tool_check_seen(body) if text is None else None
+                if tool is not None:
+                    tool.answered = _tool_decision(tool)
+                call = JudgeCall(self.path, {k.lower(): v for k, v in self.headers.items()}, body, text, passed,
+                                 tool_check=tool)
                 with double._lock:
                     double.calls.append(call)
-                wait = double.delay + (double.slow_seconds if text and SLOW_MARKER in text else 0.0)
+                slow = (text and SLOW_MARKER in text) or (tool is not None and SLOW_MARKER in tool.condition)
+                wait = double.delay + (double.slow_seconds if slow else 0.0)
                 if wait and double._stopping.wait(wait):
                     self.close_connection = True
                     return
-                if self.path == "/v1/chat/completions":
-                    status, answer = 200, _openai_answer(body, passed)
-                elif self.path == "/v1/messages":
-                    status, answer = 200, _anthropic_answer(body, passed)
-                else:
+                if self.path not in ("/v1/chat/completions", "/v1/messages"):
                     status, answer = 404, {"error": {"message": f"no route {self.path}"}}
+                elif tool is not None and tool.answered == "broken":
+                    status, answer = 500, {"error": {"type": "server_error", "message": "the double is broken"}}
+                elif tool is not None:
+                    verdict = _tool_verdict(tool.answered)
+                    status = 200
+                    answer = (_openai_answer(body, None, verdict) if self.path == "/v1/chat/completions"
+                              else _anthropic_answer(body, None, verdict))
+                elif self.path == "/v1/chat/completions":
+                    status, answer = 200, _openai_answer(body, passed)
+                else:
+                    status, answer = 200, _anthropic_answer(body, passed)
                 data = json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
@@ -131,6 +222,10 @@ class JudgeBackendDouble:
         with self._lock:
             return list(self.calls)
 
+    def tool_checks(self) -> list[JudgeCall]:
+        """The tool-call checks among the calls seen, in arrival order."""
+        return [c for c in self.seen() if c.tool_check is not None]
+
 
 def _verdict(passed: Optional[bool]) -> dict:
     if passed is None:  # no judged text found: the double cannot judge; say so plainly
@@ -140,7 +235,16 @@ def _verdict(passed: Optional[bool]) -> dict:
     return {"passed": False, "score": 0.05, "reason": "The text breaks the rule."}
 
 
-def _openai_answer(body: dict, passed: Optional[bool]) -> dict:
+def _tool_verdict(answered: str) -> dict:
+    if answered == "garbage":
+        return {"result": "maybe", "explanation": 42}
+    if answered == "holds":
+        return {"result": True, "explanation": TOOL_HOLDS_EXPLANATION}
+    return {"result": False, "explanation": TOOL_CLEAR_EXPLANATION}
+
+
+def _openai_answer(body: dict, passed: Optional[bool], verdict: Optional[dict] = None) -> dict:
+    verdict = _verdict(passed) if verdict is None else verdict
     return {
         "id": "chatcmpl-judge",
         "object": "chat.completion",
@@ -148,20 +252,21 @@ def _openai_answer(body: dict, passed: Optional[bool]) -> dict:
         "model": body.get("model", "judge"),
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": json.dumps(_verdict(passed)), "refusal": None},
+            "message": {"role": "assistant", "content": json.dumps(verdict), "refusal": None},
             "finish_reason": "stop",
         }],
         "usage": {"prompt_tokens": 120, "completion_tokens": 20, "total_tokens": 140},
     }
 
 
-def _anthropic_answer(body: dict, passed: Optional[bool]) -> dict:
+def _anthropic_answer(body: dict, passed: Optional[bool], verdict: Optional[dict] = None) -> dict:
+    verdict = _verdict(passed) if verdict is None else verdict
     return {
         "id": "msg_judge",
         "type": "message",
         "role": "assistant",
         "model": body.get("model", "judge"),
-        "content": [{"type": "tool_use", "id": "toolu_judge", "name": TOOL_NAME, "input": _verdict(passed)}],
+        "content": [{"type": "tool_use", "id": "toolu_judge", "name": TOOL_NAME, "input": verdict}],
         "stop_reason": "tool_use",
         "stop_sequence": None,
         "usage": {"input_tokens": 120, "output_tokens": 20},

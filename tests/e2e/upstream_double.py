@@ -3,12 +3,19 @@
 It answers every request from a script (the default answer, or one per path), writes response bodies
 in chunked encoding with a delay between chunks so Envoy reads each chunk separately (one body
 callback per chunk), and records every request it received.
+
+`model_double_tool_answer` scripts the MODEL DOUBLE's answers that call tools, in each vendor's wire
+format (Anthropic Messages `tool_use`, Chat Completions `tool_calls` or legacy `function_call`,
+Responses `function_call` / `custom_tool_call` / other caller-run items), non-streamed or streamed
+with one SSE event per HTTP chunk.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import http.server
+import itertools
+import json
 import select
 import socket
 import threading
@@ -249,3 +256,216 @@ class UpstreamDouble:
         """What the double received: upstream requests, or (callouts=True) requests to scripted paths."""
         with self._lock:
             return [r for r in self.received if (r.path.split("?", 1)[0] in self.by_path) == callouts]
+
+
+# --- the model double's tool-call answers ------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class DoubleToolCall:
+    """One tool call the MODEL DOUBLE makes.
+
+    `arguments` is the text as the model writes it (JSON text for a function tool, free text for a
+    Responses custom tool); it goes on the wire byte for byte (non-streamed: spliced into the body
+    unparsed; streamed: the concatenation of `pieces`). `kind`: Chat `function` (a `tool_calls`
+    entry) or `legacy` (the deprecated `function_call`); Responses `function_call`,
+    `custom_tool_call`, or any other caller-run item type, whose item then carries `item` as its
+    fields (e.g. `{"action": {...}}` for a `local_shell_call`) and no name. Anthropic ignores `kind`.
+    """
+
+    name: str
+    arguments: str
+    kind: str = "function"
+    # The argument deltas of a streamed call (default: the arguments in three pieces).
+    pieces: Optional[list] = None
+    # A Responses item's own fields for the item types that have no name or arguments.
+    item: Optional[dict] = None
+
+    def deltas(self) -> list[str]:
+        if self.pieces is not None:
+            assert "".join(self.pieces) == self.arguments, "pieces must join to the arguments"
+            return list(self.pieces)
+        third = max(1, len(self.arguments) // 3)
+        return [p for p in (self.arguments[:third], self.arguments[third:2 * third], self.arguments[2 * third:]) if p]
+
+
+# What the model double says about itself in every answer.
+DOUBLE_IDS = {"anthropic": "msg_double_tools", "chat": "chatcmpl-double-tools", "responses": "resp_double_tools"}
+DOUBLE_MODEL = {"anthropic": "claude-test", "chat": "gpt-4.1-mini", "responses": "gpt-4.1-mini"}
+DOUBLE_USAGE = {"anthropic": {"input_tokens": 31, "output_tokens": 47},
+                "chat": {"prompt_tokens": 31, "completion_tokens": 47, "total_tokens": 78},
+                "responses": {"input_tokens": 31, "output_tokens": 47, "total_tokens": 78}}
+SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+def sse_event(event: Optional[str], data) -> bytes:
+    """One SSE event (`event:` line when named); `data` a JSON value or a raw string (`[DONE]`)."""
+    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return ((f"event: {event}\n" if event else "") + f"data: {text}\n\n").encode()
+
+
+def _raw_json(value, raw: dict[str, str]) -> str:
+    """`value` as JSON, with each placeholder string in `raw` replaced by its text unquoted: how the
+    double puts arguments on the wire exactly as the model wrote them."""
+    text = json.dumps(value)
+    for placeholder, verbatim in raw.items():
+        text = text.replace(json.dumps(placeholder), verbatim)
+    return text
+
+
+def model_double_tool_answer(api: str, calls: list[DoubleToolCall], *, text: str = "", stream: bool = False,
+                             chunk_delay: float = 0.01, **answer) -> Answer:
+    """The model double's answer that writes `text`, then makes `calls`, in the `api`'s wire format
+    (`anthropic`, `chat` or `responses`). Non-streamed: one JSON body with a content-length.
+    Streamed: one SSE event per HTTP chunk, `chunk_delay` apart. `answer`: more `Answer` fields."""
+    if stream:
+        events = {"anthropic": _anthropic_events, "chat": _chat_events, "responses": _responses_events}[api](text, calls)
+        return Answer(headers=dict(SSE_HEADERS), body_chunks=events, chunk_delay=chunk_delay, **answer)
+    body = {"anthropic": _anthropic_body, "chat": _chat_body, "responses": _responses_body}[api](text, calls)
+    return Answer(headers=dict(JSON_HEADERS), body_chunks=[body], chunked=False, **answer)
+
+
+def _anthropic_body(text: str, calls: list[DoubleToolCall]) -> str:
+    raw = {f"@@args{i}@@": c.arguments for i, c in enumerate(calls)}
+    content = ([{"type": "text", "text": text}] if text else []) + [
+        {"type": "tool_use", "id": f"toolu_{i + 1}", "name": c.name, "input": f"@@args{i}@@"}
+        for i, c in enumerate(calls)]
+    return _raw_json({"id": DOUBLE_IDS["anthropic"], "type": "message", "role": "assistant",
+                      "model": DOUBLE_MODEL["anthropic"], "content": content,
+                      "stop_reason": "tool_use" if calls else "end_turn", "stop_sequence": None,
+                      "usage": DOUBLE_USAGE["anthropic"]}, raw)
+
+
+def _anthropic_events(text: str, calls: list[DoubleToolCall]) -> list[bytes]:
+    def ev(name: str, data: dict) -> bytes:
+        return sse_event(name, {"type": name, **data})
+
+    out = [ev("message_start", {"message": {
+        "id": DOUBLE_IDS["anthropic"], "type": "message", "role": "assistant", "model": DOUBLE_MODEL["anthropic"],
+        "content": [], "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": DOUBLE_USAGE["anthropic"]["input_tokens"], "output_tokens": 1}}})]
+    index = itertools.count()
+    if text:
+        i = next(index)
+        out += [ev("content_block_start", {"index": i, "content_block": {"type": "text", "text": ""}}),
+                ev("content_block_delta", {"index": i, "delta": {"type": "text_delta", "text": text}}),
+                ev("content_block_stop", {"index": i})]
+    for n, call in enumerate(calls):
+        i = next(index)
+        out.append(ev("content_block_start", {"index": i, "content_block": {
+            "type": "tool_use", "id": f"toolu_{n + 1}", "name": call.name, "input": {}}}))
+        out += [ev("content_block_delta", {"index": i, "delta": {"type": "input_json_delta", "partial_json": piece}})
+                for piece in call.deltas()]
+        out.append(ev("content_block_stop", {"index": i}))
+    out += [ev("message_delta", {"delta": {"stop_reason": "tool_use" if calls else "end_turn", "stop_sequence": None},
+                                 "usage": {"output_tokens": DOUBLE_USAGE["anthropic"]["output_tokens"]}}),
+            ev("message_stop", {})]
+    return out
+
+
+def _chat_body(text: str, calls: list[DoubleToolCall]) -> str:
+    message: dict = {"role": "assistant", "content": text or None, "refusal": None}
+    finish = "stop"
+    legacy = [c for c in calls if c.kind == "legacy"]
+    if legacy:
+        (call,) = legacy
+        message["function_call"] = {"name": call.name, "arguments": call.arguments}
+        finish = "function_call"
+    elif calls:
+        message["tool_calls"] = [{"id": f"call_{i + 1}", "type": "function",
+                                  "function": {"name": c.name, "arguments": c.arguments}}
+                                 for i, c in enumerate(calls)]
+        finish = "tool_calls"
+    return json.dumps({"id": DOUBLE_IDS["chat"], "object": "chat.completion", "created": 1790000000,
+                       "model": DOUBLE_MODEL["chat"],
+                       "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+                       "usage": DOUBLE_USAGE["chat"]})
+
+
+def _chat_events(text: str, calls: list[DoubleToolCall]) -> list[bytes]:
+    def chunk(delta: dict, finish: Optional[str] = None, usage: Optional[dict] = None) -> bytes:
+        body = {"id": DOUBLE_IDS["chat"], "object": "chat.completion.chunk", "created": 1790000000,
+                "model": DOUBLE_MODEL["chat"], "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        if usage is not None:
+            body["usage"] = usage
+        return sse_event(None, body)
+
+    out = [chunk({"role": "assistant", "content": text})] if text else [chunk({"role": "assistant", "content": ""})]
+    finish = "stop"
+    for i, call in enumerate(calls):
+        if call.kind == "legacy":
+            out.append(chunk({"function_call": {"name": call.name, "arguments": ""}}))
+            out += [chunk({"function_call": {"arguments": piece}}) for piece in call.deltas()]
+            finish = "function_call"
+            continue
+        out.append(chunk({"tool_calls": [{"index": i, "id": f"call_{i + 1}", "type": "function",
+                                          "function": {"name": call.name, "arguments": ""}}]}))
+        out += [chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}) for piece in call.deltas()]
+        finish = "tool_calls"
+    out += [chunk({}, finish, DOUBLE_USAGE["chat"]), sse_event(None, "[DONE]")]
+    return out
+
+
+def _responses_items(text: str, calls: list[DoubleToolCall]) -> list[dict]:
+    items: list[dict] = []
+    if text:
+        items.append({"type": "message", "id": "msg_double_1", "status": "completed", "role": "assistant",
+                      "content": [{"type": "output_text", "text": text, "annotations": []}]})
+    for i, call in enumerate(calls):
+        kind = "function_call" if call.kind == "function" else call.kind
+        item: dict = {"type": kind, "id": f"fc_{i + 1}", "call_id": f"call_{i + 1}", "status": "completed"}
+        if kind == "function_call":
+            item.update(name=call.name, arguments=call.arguments)
+        elif kind == "custom_tool_call":
+            item.update(name=call.name, input=call.arguments)
+            item.pop("status")
+        else:
+            item.update(call.item or {})
+        items.append(item)
+    return items
+
+
+def _response(status: str, output: list, usage: Optional[dict] = None) -> dict:
+    return {"id": DOUBLE_IDS["responses"], "object": "response", "created_at": 1790000000, "status": status,
+            "error": None, "incomplete_details": None, "model": DOUBLE_MODEL["responses"], "output": output,
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "usage": usage}
+
+
+def _responses_body(text: str, calls: list[DoubleToolCall]) -> str:
+    return json.dumps(_response("completed", _responses_items(text, calls), DOUBLE_USAGE["responses"]))
+
+
+def _responses_events(text: str, calls: list[DoubleToolCall]) -> list[bytes]:
+    items = _responses_items(text, calls)
+    events: list[tuple[str, dict]] = [("response.created", {"response": _response("in_progress", [])}),
+                                      ("response.in_progress", {"response": _response("in_progress", [])})]
+    for index, item in enumerate(items):
+        at = {"output_index": index, "item_id": item["id"]}
+        if item["type"] == "message":
+            part = item["content"][0]
+            events += [
+                ("response.output_item.added", {"output_index": index,
+                                                "item": {**item, "status": "in_progress", "content": []}}),
+                ("response.content_part.added", {**at, "content_index": 0, "part": {**part, "text": ""}}),
+                ("response.output_text.delta", {**at, "content_index": 0, "delta": part["text"], "logprobs": []}),
+                ("response.output_text.done", {**at, "content_index": 0, "text": part["text"], "logprobs": []}),
+                ("response.content_part.done", {**at, "content_index": 0, "part": part}),
+                ("response.output_item.done", {"output_index": index, "item": item})]
+            continue
+        call = calls[index - (1 if text else 0)]
+        if item["type"] == "function_call":
+            events.append(("response.output_item.added",
+                           {"output_index": index, "item": {**item, "status": "in_progress", "arguments": ""}}))
+            events += [("response.function_call_arguments.delta", {**at, "delta": piece}) for piece in call.deltas()]
+            events.append(("response.function_call_arguments.done", {**at, "arguments": call.arguments}))
+        elif item["type"] == "custom_tool_call":
+            events.append(("response.output_item.added", {"output_index": index, "item": {**item, "input": ""}}))
+            events += [("response.custom_tool_call_input.delta", {**at, "delta": piece}) for piece in call.deltas()]
+            events.append(("response.custom_tool_call_input.done", {**at, "input": call.arguments}))
+        else:
+            events.append(("response.output_item.added",
+                           {"output_index": index, "item": {**item, "status": "in_progress"}}))
+        events.append(("response.output_item.done", {"output_index": index, "item": item}))
+    events.append(("response.completed", {"response": _response("completed", items, DOUBLE_USAGE["responses"])}))
+    return [sse_event(name, {"type": name, "sequence_number": i, **data}) for i, (name, data) in enumerate(events)]
