@@ -283,7 +283,7 @@ impl Recovery {
                         credentials: turn.credentials,
                         attempt: self.attempt,
                     };
-                    let checking = Checking::start(host, &cx, answer.calls);
+                    let checking = Checking::start(host, &cx, answer.calls, 0);
                     self.tool_candidate = Some((body, checking));
                     return self.settle_tools(host, turn, record);
                 }

@@ -79,7 +79,7 @@ pub enum Next {
     Waiting,
 }
 
-const NOT_ALLOWED: &str = "The tool is not one the agent may call.";
+const NOT_ALLOWED: &str = "The tool is not one this agent may call.";
 const ARGS_FORBIDDEN: &str = "The call's arguments hold something a rule forbids.";
 const ARGS_PASSED: &str = "The call's arguments hold nothing a rule forbids.";
 const ARGS_UNREADABLE: &str = "The call's arguments could not be read as JSON.";
@@ -89,6 +89,8 @@ const COULD_NOT_CHECK: &str = "The tool call could not be checked.";
 /// The tool calls of one answer being checked.
 #[derive(Debug)]
 pub struct Checking {
+    /// How many calls of the answer came before `calls`.
+    first: usize,
     calls: Vec<ToolCall>,
     /// Callout token → (call, row).
     pending: Vec<(u32, usize, usize)>,
@@ -101,8 +103,16 @@ pub struct Checking {
 
 impl Checking {
     /// Checks `calls`: the filter's tests now, then the `when` rows sent to the judge.
-    pub fn start(host: &mut dyn Host, cx: &Context<'_>, calls: Vec<ToolCall>) -> Self {
+    /// `first`: how many calls of the answer came before these (a stream checks its calls as
+    /// they complete), so results number every call of the answer once.
+    pub fn start(
+        host: &mut dyn Host,
+        cx: &Context<'_>,
+        calls: Vec<ToolCall>,
+        first: usize,
+    ) -> Self {
         let mut checking = Self {
+            first,
             calls,
             pending: Vec::new(),
             results: Vec::new(),
@@ -185,7 +195,7 @@ impl Checking {
                     name: ALLOWED_TOOLS.to_owned(),
                     kind: ALLOWED_TOOLS,
                     tool: name.clone(),
-                    call: number(call),
+                    call: number(self.first.saturating_add(call)),
                     attempt: self.attempt,
                     outcome: if ok { Outcome::Passed } else { Outcome::Failed },
                     reason: if ok { ALLOWED } else { NOT_ALLOWED }.to_owned(),
@@ -198,7 +208,8 @@ impl Checking {
                 if !ok && self.denied.is_none() {
                     self.denied = Some(Denial {
                         check: ALLOWED_TOOLS.to_owned(),
-                        reason: format!("The tool {name:?} is not one this agent may call."),
+                        // Nothing of a denied call reaches the caller, its name included.
+                        reason: NOT_ALLOWED.to_owned(),
                         recover: false,
                         call,
                         tool: name.clone(),
@@ -298,7 +309,7 @@ impl Checking {
                 .get(call)
                 .map(|c| c.name.clone())
                 .unwrap_or_default(),
-            call: number(call),
+            call: number(self.first.saturating_add(call)),
             attempt: self.attempt,
             outcome,
             reason,

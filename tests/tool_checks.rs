@@ -495,7 +495,7 @@ fn allowed_tools_and_args_rows_deny_in_the_filter_without_a_judge() {
         (
             vec![("drop_tables", json!({}))],
             "allowed_tools",
-            "\"drop_tables\" is not one this agent may call",
+            "The tool is not one this agent may call.",
         ),
         (vec![email("eve@RIVAL.example")], "no-rival", "rule forbids"),
         // One denied call denies the answer, however clean the others.
@@ -533,6 +533,10 @@ fn allowed_tools_and_args_rows_deny_in_the_filter_without_a_judge() {
                 "{vendor:?}"
             );
             assert!(!got.body_text().contains("rival"));
+            assert!(
+                !got.body_text().contains("drop_tables"),
+                "nothing of a denied call, its name included"
+            );
         }
     }
 }
@@ -1021,5 +1025,75 @@ fn held_rounds_wait_for_their_calls_checks_too() {
                 }
             }
         }
+    }
+}
+
+/// One denied call denies the answer: an earlier call of the same stream that was allowed does not
+/// go either; every call is numbered once in the results, across the steps that completed them.
+#[test]
+fn a_streamed_answer_sends_no_call_until_every_call_is_decided() {
+    for vendor in VENDORS {
+        let mut host = livecheck(POLICY);
+        let s = ask(&mut host, vendor, true);
+        let upstream = stream_with(
+            vendor,
+            &[("lookup_order", json!({"id": 17})), email("bob@ok.example")],
+        );
+        host.send_response_headers(s, &[(":status", "200"), content_type(true)], false)
+            .unwrap();
+        let events: Vec<&str> = upstream.split_inclusive("\n\n").collect();
+        // Through the event that starts the email (Chat completes a call when the next starts).
+        let lookup_done = events
+            .iter()
+            .position(|e| e.contains("send_email"))
+            .unwrap()
+            + 1;
+        for e in &events[..lookup_done] {
+            host.send_response_body(s, e.as_bytes(), false).unwrap();
+        }
+        // The lookup is complete and checked first: allowed, yet not sent while the answer goes on.
+        let lookup = checks(&host);
+        assert_eq!(lookup.len(), 1, "{vendor:?}");
+        say(&mut host, &lookup[0], "passed", "On task.");
+        for e in &events[lookup_done..] {
+            host.send_response_body(s, e.as_bytes(), false).unwrap();
+        }
+        host.send_response_body(s, b"", true).unwrap();
+        assert!(
+            call_arguments(vendor, &host.caller_received(s).body_text()).is_empty(),
+            "{vendor:?}"
+        );
+        let email_checks: Vec<Callout> = checks(&host)
+            .into_iter()
+            .filter(|c| json(&c.body)["tool"] == "send_email")
+            .collect();
+        assert_eq!(email_checks.len(), 2, "{vendor:?}");
+        let billing = email_checks
+            .iter()
+            .find(|c| json(&c.body)["condition"] == "The email contains billing information")
+            .unwrap();
+        say(&mut host, billing, "failed", "It attaches an invoice.");
+        let got = host.caller_received(s);
+        assert!(got.end_of_stream);
+        let text = got.body_text();
+        assert!(
+            call_arguments(vendor, &text).is_empty(),
+            "{vendor:?}: no call of a denied answer: {text}"
+        );
+        assert!(
+            !text.contains("lookup_order") && !text.contains("send_email"),
+            "{vendor:?}"
+        );
+        host.finish_stream(s).unwrap();
+        host.advance_time(std::time::Duration::from_millis(250));
+        let results = tool_results(&report(&host));
+        assert!(
+            results.contains(&("on-task".into(), "lookup_order".into(), 1, "passed".into())),
+            "{vendor:?} {results:?}"
+        );
+        assert!(
+            results.contains(&("no-billing".into(), "send_email".into(), 2, "failed".into())),
+            "{vendor:?} {results:?}"
+        );
     }
 }

@@ -43,7 +43,7 @@ fn start(
         credentials: &creds,
         attempt: 1,
     };
-    let checking = Checking::start(host, &cx, calls);
+    let checking = Checking::start(host, &cx, calls, 0);
     (version, checking)
 }
 
@@ -79,7 +79,8 @@ fn a_tool_outside_allowed_tools_is_denied_at_once_without_a_judge() {
         panic!("{:?}", c.next())
     };
     assert_eq!((d.check.as_str(), d.call), ("allowed_tools", 1));
-    assert!(d.reason.contains("delete_all"), "{}", d.reason);
+    assert_eq!(d.reason, "The tool is not one this agent may call.");
+    assert_eq!(d.tool, "delete_all");
     assert!(
         host.callouts.is_empty(),
         "a denied answer costs no judge call"

@@ -93,7 +93,7 @@ impl Turn {
             credentials: &[],
             attempt: 1,
         };
-        let checking = Checking::start(host, &cx, vec![call]);
+        let checking = Checking::start(host, &cx, vec![call], 0);
         let check = Box::new(McpCheck {
             version,
             id,

@@ -27,7 +27,7 @@ impl Turn {
         body: &[u8],
     ) -> Flow {
         let cx = tools_context(&self.policy, &asked, 1);
-        let checking = Checking::start(host, &cx, calls);
+        let checking = Checking::start(host, &cx, calls, 0);
         let check = Box::new(CallCheck {
             asked,
             checking,
@@ -106,11 +106,21 @@ impl Turn {
 pub(super) struct StreamCalls {
     /// Each batch: the calls' keys in the rewriter, and their checks.
     batches: Vec<(Vec<u64>, Checking)>,
+    /// Calls allowed: they go once the answer ended and no call of it was denied (one denied call
+    /// denies the answer, so no call goes before every call is decided).
+    allowed: Vec<u64>,
+    /// How many calls of the answer were checked so far (results number them across batches).
+    counted: usize,
     /// Paused at the upstream's end: what this filter left in the paused buffer.
     kept: Option<Vec<u8>>,
 }
 
 impl StreamCalls {
+    /// Whether anything of it still waits: a batch's verdicts, or allowed calls for the end.
+    fn holds(&self) -> bool {
+        !self.batches.is_empty() || !self.allowed.is_empty()
+    }
+
     /// What this filter left in the paused buffer (nothing unless paused).
     pub(super) fn kept_len(&self) -> usize {
         self.kept.as_ref().map_or(0, Vec::len)
@@ -134,18 +144,21 @@ pub(super) fn check_stream_calls(
         // Cut by a rule meanwhile: nothing after the cut is sent, so no call waits any more.
         if let Some(c) = s.calls.as_mut() {
             c.batches.clear();
+            c.allowed.clear();
         }
     } else if !calls.is_empty() {
         let cx = tools_context(policy, &s.asked, 1);
         let (keys, calls): (Vec<u64>, Vec<ToolCall>) = calls.into_iter().unzip();
-        let checking = Checking::start(host, &cx, calls);
-        s.calls
-            .get_or_insert_with(|| StreamCalls {
-                batches: Vec::new(),
-                kept: None,
-            })
-            .batches
-            .push((keys, checking));
+        let state = s.calls.get_or_insert_with(|| StreamCalls {
+            batches: Vec::new(),
+            allowed: Vec::new(),
+            counted: 0,
+            kept: None,
+        });
+        let first = state.counted;
+        state.counted = state.counted.saturating_add(calls.len());
+        let checking = Checking::start(host, &cx, calls, first);
+        state.batches.push((keys, checking));
     }
     let waiting = settle_stream_calls(host, record, s, out, end_of_stream);
     let mut all = s
@@ -162,7 +175,7 @@ pub(super) fn check_stream_calls(
             Flow::Pause
         }
         _ => {
-            if !waiting {
+            if !s.calls.as_ref().is_some_and(StreamCalls::holds) {
                 s.calls = None;
             }
             Flow::Continue
@@ -189,8 +202,8 @@ fn settle_stream_calls(
         match checking.next() {
             Next::Waiting => i += 1,
             Next::Allowed => {
-                out.append(&mut s.rewriter.allow_calls(keys));
-                calls.batches.remove(i);
+                let (keys, _) = calls.batches.remove(i);
+                calls.allowed.extend(keys);
             }
             Next::Denied(denial) => {
                 denied = Some(denial);
@@ -198,13 +211,19 @@ fn settle_stream_calls(
             }
         }
     }
+    let upstream_done = s.upstream_ended || end_of_stream;
     let Some(denial) = denied else {
+        if calls.batches.is_empty() && upstream_done {
+            // Every call of the answer is decided and none was denied: they all go now.
+            let allowed = std::mem::take(&mut calls.allowed);
+            out.append(&mut s.rewriter.allow_calls(&allowed));
+        }
         return !calls.batches.is_empty();
     };
     // Verdicts still out are not waited for: their results are never recorded.
     calls.batches.clear();
+    calls.allowed.clear();
     out.append(&mut s.rewriter.deny_calls(&denial.reason));
-    let upstream_done = s.upstream_ended || end_of_stream;
     s.cut = true;
     if !s.ended || !upstream_done {
         s.ended = true;
