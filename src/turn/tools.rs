@@ -197,7 +197,7 @@ fn settle_stream_calls(
     };
     let mut denied = None;
     let mut i = 0;
-    while let Some((keys, checking)) = calls.batches.get_mut(i) {
+    while let Some((_, checking)) = calls.batches.get_mut(i) {
         tools_decided(host, record, &checking.take_results());
         match checking.next() {
             Next::Waiting => i += 1,
