@@ -14,7 +14,7 @@ WBG_RUNNER  := $(TOOLS)/bin/wasm-bindgen-test-runner
 
 export LIVECHECK_WASM_DIR := $(abspath $(WASM_DIR))
 
-.PHONY: test bench toolchain wasm fmt-check clippy native-tests postgres-tools wasm-unit envoy-validate e2e venv clean
+.PHONY: test bench bench-tools toolchain wasm fmt-check clippy native-tests postgres-tools wasm-unit envoy-validate e2e venv clean
 
 test: fmt-check clippy native-tests wasm-unit envoy-validate e2e
 	@echo "make test: all green"
@@ -101,6 +101,15 @@ bench: wasm venv $(OHA) $(BENCH_VENV)/.installed
 	cargo bench --locked --profile bench-native --bench rule_cost
 	$(BENCH_VENV)/bin/python benches/compare.py
 	$(PYTHON) benches/judge_overhead.py
+	$(MAKE) --no-print-directory bench-tools
+
+# Tool-call checks alone (issue 14): added latency per checked tool call through real Envoy, the real
+# sidecar (release) and a judge backend double; bench/results-tools.md (benches/tool_checks.py, ~3-4 min;
+# BENCH_QUICK=1 for a smoke run that reports to target/bench/ instead).
+bench-tools: wasm venv
+	cargo build --release --locked -p upstream-double
+	cargo build --release --locked -p livecheck-judge
+	$(PYTHON) benches/tool_checks.py
 
 # The demo: Envoy with the filter, the judge sidecar and a local model (SmolLM2-135M from a PyPI wheel,
 # served by llama-server built from the llama-cpp-python sdist into .cache/llama/) until Ctrl-C.

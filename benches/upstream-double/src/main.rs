@@ -10,6 +10,9 @@
 //!   events per write (default 1) with `x-bench-pace-us` between writes (default 0). With
 //!   `x-bench-hold: 1` the closing events wait until the client goes away (at most 300 s), so a
 //!   benchmark can hold many answers open mid-stream.
+//! - A POST with `x-bench-tool-call: NAME` (and `x-bench-tool-arguments: JSON`, default `{}`): a
+//!   non-streamed `chat.completion` whose message calls that one function with those arguments
+//!   (`finish_reason: "tool_calls"`), for the tool-call checks bench (`benches/tool_checks.py`).
 //! - `GET /__stats`: `{"requests": .., "streams": .., "body_bytes": .., "holding": ..}`: counted since
 //!   start; `holding` = streams that sent all their text and now wait for the client to go away.
 
@@ -132,6 +135,16 @@ mod native {
             counters.streams.fetch_add(1, Ordering::Relaxed);
             return stream(&headers, counters);
         }
+        if let Some(name) = headers
+            .get("x-bench-tool-call")
+            .and_then(|v| v.to_str().ok())
+        {
+            let arguments = headers
+                .get("x-bench-tool-arguments")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("{}");
+            return tool_call(name, arguments);
+        }
         let leak =
             body.len() < 1 << 16 && body.windows(LEAK_MARKER.len()).any(|w| w == LEAK_MARKER);
         let text = if leak {
@@ -146,6 +159,37 @@ mod native {
              \"completion_tokens\":60,\"total_tokens\":960}}}}"
         );
         ([(header::CONTENT_TYPE, "application/json")], json).into_response()
+    }
+
+    /// A non-streamed answer whose message calls one function: `arguments` is the JSON text the
+    /// model wrote, sent as a JSON string as the vendor does.
+    fn tool_call(name: &str, arguments: &str) -> Response {
+        let json = format!(
+            "{{\"id\":\"chatcmpl-bench-tool\",\"object\":\"chat.completion\",\"created\":1700000000,\
+             \"model\":\"gpt-4.1-mini\",\"choices\":[{{\"index\":0,\"message\":{{\"role\":\"assistant\",\
+             \"content\":null,\"tool_calls\":[{{\"id\":\"call_bench_1\",\"type\":\"function\",\
+             \"function\":{{\"name\":{},\"arguments\":{}}}}}]}},\"finish_reason\":\"tool_calls\"}}],\
+             \"usage\":{{\"prompt_tokens\":900,\"completion_tokens\":40,\"total_tokens\":940}}}}",
+            json_string(name),
+            json_string(arguments)
+        );
+        ([(header::CONTENT_TYPE, "application/json")], json).into_response()
+    }
+
+    /// `text` as a JSON string literal.
+    fn json_string(text: &str) -> String {
+        let mut out = String::with_capacity(text.len() + 2);
+        out.push('"');
+        for c in text.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
     }
 
     fn chunk_event(delta: &str, finish: Option<&str>) -> String {
