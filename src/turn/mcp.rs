@@ -22,25 +22,15 @@ impl Turn {
     /// Request headers of a POST to an MCP endpoint: held while the body is read, when the
     /// version checks tool calls at all.
     pub(super) fn start_mcp(&mut self, host: &mut dyn Host, end_of_stream: bool) -> Flow {
-        let agent = host.request_header(&self.policy.agent_header);
-        let version = host.request_header(&self.policy.version_header);
-        let authority = host.request_header(":authority");
-        let version =
-            match self
-                .policy
-                .select(agent.as_deref(), version.as_deref(), authority.as_deref())
-            {
-                Ok(v) => v,
-                Err(e) => return self.refuse_mcp(host, 400, None, -32600, &e.to_string()),
-            };
+        let version = match self.begin(host) {
+            Ok(v) => v,
+            Err(e) => return self.refuse_mcp(host, 400, None, -32600, &e.to_string()),
+        };
         if !version.tools.any() || end_of_stream {
+            // Nothing to check: no record, no report.
+            self.record = Record::default();
             self.state = State::Bypass;
             return Flow::Continue;
-        }
-        self.record = Record::new(format!("lc_{:016x}{:016x}", host.random(), host.random()));
-        self.record.runs(&version);
-        if let Some(header) = &self.policy.person_header {
-            self.record.person = host.request_header(header);
         }
         let encoded = host
             .request_header("content-encoding")

@@ -1,5 +1,7 @@
 //! The question: reading the request, its input checks, and refusing it before any model is called.
 
+use crate::config::SelectError;
+
 use super::*;
 
 impl Turn {
@@ -13,27 +15,14 @@ impl Turn {
             self.state = State::Bypass;
             return Flow::Continue;
         };
-        self.record = Record::new(format!("lc_{:016x}{:016x}", host.random(), host.random()));
-        self.started_ms = host.now_unix_millis();
-        if let Some(header) = &self.policy.person_header {
-            self.record.person = host.request_header(header);
-        }
+        let version = match self.begin(host) {
+            Ok(v) => v,
+            Err(e) => return self.refuse_request(host, api, 400, &e.to_string()),
+        };
         self.record.credentials = judge::CREDENTIAL_HEADERS
             .iter()
             .filter_map(|h| Some(((*h).to_owned(), host.request_header(h)?)))
             .collect();
-        let agent = host.request_header(&self.policy.agent_header);
-        let version = host.request_header(&self.policy.version_header);
-        let authority = host.request_header(":authority");
-        let version =
-            match self
-                .policy
-                .select(agent.as_deref(), version.as_deref(), authority.as_deref())
-            {
-                Ok(v) => v,
-                Err(e) => return self.refuse_request(host, api, 400, &e.to_string()),
-            };
-        self.record.runs(&version);
         if let Some(encoding) = host.request_header("content-encoding") {
             if !encoding.trim().eq_ignore_ascii_case("identity") {
                 return self.refuse_request(
@@ -142,6 +131,24 @@ impl Turn {
             &ids,
         );
         send_stop(host, &self.record, stop, reply.content_type, &reply.body)
+    }
+
+    /// A request the filter checks begins: its record (id, person) and the version it runs, from
+    /// the agent header, else its host, else the default agent (the version header selects one).
+    pub(super) fn begin(&mut self, host: &mut dyn Host) -> Result<Rc<Version>, SelectError> {
+        self.record = Record::new(format!("lc_{:016x}{:016x}", host.random(), host.random()));
+        self.started_ms = host.now_unix_millis();
+        if let Some(header) = &self.policy.person_header {
+            self.record.person = host.request_header(header);
+        }
+        let agent = host.request_header(&self.policy.agent_header);
+        let version = host.request_header(&self.policy.version_header);
+        let authority = host.request_header(":authority");
+        let version =
+            self.policy
+                .select(agent.as_deref(), version.as_deref(), authority.as_deref())?;
+        self.record.runs(&version);
+        Ok(version)
     }
 
     fn refuse_request(
