@@ -82,11 +82,14 @@ MODEL = "gpt-4.1-mini"
 AGENT = "bench"
 CONDITION = "The email contains billing information"
 NOW_MODEL = "judge-now"  # the sidecar sends this judge model to the double that answers at once
-ENVOYS = "abcn"  # the variants through Envoy; (n) is shown as (c0)
-ALL = "abcnsd"
+ENVOYS = "ahbcn"  # the variants through Envoy; (n) is shown as (c0)
+ALL = "ahbcnsd"
 JUDGED = "cnsd"  # the variants whose requests the judge double answers
 VERSIONS = {
     "a": {},
+    # The answer held (a non-streamed answer an output rule check reads) without tool checks: what
+    # (b) pays beyond it is the tool checks' own cost.
+    "h": {"live_checks": [{"name": "no-codename", "stage": "output", "kind": "not_contains", "expected": "project-bluebird"}]},
     "b": {"allowed_tools": ["send_email", "lookup_*"],
           "tool_checks": [{"name": "no-rival", "args": [{"pointer": "/to", "not_contains": "@rival.example"}]}]},
     "c": {"tool_checks": [{"name": "no-billing", "tool": "send_email", "when": CONDITION}]},
@@ -95,12 +98,14 @@ VERSIONS = {
 # What each variant's checks must count per request: exactly these counters, +1 each.
 EXPECTED_COUNTERS = {
     "a": [],
+    "h": [f"wasmcustom.livecheck.{AGENT}.no-codename.passed"],
     "b": [f"wasmcustom.livecheck.{AGENT}.allowed_tools.passed", f"wasmcustom.livecheck.{AGENT}.no-rival.passed"],
     "c": [f"wasmcustom.livecheck.{AGENT}.no-billing.passed"],
     "n": [f"wasmcustom.livecheck.{AGENT}.no-billing.passed"],
 }
 NAMES = {
     "a": "(a) livecheck, no tool checks (baseline)",
+    "h": "(h) no tool checks, the answer held by one output rule check",
     "b": "(b) allowed_tools + one args row (filter only)",
     "c": "(c) one judged `when` row",
     "n": "(c0) the same row, the judge double answering at once (D = 0)",
@@ -385,7 +390,7 @@ def main() -> int:
         per_ref = collections.Counter(ref for ref, _, _ in calls)
         for ref, took, _ in calls:
             handled[ref] = took
-        for v in "ab":
+        for v in "ahb":
             asked = [ref for ref in refs[v] if per_ref.get(ref)]
             check(not asked, f"({v}) asked the judge: {asked[:5]}")
         for v in JUDGED:
@@ -496,9 +501,17 @@ def write(r: dict) -> None:
     s_over = {p: (stat(beyond["s"], p), stat(beyond["d"], p)) for p in (50, 99)}
     side = {p: (s_over[p][0][0] - s_over[p][1][0], [x - y for x, y in zip(s_over[p][0][1], s_over[p][1][1])])
             for p in (50, 99)}
-    cpu_round = {v: cpu_added(v, "round_cpu_us") for v in "bcn"}
-    cpu_block = {v: cpu_added(v, "block_cpu_us") for v in "bcn"}
-    add = {"b": (b50, b99), "c": (c50, c99), "n": (n50, n99)}
+    cpu_round = {v: cpu_added(v, "round_cpu_us") for v in "hbcn"}
+    cpu_block = {v: cpu_added(v, "block_cpu_us") for v in "hbcn"}
+    held50, held99 = added(lat["h"], 50), added(lat["h"], 99)
+    add = {"h": (held50, held99), "b": (b50, b99), "c": (c50, c99), "n": (n50, n99)}
+
+    def over_h(p: float) -> tuple[float, list[float]]:
+        """(b) - (h): the tool checks' own cost on an answer that is held anyway."""
+        return (us(pct(pooled(lat["b"]), p) - pct(pooled(lat["h"]), p)),
+                [us(pct(x, p) - pct(y, p)) for x, y in zip(lat["b"], lat["h"])])
+
+    bh50, bh99 = over_h(50), over_h(99)
     load = " / ".join(f"{x:.2f}" for x in r["load_start"]), " / ".join(f"{x:.2f}" for x in r["load_end"])
     sent, pr = r["sent"], r["per_round"]
 
@@ -530,6 +543,8 @@ def write(r: dict) -> None:
       f"and the `ref` in the call's arguments, so each call is matched to its request.")
     w("- Variants, each one agent version (`live_checks: []`), all Envoys' judge cluster on the same sidecar:")
     w("  - (a) no tool checks: the answer's tool call passes unchecked (the baseline);")
+    w(f"  - (h) no tool checks, one output rule check `{json.dumps(VERSIONS['h']['live_checks'][0])}`: the answer "
+      "held and read as any checked non-streamed answer is, so (b) − (h) is what the tool checks themselves add;")
     w(f"  - (b) `\"allowed_tools\": {json.dumps(VERSIONS['b']['allowed_tools'])}` and one args row "
       f"`{json.dumps(VERSIONS['b']['tool_checks'][0])}`: decided in the filter, the answer held until then;")
     w(f"  - (c) one judged row `{json.dumps(VERSIONS['c']['tool_checks'][0])}`: the answer held while the filter "
@@ -616,6 +631,11 @@ def write(r: dict) -> None:
     w(f"| (c) added latency per judged call beyond the judge's own time ≤ {GOAL_JUDGED_US:,} µs, p99 | {cell(*c99)} µs | "
       f"{verdict(c99, GOAL_JUDGED_US, 99)} |")
     w("")
+    w(f"Attribution, not a goal: holding and reading a non-streamed answer at all, (h) over (a), adds p50 "
+      f"{cell(*held50)} µs, p99 {cell(*held99)} µs; the tool checks on an answer held anyway, (b) over (h), add p50 "
+      f"{cell(*bh50)} µs, p99 {cell(*bh99)} µs (differences of percentiles, same noise rule as above: "
+      f"p50 {verdict(bh50, GOAL_RULES_US, 50)}).")
+    w("")
     w(f"Noise: the baseline (a) against itself (its even blocks against its odd ones, same run) differs by "
       f"{resolution[50]:,.0f} µs at p50 and {resolution[99]:,.0f} µs at p99; a goal counts as met or missed only when "
       f"the measured figure clears it by more than that, or by more than half the figure's spread over the rounds "
@@ -639,11 +659,11 @@ def write(r: dict) -> None:
                for v in ENVOYS}
     w(f"- Every measured and warm-up answer came back 200 with its `send_email` call and no `X-Core-Check`. Envoy's "
       f"livecheck counters moved by exactly one pass per request of each check and nothing else: (a) {counted['a']} "
-      f"for {sent['a']:,} requests; (b) {counted['b']} for {sent['b']:,}; (c) {counted['c']} for {sent['c']:,}; "
+      f"for {sent['a']:,} requests; (h) {counted['h']} for {sent['h']:,}; (b) {counted['b']} for {sent['b']:,}; (c) {counted['c']} for {sent['c']:,}; "
       f"(c0) {counted['n']} for {sent['n']:,} (no report dropped or refused).")
     w(f"- The judge doubles got exactly one tool-check call per request of (c) ({sent['c']:,}), (c0) ({sent['n']:,}, "
       f"all to the double with D = 0 and none of the others), (s) ({sent['s']:,}) and (d) ({sent['d']:,}), matched by "
-      f"the call's `ref`, {r['judge_calls']:,} calls in all, and none for (a) or (b).")
+      f"the call's `ref`, {r['judge_calls']:,} calls in all, and none for (a), (h) or (b).")
     w("")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(L) + "\n")
