@@ -97,7 +97,8 @@ pub fn judge_model(policy: &Policy, check: &Check, turn_model: Option<&str>) -> 
     }
 }
 
-fn base_headers(policy: &Policy, path: &str) -> Vec<(String, String)> {
+/// The headers of a callout to the sidecar's `path` (credentials added by the caller).
+pub(crate) fn base_headers(policy: &Policy, path: &str) -> Vec<(String, String)> {
     vec![
         (":method".to_owned(), "POST".to_owned()),
         (":path".to_owned(), path.to_owned()),

@@ -6,12 +6,13 @@
 //! (`POST /v1/tool-check` on the sidecar); the first verdict that the condition holds, or that the
 //! judge could not decide, denies, and the rest are not waited for. One result per row and call.
 
-use livecheck_wire::{JudgeVerdict, Outcome as WireOutcome, ToolCheckRequest, TOOL_CHECK_PATH};
+use livecheck_wire::{JudgeVerdict, ToolCheckRequest, TOOL_CHECK_PATH};
 use serde_json::Value;
 
 use crate::api::ToolCall;
 use crate::config::{ArgRule, Policy, ToolRow, ToolTest, Version, ALLOWED_TOOLS};
 use crate::host::Host;
+use crate::judge;
 use crate::verdict::Outcome;
 
 /// What the judge of a tool call reads beside the call, and whose key it runs on.
@@ -92,13 +93,21 @@ pub struct Checking {
     /// How many calls of the answer came before `calls`.
     first: usize,
     calls: Vec<ToolCall>,
-    /// Callout token → (call, row).
-    pending: Vec<(u32, usize, usize)>,
+    /// The `when` rows with the judge.
+    pending: Vec<Pending>,
     /// Decided and not yet taken by [`Checking::take_results`].
     results: Vec<ToolResult>,
     denied: Option<Denial>,
-    judge_models: Vec<((usize, usize), String)>,
     attempt: u32,
+}
+
+/// A `when` row of a call, with the judge.
+#[derive(Debug)]
+struct Pending {
+    token: u32,
+    call: usize,
+    row: usize,
+    judge_model: String,
 }
 
 impl Checking {
@@ -117,7 +126,6 @@ impl Checking {
             pending: Vec::new(),
             results: Vec::new(),
             denied: None,
-            judge_models: Vec::new(),
             attempt: cx.attempt,
         };
         checking.filter_tests(cx);
@@ -135,40 +143,40 @@ impl Checking {
         }
     }
 
-    pub fn calls(&self) -> &[ToolCall] {
-        &self.calls
-    }
-
     /// Whether `token` is a callout of this check.
     pub fn waits_for(&self, token: u32) -> bool {
-        self.pending.iter().any(|(t, _, _)| *t == token)
+        self.pending.iter().any(|p| p.token == token)
     }
 
-    /// The judge's answer to callout `token` (`None`: no valid verdict came back).
+    /// The judge answered callout `token`: its verdict read from the callout's answer (anything
+    /// but a 200 with a valid verdict could not decide).
+    pub fn answered(&mut self, host: &dyn Host, version: &Version, token: u32, body_size: usize) {
+        let body = host.callout_body(body_size).unwrap_or_default();
+        let verdict = judge::verdict(host.callout_status(), &body);
+        self.verdict(version, token, verdict.as_ref());
+    }
+
+    /// The judge's verdict on callout `token` (`None`: no valid verdict came back).
     pub fn verdict(&mut self, version: &Version, token: u32, verdict: Option<&JudgeVerdict>) {
-        let Some(at) = self.pending.iter().position(|(t, _, _)| *t == token) else {
+        let Some(at) = self.pending.iter().position(|p| p.token == token) else {
             return;
         };
-        let (_, call, row) = self.pending.remove(at);
+        let Pending {
+            call,
+            row,
+            judge_model,
+            ..
+        } = self.pending.remove(at);
         let Some(r) = version.tools.rows.get(row) else {
             return;
         };
-        let outcome = match verdict.map(|v| v.outcome) {
-            Some(WireOutcome::Passed) => Outcome::Passed,
-            Some(WireOutcome::Failed) => Outcome::Failed,
-            Some(WireOutcome::Errored) | None => Outcome::Errored,
-        };
+        let outcome = judge::outcome(verdict);
         let said = verdict
             .map(|v| v.reason.trim())
             .filter(|r| !r.is_empty())
             .unwrap_or(COULD_NOT_CHECK)
             .to_owned();
-        let judge_model = self
-            .judge_models
-            .iter()
-            .find(|(k, _)| *k == (call, row))
-            .map(|(_, m)| m.clone());
-        self.result(r, call, outcome, said.clone(), judge_model);
+        self.result(r, call, outcome, said.clone(), Some(judge_model));
         if outcome != Outcome::Passed && self.denied.is_none() {
             let shown = match outcome {
                 Outcome::Failed => said,
@@ -259,22 +267,21 @@ impl Checking {
                         judge_model: model.clone(),
                     };
                     let body = serde_json::to_vec(&request).ok()?;
-                    let mut headers = vec![
-                        (":method", "POST"),
-                        (":path", TOOL_CHECK_PATH),
-                        (":authority", cx.policy.judge_cluster.as_str()),
-                        ("content-type", "application/json"),
-                    ];
-                    headers.extend(cx.credentials.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                    let mut headers = judge::base_headers(cx.policy, TOOL_CHECK_PATH);
+                    headers.extend(cx.credentials.iter().cloned());
+                    let headers: Vec<(&str, &str)> = headers
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_str()))
+                        .collect();
                     host.dispatch_callout(&cx.policy.judge_cluster, &headers, &body, row.timeout_ms)
                 });
-                match token {
-                    Some(token) => {
-                        if let Some(model) = model {
-                            self.judge_models.push(((call, index), model));
-                        }
-                        self.pending.push((token, call, index));
-                    }
+                match token.zip(model.clone()) {
+                    Some((token, judge_model)) => self.pending.push(Pending {
+                        token,
+                        call,
+                        row: index,
+                        judge_model,
+                    }),
                     None => {
                         // No judge model (a router turn, and the row names none), or Envoy
                         // refused the callout: the row cannot decide, which denies.

@@ -4,7 +4,7 @@ use wasm_bindgen_test::wasm_bindgen_test as test;
 
 use std::rc::Rc;
 
-use livecheck_wire::{JudgeVerdict, ToolCheckRequest, Usage};
+use livecheck_wire::{JudgeVerdict, Outcome as WireOutcome, ToolCheckRequest, Usage};
 
 use super::*;
 use crate::host::fake::FakeHost;

@@ -105,10 +105,8 @@ impl Turn {
         if !check.checking.waits_for(token) {
             return false;
         }
-        let body = host.callout_body(body_size).unwrap_or_default();
-        let verdict = judge::verdict(host.callout_status(), &body);
         let version = Rc::clone(&check.version);
-        check.checking.verdict(&version, token, verdict.as_ref());
+        check.checking.answered(host, &version, token, body_size);
         if let State::CheckingMcp(check) = std::mem::replace(&mut self.state, State::Done) {
             let _ = self.mcp_next(host, check, true);
         }

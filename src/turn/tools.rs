@@ -49,10 +49,8 @@ impl Turn {
         if !check.checking.waits_for(token) {
             return false;
         }
-        let body = host.callout_body(body_size).unwrap_or_default();
-        let verdict = judge::verdict(host.callout_status(), &body);
         let version = Rc::clone(&check.asked.version);
-        check.checking.verdict(&version, token, verdict.as_ref());
+        check.checking.answered(host, &version, token, body_size);
         let State::CheckingCalls(check) = std::mem::replace(&mut self.state, State::Done) else {
             return true;
         };
@@ -253,9 +251,7 @@ pub(super) fn stream_call_verdict(
     let Some((_, checking)) = calls.batches.iter_mut().find(|(_, c)| c.waits_for(token)) else {
         return false;
     };
-    let body = host.callout_body(body_size).unwrap_or_default();
-    let verdict = judge::verdict(host.callout_status(), &body);
-    checking.verdict(&version, token, verdict.as_ref());
+    checking.answered(host, &version, token, body_size);
     let Some(mut kept) = calls.kept.take() else {
         return true;
     };
