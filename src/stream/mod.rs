@@ -637,11 +637,7 @@ impl Rewriter {
     /// Whether the tool calls `piece` is part of may go: each complete, and every queued event of
     /// them confirmed whole (so none is ever split, and a cut inside one drops all of it).
     fn call_goes(&self, piece: &Piece, cut_at: Option<(usize, usize)>) -> bool {
-        if piece
-            .calls
-            .iter()
-            .any(|c| self.open_calls.contains(c) || self.awaiting.contains(c))
-        {
+        if piece.calls.iter().any(|c| self.open_calls.contains(c)) {
             return false;
         }
         let confirmed = |p: &Piece| {
