@@ -16,6 +16,7 @@ import json
 import time
 from typing import Callable, Optional
 
+import http_sfv
 import httpx2 as httpx
 
 from upstream_double import Answer, UpstreamDouble
@@ -573,3 +574,15 @@ class AsyncTee(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         if self.inner is not None:
             await self.inner.aclose()
+
+
+def x_core_check(headers) -> Optional[dict]:
+    """X-Core-Check parsed as an RFC 8941 dictionary (http-sfv): {key: value as str}, None if absent."""
+    values = headers.get_list("x-core-check") if hasattr(headers, "get_list") else (
+        [headers["x-core-check"]] if "x-core-check" in headers else [])
+    if not values:
+        return None
+    assert len(values) == 1, values
+    parsed = http_sfv.Dictionary()
+    parsed.parse(values[0].encode("ascii"))
+    return {key: str(member.value) for key, member in parsed.items()}

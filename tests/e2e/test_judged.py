@@ -23,12 +23,11 @@ import time
 from typing import Callable, Optional
 
 import anthropic
-import http_sfv
 import httpx2 as httpx
 import openai
 import pytest
 
-from cut_support import VENDOR_EVENTS, VENDOR_PATH, Tee, anthropic_final, anthropic_iter, chat_iter, responses_iter
+from cut_support import VENDOR_EVENTS, VENDOR_PATH, Tee, anthropic_final, anthropic_iter, chat_iter, responses_iter, x_core_check
 from envoy_process import Envoy, JudgeSidecar, render_config, wasm_path
 from judge_backend_double import FAIL_MARKER, SLOW_MARKER, JudgeBackendDouble
 from upstream_double import Answer
@@ -197,18 +196,6 @@ def _json_answer(body: dict) -> Answer:
     return Answer(headers={"content-type": "application/json"}, body_chunks=[json.dumps(body)], chunked=False)
 
 
-def _x_core_check(headers) -> Optional[dict]:
-    """X-Core-Check parsed as an RFC 8941 dictionary (http-sfv): {key: value as str}, None if absent."""
-    values = headers.get_list("x-core-check") if hasattr(headers, "get_list") else (
-        [headers["x-core-check"]] if "x-core-check" in headers else [])
-    if not values:
-        return None
-    assert len(values) == 1, values
-    parsed = http_sfv.Dictionary()
-    parsed.parse(values[0].encode("ascii"))
-    return {key: str(member.value) for key, member in parsed.items()}
-
-
 def _input_refused(check: str, code: str) -> dict:
     return {"stage": "input", "check": check, "code": code}
 
@@ -225,7 +212,7 @@ def test_a_clean_question_is_judged_then_answered(stack, double, judge_backend, 
     raw, stop, text = create(stack.envoy, "ask", CLEAN_QUESTION)
 
     assert (stop, text) == (ok, CLEAN_ANSWER)
-    assert _x_core_check(raw.headers) is None
+    assert x_core_check(raw.headers) is None
     assert len(double.requests()) == 1, "the question went upstream once judged"
     (call,) = judge_backend.seen()
     assert call.path == judge_path, "the turn's model picks the judge API"
@@ -244,7 +231,7 @@ def test_a_question_the_judge_fails_is_refused_and_never_reaches_upstream(stack,
 
     assert raw.status_code == 200
     assert (stop, text) == (refused, BLOCKED)
-    assert _x_core_check(raw.headers) == _input_refused("on-topic", "input_check_failed")
+    assert x_core_check(raw.headers) == _input_refused("on-topic", "input_check_failed")
     assert double.requests() == [], "a refused question reached upstream"
     (call,) = judge_backend.seen()
     assert (call.path, call.passed) == (judge_path, False)
@@ -259,7 +246,7 @@ def test_a_refused_streamed_question_streams_the_blocked_reply(stack, double, ju
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert (finish, text) == (["content_filter"], BLOCKED)
-    assert _x_core_check(raw.headers) == _input_refused("on-topic", "input_check_failed")
+    assert x_core_check(raw.headers) == _input_refused("on-topic", "input_check_failed")
     assert double.requests() == []
 
 
@@ -282,10 +269,10 @@ def test_a_non_streamed_answer_is_held_until_judged(stack, double, judge_backend
         assert call.path == ("/v1/messages" if judge == "tone-anthropic-judge" else "/v1/chat/completions")
         if passed:
             assert (stop, text) == (ok, "".join(words))
-            assert _x_core_check(raw.headers) is None
+            assert x_core_check(raw.headers) is None
         else:
             assert (stop, text) == (refused, BLOCKED)
-            assert _x_core_check(raw.headers) == {"stage": "output", "check": "polite-out",
+            assert x_core_check(raw.headers) == {"stage": "output", "check": "polite-out",
                                                   "code": "output_check_failed"}
             for never in NEVER_SENT:
                 assert never not in body, body
@@ -364,13 +351,13 @@ def test_a_stopped_sidecar_fails_closed_unless_on_error_pass(fresh_stack, double
     started = time.monotonic()
     raw, stop, text = _anthropic_create(fresh_stack.envoy, "fault", CLEAN_QUESTION)
     assert (stop, text) == ("refusal", BLOCKED)
-    assert _x_core_check(raw.headers) == _input_refused("on-topic", "check_errored")
+    assert x_core_check(raw.headers) == _input_refused("on-topic", "check_errored")
     assert double.requests() == [], "an undecided question reached upstream"
     assert time.monotonic() - started < 2.0, "a refused connection is errored at once, not after a timeout"
 
     raw, stop, text = _anthropic_create(fresh_stack.envoy, "fault-pass", CLEAN_QUESTION)
     assert (stop, text) == ("end_turn", CLEAN_ANSWER)
-    assert _x_core_check(raw.headers) is None
+    assert x_core_check(raw.headers) is None
     assert len(double.requests()) == 1, "on_error pass: the question went upstream"
 
 
@@ -382,11 +369,11 @@ def test_a_judge_slower_than_the_checks_timeout_fails_closed_unless_on_error_pas
     raw, stop, text = _chat_create(stack.envoy, "fault", SLOW_QUESTION)
     took = time.monotonic() - started
     assert (stop, text) == ("content_filter", BLOCKED)
-    assert _x_core_check(raw.headers) == _input_refused("on-topic", "check_errored")
+    assert x_core_check(raw.headers) == _input_refused("on-topic", "check_errored")
     assert double.requests() == []
     assert 0.5 <= took < 1.8, f"errored at the check's 600 ms timeout, not the judge's 2 s ({took:.2f}s)"
 
     raw, stop, text = _chat_create(stack.envoy, "fault-pass", SLOW_QUESTION)
     assert (stop, text) == ("stop", CLEAN_ANSWER)
-    assert _x_core_check(raw.headers) is None
+    assert x_core_check(raw.headers) is None
     assert len(double.requests()) == 1

@@ -7,7 +7,7 @@
     on a free loopback port, stopped by its PID, with the record of every tool call it received;
   - `Recorder`: an SDK transport that keeps every response byte the caller received (the rest of a body
     the SDK did not read included) and survives the reset that follows a cut;
-  - `x_core_check`: the `X-Core-Check` header parsed as an RFC 8941 dictionary.
+  - `x_core_check` (from cut_support): the `X-Core-Check` header parsed as an RFC 8941 dictionary.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import urllib.parse
 import urllib.request
 from typing import Callable, Optional
 
-import http_sfv
 import httpx2 as httpx
 
+from cut_support import x_core_check  # noqa: F401 (re-exported for the tool-check tests)
 from envoy_process import REPO, Envoy, JudgeSidecar, render_config, wasm_path
 
 E2E = pathlib.Path(__file__).resolve().parent
@@ -124,16 +124,6 @@ def wait_for(probe: Callable, timeout: float, what: str, every: float = 0.05):
         time.sleep(every)
 
 
-def x_core_check(headers) -> Optional[dict]:
-    """X-Core-Check parsed as an RFC 8941 dictionary (http-sfv): {key: value as str}, None if absent."""
-    values = headers.get_list("x-core-check") if hasattr(headers, "get_list") else (
-        [headers["x-core-check"]] if "x-core-check" in headers else [])
-    if not values:
-        return None
-    assert len(values) == 1, values
-    parsed = http_sfv.Dictionary()
-    parsed.parse(values[0].encode("ascii"))
-    return {key: str(member.value) for key, member in parsed.items()}
 
 
 def denied_header(check: str) -> dict:
