@@ -2,8 +2,8 @@
 //! and reading its verdict. The judging itself happens in the sidecar (`judge/`).
 
 use livecheck_wire::{
-    JudgeRequest, JudgeVerdict, Outcome as WireOutcome, Stage as WireStage, TurnReport, JUDGE_PATH,
-    RESULTS_PATH,
+    JudgeRequest, JudgeVerdict, Outcome as WireOutcome, Stage as WireStage, TurnReport,
+    FILTER_TOKEN_HEADER, JUDGE_PATH, RESULTS_PATH,
 };
 
 use crate::config::{Check, Kind, Mode, Policy, Stage, Version};
@@ -99,12 +99,16 @@ pub fn judge_model(policy: &Policy, check: &Check, turn_model: Option<&str>) -> 
 
 /// The headers of a callout to the sidecar's `path` (credentials added by the caller).
 pub(crate) fn base_headers(policy: &Policy, path: &str) -> Vec<(String, String)> {
-    vec![
+    let mut headers = vec![
         (":method".to_owned(), "POST".to_owned()),
         (":path".to_owned(), path.to_owned()),
-        (":authority".to_owned(), policy.judge_cluster.clone()),
+        (":authority".to_owned(), policy.judge_authority.clone()),
         ("content-type".to_owned(), "application/json".to_owned()),
-    ]
+    ];
+    if let Some(token) = policy.judge_token() {
+        headers.push((FILTER_TOKEN_HEADER.to_owned(), token.to_owned()));
+    }
+    headers
 }
 
 fn headers(policy: &Policy, path: &str, judged: &Judged<'_>) -> Vec<(String, String)> {

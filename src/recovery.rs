@@ -168,18 +168,12 @@ impl Recovery {
         let Ok(body) = serde_json::to_vec(&request) else {
             return Next::Withhold;
         };
-        let mut headers = vec![
-            (":method", "POST"),
-            (":path", RETRY_PATH),
-            (":authority", turn.policy.judge_cluster.as_str()),
-            ("content-type", "application/json"),
-        ];
-        headers.extend(
-            turn.source
-                .headers
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str())),
-        );
+        let mut headers = crate::judge::base_headers(turn.policy, RETRY_PATH);
+        headers.extend(turn.source.headers.iter().cloned());
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         let timeout = self.deadline_at_ms.saturating_sub(now).max(1);
         match host.dispatch_callout(&turn.policy.judge_cluster, &headers, &body, timeout) {
             Some(token) => {

@@ -47,12 +47,53 @@ pub struct Policy {
     /// default: streamed as it comes, and a cut stream is reset after its closing events.
     pub stream_frame_bytes: Option<usize>,
     pub judge_cluster: String,
+    /// The `:authority` of callouts to the sidecar.
+    pub judge_authority: String,
+    /// Where the sidecar's shared token comes from, if it needs one.
+    pub judge_token: Option<TokenSource>,
     pub router_models: Vec<String>,
     /// The request header naming the person a turn belongs to.
     pub person_header: Option<String>,
     /// Path suffixes of MCP endpoints: their `tools/call` requests are checked.
     pub mcp_paths: Vec<String>,
     pub agents: HashMap<String, Agent>,
+}
+
+/// Where the token sent to the sidecar comes from: the configuration itself, or a VM environment
+/// variable read when the filter is configured (`proxy`), so a secret stays out of the config.
+#[derive(Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    Literal(String),
+    Env(String),
+}
+
+impl std::fmt::Debug for TokenSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Literal(_) => f.write_str("Literal(<redacted>)"),
+            Self::Env(name) => f.debug_tuple("Env").field(name).finish(),
+        }
+    }
+}
+
+/// The `:authority` a callout to `cluster` carries: an Istio cluster name
+/// (`outbound|PORT|SUBSET|HOST`) names the service's host and port; any other name is used as is.
+pub fn authority_of_cluster(cluster: &str) -> String {
+    let mut parts = cluster.split('|');
+    match (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) {
+        (Some("outbound" | "inbound"), Some(port), Some(_), Some(host), None)
+            if !host.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            format!("{host}:{port}")
+        }
+        _ => cluster.to_owned(),
+    }
 }
 
 #[derive(Debug)]
@@ -209,6 +250,12 @@ impl At {
     }
 }
 
+/// A shared token the sidecar can compare: long enough to guess at no rate, and sendable as a
+/// header value.
+pub fn valid_token(token: &str) -> bool {
+    (16..=256).contains(&token.len()) && token.bytes().all(|b| b.is_ascii_graphic())
+}
+
 impl Policy {
     /// Parses and compiles a plugin configuration; every problem found is returned.
     pub fn from_json(bytes: &[u8]) -> Result<Policy, Vec<ConfigError>> {
@@ -220,6 +267,40 @@ impl Policy {
         match policy {
             Some(p) if errors.is_empty() => Ok(p),
             _ => Err(errors),
+        }
+    }
+
+    /// Reads a token named by `judge_token_env` from `env` (the VM's environment), so callouts
+    /// carry it; an unset or unusable variable is a configuration error (never its value).
+    pub fn resolve_token(
+        &mut self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
+        let Some(TokenSource::Env(name)) = &self.judge_token else {
+            return Ok(());
+        };
+        let problem = match env(name) {
+            Some(token) if valid_token(&token) => {
+                self.judge_token = Some(TokenSource::Literal(token));
+                return Ok(());
+            }
+            Some(_) => "is set, but not to 16 to 256 visible ASCII characters",
+            None => "is not set in the VM's environment (Envoy `vm_config.environment_variables`, Istio `vmConfig.env`)",
+        };
+        Err(ConfigError {
+            agent: None,
+            version: None,
+            check: None,
+            field: Some("judge_token_env".to_owned()),
+            message: format!("{name} {problem}"),
+        })
+    }
+
+    /// The token callouts to the sidecar carry, once resolved.
+    pub fn judge_token(&self) -> Option<&str> {
+        match &self.judge_token {
+            Some(TokenSource::Literal(token)) => Some(token),
+            _ => None,
         }
     }
 
@@ -414,7 +495,64 @@ impl Compiler<'_> {
                 ));
             }
         }
+        let judge_cluster = raw
+            .judge_cluster
+            .unwrap_or_else(|| DEFAULT_JUDGE_CLUSTER.to_owned());
+        let cluster_ok =
+            !judge_cluster.is_empty() && judge_cluster.bytes().all(|b| b.is_ascii_graphic());
+        if !cluster_ok {
+            self.errors.push(at.error(
+                Some("judge_cluster"),
+                "must be an Envoy cluster name: printable ASCII without spaces",
+            ));
+        }
+        let judge_authority = raw
+            .judge_authority
+            .unwrap_or_else(|| authority_of_cluster(&judge_cluster));
+        let authority_ok = !judge_authority.is_empty()
+            && judge_authority
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._~:[]".contains(&b));
+        if cluster_ok && !authority_ok {
+            self.errors.push(at.error(
+                Some("judge_authority"),
+                "must be a host and optional port, such as \"livecheck-judge.livecheck:8181\" (set it when judge_cluster is not one)",
+            ));
+        }
+        let judge_token = match (raw.judge_token, raw.judge_token_env) {
+            (Some(_), Some(_)) => {
+                self.errors.push(at.error(
+                    Some("judge_token"),
+                    "give either judge_token or judge_token_env, not both",
+                ));
+                None
+            }
+            (Some(token), None) => {
+                if !valid_token(&token) {
+                    self.errors.push(at.error(
+                        Some("judge_token"),
+                        "must be 16 to 256 visible ASCII characters",
+                    ));
+                }
+                Some(TokenSource::Literal(token))
+            }
+            (None, Some(name)) => {
+                let plain = !name.is_empty()
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                if !plain {
+                    self.errors.push(at.error(
+                        Some("judge_token_env"),
+                        "must name an environment variable (letters, digits, `_`)",
+                    ));
+                }
+                Some(TokenSource::Env(name))
+            }
+            (None, None) => None,
+        };
         Some(Policy {
+            judge_cluster,
+            judge_authority,
+            judge_token,
             mcp_paths,
             agent_header,
             version_header,
@@ -422,9 +560,6 @@ impl Compiler<'_> {
             hosts: raw.hosts,
             max_body_bytes,
             stream_frame_bytes,
-            judge_cluster: raw
-                .judge_cluster
-                .unwrap_or_else(|| DEFAULT_JUDGE_CLUSTER.to_owned()),
             router_models: raw.router_models,
             person_header,
             agents,

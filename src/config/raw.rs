@@ -21,8 +21,17 @@ pub struct RawPolicy {
     /// Request header naming the person a turn belongs to, recorded with its results so they can be
     /// erased with that person (default `x-core-person`).
     pub person_header: Option<String>,
-    /// The Envoy cluster of the judge sidecar (default `livecheck-judge`).
+    /// The Envoy cluster of the judge sidecar (default `livecheck-judge`), as the mesh names it
+    /// (Istio: `outbound|8181||livecheck-judge.livecheck.svc.cluster.local`).
     pub judge_cluster: Option<String>,
+    /// The `:authority` of callouts to the sidecar (default: the host and port in an Istio
+    /// `outbound|PORT|SUBSET|HOST` cluster name, else the cluster name).
+    pub judge_authority: Option<String>,
+    /// The token the sidecar's filter endpoints require, written here (prefer `judge_token_env`).
+    pub judge_token: Option<String>,
+    /// The VM environment variable holding that token (Envoy `vm_config.environment_variables`,
+    /// Istio `vmConfig.env`).
+    pub judge_token_env: Option<String>,
     /// Models that are routers: a judged check on a turn that runs one needs its own `judge_model`.
     #[serde(default)]
     pub router_models: Vec<String>,

@@ -305,3 +305,74 @@ fn stream_framing_can_be_turned_on_but_not_made_tiny() {
     );
     assert!(one_error(&with(100)).contains("field `stream_frame_bytes`"));
 }
+
+/// A config naming only the given top-level fields beside one empty agent.
+fn with_top(fields: &str) -> String {
+    format!(
+        r#"{{{fields}, "agents": {{"a": {{"published": "1", "versions": {{"1": {{"live_checks": []}}}}}}}}}}"#
+    )
+}
+
+#[test]
+fn judge_cluster_takes_mesh_names_and_callouts_name_the_service() {
+    let istio = "outbound|8181||livecheck-judge.livecheck.svc.cluster.local";
+    let policy =
+        Policy::from_json(with_top(&format!(r#""judge_cluster": "{istio}""#)).as_bytes()).unwrap();
+    assert_eq!(policy.judge_cluster, istio);
+    assert_eq!(
+        policy.judge_authority,
+        "livecheck-judge.livecheck.svc.cluster.local:8181"
+    );
+    // Envoy Gateway and hand-written names are used as they are, unless judge_authority says.
+    let eg = r#""judge_cluster": "httproute/livecheck/livecheck-judge/rule/0", "judge_authority": "livecheck-judge.livecheck:8181""#;
+    let policy = Policy::from_json(with_top(eg).as_bytes()).unwrap();
+    assert_eq!(policy.judge_authority, "livecheck-judge.livecheck:8181");
+    assert_eq!(authority_of_cluster("livecheck-judge"), "livecheck-judge");
+    assert_eq!(authority_of_cluster("outbound|x||h"), "outbound|x||h");
+    let bad = one_error(&with_top(r#""judge_cluster": "httproute/a/b/rule/0""#));
+    assert!(bad.contains("judge_authority"), "{bad}");
+    let bad = one_error(&with_top(r#""judge_cluster": "has space""#));
+    assert!(bad.contains("judge_cluster"), "{bad}");
+}
+
+#[test]
+fn the_judge_token_comes_from_the_config_or_the_vm_environment_and_is_never_shown() {
+    let token = "t0k3n-abcdefghijklmnop";
+    let policy =
+        Policy::from_json(with_top(&format!(r#""judge_token": "{token}""#)).as_bytes()).unwrap();
+    assert_eq!(policy.judge_token(), Some(token));
+    assert!(!format!("{policy:?}").contains(token));
+
+    let mut policy =
+        Policy::from_json(with_top(r#""judge_token_env": "LC_TOKEN""#).as_bytes()).unwrap();
+    assert_eq!(policy.judge_token(), None);
+    let unset = policy.judge_token.clone();
+    let err = policy.resolve_token(|_| None).unwrap_err().to_string();
+    assert!(err.contains("LC_TOKEN is not set"), "{err}");
+    let err = policy
+        .resolve_token(|_| Some("short".into()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("LC_TOKEN is set, but") && !err.contains("short"),
+        "{err}"
+    );
+    policy
+        .resolve_token(|name| (name == "LC_TOKEN").then(|| token.to_owned()))
+        .unwrap();
+    assert_eq!(policy.judge_token(), Some(token));
+    assert!(!format!("{policy:?}").contains(token));
+    assert_eq!(unset, Some(TokenSource::Env("LC_TOKEN".into())));
+
+    let both = one_error(&with_top(
+        r#""judge_token": "t0k3n-abcdefghijklmnop", "judge_token_env": "X""#,
+    ));
+    assert!(both.contains("not both"), "{both}");
+    let short = one_error(&with_top(r#""judge_token": "short""#));
+    assert!(
+        short.contains("judge_token") && !short.contains("short\""),
+        "{short}"
+    );
+    let name = one_error(&with_top(r#""judge_token_env": "A-B""#));
+    assert!(name.contains("judge_token_env"), "{name}");
+}

@@ -177,7 +177,13 @@ impl RootContext for Root {
                 return false;
             }
         };
-        match Policy::from_json(&bytes) {
+        let policy = Policy::from_json(&bytes).and_then(|mut policy| {
+            policy
+                .resolve_token(|name| std::env::var(name).ok())
+                .map_err(|e| vec![e])?;
+            Ok(policy)
+        });
+        match policy {
             Ok(policy) => {
                 let agents = policy.agents.len();
                 self.policy = Some(Rc::new(policy));

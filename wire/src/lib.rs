@@ -92,6 +92,10 @@ pub struct JudgeVerdict {
 /// sidecar stores each result once (by `turn_id`, check name, attempt and tool call).
 pub const RESULTS_PATH: &str = "/v1/results";
 
+/// The header carrying the shared token on every callout from the filter to the sidecar
+/// (`/v1/judge`, `/v1/tool-check`, `/v1/retry`, `/v1/results`).
+pub const FILTER_TOKEN_HEADER: &str = "x-livecheck-token";
+
 /// The path where the filter asks the sidecar to ask the model again (recovery).
 pub const RETRY_PATH: &str = "/v1/retry";
 
