@@ -62,6 +62,8 @@ scenarios![
     callout_to_unknown_cluster_is_bad_argument,
     callout_answer_reaches_the_filter,
     callout_timeout_is_a_504_answer,
+    held_body_replaced_from_a_callout_after_headers_went,
+    request_body_held_across_a_callout_after_headers_went,
     response_headers_pause_with_allow_on_headers_stop_iteration,
     response_headers_pause_without_allow_stalls_body,
     request_body_size_is_what_is_buffered,

@@ -84,6 +84,12 @@ enum Case {
     SharedData,
     /// End a streamed answer early at a `CUT_HERE` chunk (see `cut.rs`).
     Cut,
+    /// Response headers continue; the body is held to its end, a callout goes out, and its answer
+    /// replaces the held body (`replaced:<callout body>`) before the response resumes.
+    BodyAfterCallout,
+    /// Request headers continue; the body is held to its end, a callout goes out, and its answer
+    /// resumes the request.
+    RequestBodyAfterCallout,
 }
 
 impl Case {
@@ -107,6 +113,8 @@ impl Case {
             "properties" => Case::Properties,
             "shared_data" => Case::SharedData,
             "cut" => Case::Cut,
+            "body_after_callout" => Case::BodyAfterCallout,
+            "request_body_after_callout" => Case::RequestBodyAfterCallout,
             _ => return None,
         })
     }
@@ -166,6 +174,8 @@ struct Filter {
     context_id: u32,
     /// The `cut` case's state.
     cut: Option<Cut>,
+    /// The body size held when the callout went out (the `*_after_callout` cases).
+    held: usize,
 }
 
 impl Filter {
@@ -229,6 +239,32 @@ impl Filter {
     }
 }
 
+impl Filter {
+    /// Sends the `x-fidelity-resume-callout` callout; `false` when there is none or it failed.
+    fn send_resume_callout(&mut self) -> bool {
+        let Some(path) = self.resume_callout.clone() else {
+            return false;
+        };
+        match hostcalls::dispatch_http_call(
+            CALLOUT_CLUSTER,
+            vec![
+                (":method", "GET"),
+                (":path", path.as_str()),
+                (":authority", "callout.fidelity"),
+            ],
+            None,
+            vec![],
+            Duration::from_secs(5),
+        ) {
+            Ok(token) => {
+                self.callout_token = Some(token);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
 impl Context for Filter {
     fn on_http_call_response(
         &mut self,
@@ -244,6 +280,20 @@ impl Context for Filter {
         match self.case {
             Case::HeadersPause => {
                 let _ = hostcalls::resume_http_response();
+            }
+            Case::BodyAfterCallout => {
+                let answer = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
+                let text = format!("replaced:{}", String::from_utf8_lossy(&answer));
+                let status =
+                    raw::set_buffer(BufferType::HttpResponseBody, 0, self.held, text.as_bytes());
+                let _ = hostcalls::log(LogLevel::Info, &format!("set held body: {status}"));
+                let _ = hostcalls::resume_http_response();
+            }
+            Case::RequestBodyAfterCallout => {
+                let _ = hostcalls::resume_http_request();
             }
             _ => {
                 let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
@@ -287,7 +337,7 @@ impl HttpContext for Filter {
                 Action::Continue
             }
             Case::RequestHeadersPause => Action::Pause,
-            Case::HeadersPause => {
+            Case::HeadersPause | Case::BodyAfterCallout | Case::RequestBodyAfterCallout => {
                 self.resume_callout = self.header("x-fidelity-resume-callout");
                 Action::Continue
             }
@@ -409,6 +459,17 @@ impl HttpContext for Filter {
                 let _ = hostcalls::log(LogLevel::Info, &format!("set request body: {status}"));
                 Action::Continue
             }
+            Case::RequestBodyAfterCallout => {
+                if !end_of_stream {
+                    return Action::Pause;
+                }
+                self.held = body_size;
+                if self.send_resume_callout() {
+                    Action::Pause
+                } else {
+                    Action::Continue
+                }
+            }
             Case::RequestHeadersPause => {
                 self.note(body_size, end_of_stream);
                 if !end_of_stream {
@@ -429,21 +490,8 @@ impl HttpContext for Filter {
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         match self.case {
             Case::HeadersPause => {
-                if let Some(path) = self.resume_callout.clone() {
-                    match hostcalls::dispatch_http_call(
-                        CALLOUT_CLUSTER,
-                        vec![
-                            (":method", "GET"),
-                            (":path", path.as_str()),
-                            (":authority", "callout.fidelity"),
-                        ],
-                        None,
-                        vec![],
-                        Duration::from_secs(5),
-                    ) {
-                        Ok(token) => self.callout_token = Some(token),
-                        Err(_) => return Action::Continue,
-                    }
+                if self.resume_callout.is_some() && !self.send_resume_callout() {
+                    return Action::Continue;
                 }
                 Action::Pause
             }
@@ -557,6 +605,17 @@ impl HttpContext for Filter {
                     cut.on_body(context_id, body_size, end_of_stream);
                 }
                 Action::Continue
+            }
+            Case::BodyAfterCallout => {
+                if !end_of_stream {
+                    return Action::Pause;
+                }
+                self.held = body_size;
+                if self.send_resume_callout() {
+                    Action::Pause
+                } else {
+                    Action::Continue
+                }
             }
             Case::LocalReplyAfterHeaders if self.response_chunks == 2 => {
                 self.reply(500, "too late");
