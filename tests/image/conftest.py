@@ -1,0 +1,23 @@
+"""The image tests import the builder from scripts/, and read the filter that `make wasm` built."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+
+
+@pytest.fixture(scope="session")
+def wasm_file() -> pathlib.Path:
+    """livecheck.wasm as `make wasm` leaves it (LIVECHECK_WASM_DIR, which make exports). Only its
+    packaging is under test here, so any build of it will do, but a missing one fails the run."""
+    wasm_dir = pathlib.Path(os.environ.get("LIVECHECK_WASM_DIR", REPO / "target" / "wasm32-wasip1" / "release"))
+    path = wasm_dir / "livecheck.wasm"
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: run `make wasm`")
+    return path
