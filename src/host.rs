@@ -112,6 +112,11 @@ pub mod fake {
             let reply = self.local_reply.as_ref().expect("a local reply");
             serde_json::from_slice(&reply.body).expect("a JSON reply")
         }
+
+        /// The response body the caller gets, as JSON.
+        pub fn response_json(&self) -> serde_json::Value {
+            serde_json::from_slice(&self.response_body).unwrap_or_default()
+        }
     }
 
     impl Host for FakeHost {

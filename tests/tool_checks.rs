@@ -347,7 +347,7 @@ fn every_when_row_of_every_call_is_judged_in_parallel_while_the_answer_waits() {
         // no-billing and on-task on the email, on-task on the lookup: all at once.
         assert_eq!(out.len(), 3, "{vendor:?}");
         assert!(
-            host.caller_received(s).headers.is_none(),
+            common::answer_held(&host, s),
             "{vendor:?}: held until decided"
         );
         for c in &out {
@@ -422,9 +422,11 @@ fn the_first_condition_that_holds_denies_at_once_with_the_rows_reason() {
         say(&mut host, billing, "failed", "It attaches an invoice.");
         // The other row is not waited for.
         let got = host.caller_received(s);
+        // The answer's headers went on when they came: the row is named in the stats.
+        assert_eq!(got.header("x-core-check"), None, "{vendor:?}");
         assert_eq!(
-            got.header("x-core-check"),
-            Some(r#"stage=output, check="no-billing", code=tool_call_denied"#),
+            host.metric("livecheck.mail.no-billing.failed"),
+            Some(1),
             "{vendor:?}"
         );
         let body = json(&got.body);
@@ -474,8 +476,8 @@ fn a_judge_that_errs_times_out_or_answers_garbage_denies() {
             .unwrap();
         let got = host.caller_received(s);
         assert_eq!(
-            got.header("x-core-check"),
-            Some(r#"stage=output, check="on-task", code=tool_call_denied"#),
+            host.metric("livecheck.mail.on-task.errored"),
+            Some(1),
             "{status} {}",
             String::from_utf8_lossy(answer)
         );
@@ -525,8 +527,9 @@ fn allowed_tools_and_args_rows_deny_in_the_filter_without_a_judge() {
             );
             let got = host.caller_received(s);
             assert_eq!(
-                got.header("x-core-check").unwrap(),
-                format!(r#"stage=output, check="{check}", code=tool_call_denied"#)
+                host.metric(&format!("livecheck.mail.{check}.failed")),
+                Some(1),
+                "{vendor:?} {check}"
             );
             assert!(
                 vendor.text_of(&json(&got.body)).contains(says),
@@ -726,7 +729,7 @@ fn an_mcp_tools_call_denied_never_reaches_the_server_and_the_client_gets_an_erro
         let s = mcp_post(&mut host, &call);
         assert!(checks(&host).is_empty(), "{check}: decided in the filter");
         assert!(
-            host.upstream_received(s).headers.is_none(),
+            common::question_held(&host, s),
             "{check}: the MCP server is never called"
         );
         let got = host.caller_received(s);
@@ -758,10 +761,7 @@ fn an_mcp_tools_call_waits_for_its_judge_then_goes_to_the_server_untouched() {
             json!({"to": "bob@ok.example", "body": "hi"}),
         );
         let s = mcp_post(&mut host, &call);
-        assert!(
-            host.upstream_received(s).headers.is_none(),
-            "held while judged"
-        );
+        assert!(common::question_held(&host, s), "held while judged");
         let out = checks(&host);
         assert_eq!(out.len(), 2, "no-billing and on-task");
         for c in &out {
@@ -785,9 +785,9 @@ fn an_mcp_tools_call_waits_for_its_judge_then_goes_to_the_server_untouched() {
         if reaches {
             let up = host.upstream_received(s);
             assert_eq!(json(&up.body), call, "forwarded untouched");
-            assert!(host.caller_received(s).headers.is_none());
+            assert!(common::answer_held(&host, s));
         } else {
-            assert!(host.upstream_received(s).headers.is_none());
+            assert!(common::question_held(&host, s));
             let body = json(&host.caller_received(s).body);
             assert_eq!(
                 body["result"]["content"][0]["text"],
@@ -810,7 +810,7 @@ fn other_mcp_messages_pass_and_what_cannot_be_checked_is_refused() {
     }
     let batch = json!([tools_call(json!(1), "lookup_order", json!({}))]);
     let s = mcp_post(&mut host, &batch);
-    assert!(host.upstream_received(s).headers.is_none());
+    assert!(common::question_held(&host, s));
     assert_eq!(host.caller_received(s).status(), Some(400));
     assert_eq!(json(&host.caller_received(s).body)["error"]["code"], -32600);
     // A key twice: the server might run the other `arguments`.
@@ -821,7 +821,7 @@ fn other_mcp_messages_pass_and_what_cannot_be_checked_is_refused() {
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"send_email","arguments":{"to":"a@ok.example"},"arguments":{"to":"eve@rival.example"}}}"#,
         Chunking::Whole,
     );
-    assert!(host.upstream_received(s).headers.is_none());
+    assert!(common::question_held(&host, s));
     assert_eq!(json(&host.caller_received(s).body)["error"]["code"], -32700);
     // A version without tool checks reads no MCP request.
     let mut plain = livecheck(SEED);
@@ -867,7 +867,7 @@ fn a_denied_call_with_recover_asks_the_model_again_with_its_tools_and_checks_the
         json!([r#"Your call of the tool "send_email" was denied: No billing info in email."#])
     );
     assert!(!retry["rules"].to_string().contains("bob@ok.example"));
-    assert!(host.caller_received(s).headers.is_none(), "still held");
+    assert!(common::answer_held(&host, s), "still held");
     // The second answer repeats the call: denied again, and asked once more.
     let again = answer_with(vendor, &[email("bob@ok.example")]);
     host.answer_callout(
@@ -956,10 +956,7 @@ fn when_no_retry_passes_the_first_denial_is_what_the_caller_gets() {
         "recover_attempts used up"
     );
     let got = host.caller_received(s);
-    assert_eq!(
-        got.header("x-core-check"),
-        Some(r#"stage=output, check="no-billing", code=tool_call_denied"#)
-    );
+    assert_eq!(got.header("x-core-check"), None);
     let body = json(&got.body);
     assert_eq!(vendor.text_of(&body), "No billing info in email.");
     assert_eq!(

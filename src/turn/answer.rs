@@ -1,11 +1,14 @@
-//! A non-streamed answer: held (headers included) until its output checks decided, then passed,
-//! withheld, or handed to recovery; and the answers no check holds, passed while observed.
+//! A non-streamed answer: its body held until its output checks decided, then passed, withheld,
+//! or handed to recovery; and the answers no check holds, passed while observed.
 
 use super::stream::stream_chunk;
 use super::*;
 
 impl Turn {
     pub fn on_response_headers(&mut self, host: &mut dyn Host, end_of_stream: bool) -> Flow {
+        if self.question_pending() {
+            return self.answered_before_asked(host);
+        }
         let State::AwaitingAnswer(_) = &self.state else {
             return Flow::Continue;
         };
@@ -45,14 +48,60 @@ impl Turn {
         if streamed && !end_of_stream {
             return self.start_stream(host, asked, identity);
         }
-        let readable = identity && !streamed;
-        if end_of_stream {
-            // An empty answer has nothing to check but cannot be read as the vendor's shape either.
-            return self.finish_answer(host, asked, &[], readable);
+        let json = host
+            .response_header("content-type")
+            .is_none_or(|t| t.to_ascii_lowercase().contains("json"));
+        let readable = identity && !streamed && json;
+        if end_of_stream || !readable {
+            // Nothing to read (an empty answer has nothing to check but cannot be read as the
+            // vendor's shape either), or nothing readable: decided now, while a stop can still
+            // replace the whole answer.
+            return self.finish_answer(host, asked, &[], readable && end_of_stream);
         }
-        // The body will change size when withheld.
+        // The headers go on now; the body is held. It will change size when withheld.
         host.set_response_header("content-length", None);
         self.state = State::HoldingAnswer { asked, readable };
+        Flow::Continue
+    }
+
+    /// Whether the question is still held: read or checked, not yet sent upstream.
+    fn question_pending(&self) -> bool {
+        matches!(
+            self.state,
+            State::ReadingQuestion { .. }
+                | State::JudgingQuestion(_)
+                | State::ReadingMcp { .. }
+                | State::CheckingMcp(_)
+        )
+    }
+
+    /// The upstream answered before the question was sent on (it had only the headers, which go
+    /// on at once). An error status carries no model text and reaches the caller as sent; any
+    /// other answer cannot be an answer to a question the upstream never had, and is refused.
+    fn answered_before_asked(&mut self, host: &mut dyn Host) -> Flow {
+        let api = match &self.state {
+            State::ReadingQuestion { api, .. } => Some(*api),
+            State::JudgingQuestion(j) => Some(j.asked.api),
+            _ => None,
+        };
+        self.state = State::Done;
+        let status = host.response_header(":status").unwrap_or_default();
+        if !status.starts_with('2') {
+            return Flow::Continue;
+        }
+        host.log(
+            LogLevel::Warn,
+            "livecheck: the upstream answered before the question was sent; refused",
+        );
+        let message = "the upstream answered before the question was checked";
+        let (content_type, body) = match api {
+            Some(api) => {
+                let reply = api::error(api, 502, message);
+                (reply.content_type, reply.body)
+            }
+            None => ("application/json", crate::mcp::error(None, -32603, message)),
+        };
+        host.send_local_reply(502, &[("content-type", content_type)], &body);
         Flow::Pause
     }
 
@@ -119,6 +168,10 @@ impl Turn {
             }
             return Flow::Continue;
         }
+        if let State::Discarding = &self.state {
+            let _ = host.replace_response_body(body_size, b"");
+            return Flow::Continue;
+        }
         let State::HoldingAnswer { .. } = &self.state else {
             return Flow::Continue;
         };
@@ -137,12 +190,12 @@ impl Turn {
             None
         };
         let readable = readable && body.is_some();
+        self.held_body = Some(body_size);
         let flow = self.finish_answer(host, asked, body.as_deref().unwrap_or_default(), readable);
-        if fits {
-            return flow;
+        if !fits && !end_of_stream && matches!(self.state, State::Done) {
+            // Too large to hold: what was held is replaced, and what more comes is dropped.
+            self.state = State::Discarding;
         }
-        // Too large to hold: the answer is withheld and what remains of it dropped.
-        let _ = host.replace_response_body(body_size, b"");
         flow
     }
 
@@ -221,7 +274,7 @@ impl Turn {
                 // Withheld at once (no time left, the retry could not be sent) or waiting for
                 // the retry: the answer's headers stay held either way.
                 return self
-                    .recover(host, asked, stop, broken, withheld, false)
+                    .recover(host, asked, stop, broken, withheld, false, false)
                     .unwrap_or(Flow::Pause);
             }
         }
@@ -231,23 +284,17 @@ impl Turn {
             }
             return Flow::Continue;
         };
-        if let Some(value) = stop.header_value() {
-            host.set_response_header(stop::HEADER, Some(&value));
-        }
         let withheld = withheld(host, &asked);
-        host.set_response_header("content-type", Some(withheld.content_type));
-        // The filter's own body is plain: whatever encoding upstream declared no longer applies.
-        host.set_response_header("content-encoding", None);
-        if !host.replace_response_body(body.len(), &withheld.body) {
-            host.log(
-                LogLevel::Error,
-                "livecheck: could not replace a withheld answer",
-            );
-        }
-        Flow::Continue
+        self.answer_instead(
+            host,
+            Some(&stop),
+            withheld.content_type,
+            &withheld.body,
+            false,
+        )
     }
 
-    /// Withholds a non-streamed answer whose headers are held, with the usage of every attempt.
+    /// Withholds a held non-streamed answer, with the usage of every attempt.
     pub(super) fn withhold(
         &mut self,
         host: &mut dyn Host,
@@ -255,8 +302,9 @@ impl Turn {
         stop: &Stop,
         withheld: api::Reply,
         usage: &api::Usage,
+        resumed: bool,
     ) -> Flow {
         let body = api::with_usage(asked.api, &withheld.body, usage).unwrap_or(withheld.body);
-        send_stop(host, &self.record, stop, withheld.content_type, &body)
+        self.answer_instead(host, Some(stop), withheld.content_type, &body, resumed)
     }
 }

@@ -90,7 +90,7 @@ impl Turn {
             let next = r
                 .recovery
                 .on_callout(host, &turn, &mut self.record, token, body_size);
-            self.recovering_next(host, next);
+            self.recovering_next(host, next, true);
             return;
         }
         let judging = match std::mem::replace(&mut self.state, State::Done) {
@@ -189,7 +189,7 @@ impl Turn {
                     judging.withheld.clone(),
                 ) {
                     if let Some(flow) =
-                        self.recover(host, asked, stop.clone(), rules, withheld, false)
+                        self.recover(host, asked, stop.clone(), rules, withheld, false, resumed)
                     {
                         return flow;
                     }
@@ -204,8 +204,7 @@ impl Turn {
                         &ids,
                     )
                 });
-                // The answer's headers are still held: a local reply replaces the whole answer.
-                send_stop(host, &self.record, &stop, reply.content_type, &reply.body)
+                self.answer_instead(host, Some(&stop), reply.content_type, &reply.body, resumed)
             }
             (Stage::Output, None) => {
                 self.state = State::Done;

@@ -1,5 +1,4 @@
-//! An MCP `tools/call` passing through Envoy: held (headers and body) until its tool checks
-//! decided; forwarded untouched when allowed, else answered here as a tool result with
+//! An MCP `tools/call` passing through Envoy: its body held until its tool checks decided; forwarded untouched when allowed, else answered here as a tool result with
 //! `isError: true`, so the MCP server is never called.
 
 use serde_json::Value;
@@ -19,8 +18,8 @@ pub(super) struct McpCheck {
 }
 
 impl Turn {
-    /// Request headers of a POST to an MCP endpoint: held while the body is read, when the
-    /// version checks tool calls at all.
+    /// Request headers of a POST to an MCP endpoint: when the version checks tool calls at all,
+    /// its body is held and read.
     pub(super) fn start_mcp(&mut self, host: &mut dyn Host, end_of_stream: bool) -> Flow {
         let version = match self.begin(host) {
             Ok(v) => v,
@@ -40,7 +39,8 @@ impl Turn {
             return self.refuse_mcp(host, 415, None, -32600, message);
         }
         self.state = State::ReadingMcp { version };
-        Flow::Pause
+        // As for a model's question: the headers go on, the body (the call) is held.
+        Flow::Continue
     }
 
     pub(super) fn on_mcp_body(

@@ -33,21 +33,32 @@ pub struct Turn {
     record: Record,
     /// When the request arrived (ms since the Unix epoch): the turn's deadline counts from here.
     started_ms: u64,
+    /// The size of a non-streamed answer's body that Envoy holds for the filter, once held whole;
+    /// `None` while the answer's headers are still in the filter's hands.
+    held_body: Option<usize>,
 }
 
 enum State {
     /// Not a call livecheck checks (another path or method): passes untouched.
     Bypass,
-    /// Request headers held; the body is being read.
-    ReadingQuestion { api: Api, version: Rc<Version> },
-    /// The question's rules passed; its judged checks are out with the judge, headers held.
+    /// The request headers went upstream; the body is held while it is read.
+    ReadingQuestion {
+        api: Api,
+        version: Rc<Version>,
+        /// What a retry is built from, when the version has a check that recovers: the
+        /// request's headers, kept before they went; the body is added once read.
+        source: Option<Source>,
+    },
+    /// The question's rules passed; its judged checks are out with the judge, its body held.
     JudgingQuestion(Box<Judging>),
     /// The question passed and went upstream.
     AwaitingAnswer(Asked),
     /// A complete non-streamed answer passed its rules; its judged checks are out with the judge.
     JudgingAnswer(Box<Judging>),
-    /// A non-streamed answer: headers held, body buffered until it is complete.
+    /// A non-streamed answer: its headers went on, its body is held until it is complete.
     HoldingAnswer { asked: Asked, readable: bool },
+    /// A non-streamed answer too large to read was replaced: what more of it comes is dropped.
+    Discarding,
     /// A streamed answer: headers sent at once, each chunk rewritten as it passes.
     Streaming(Box<Streamed>),
     /// No blocking output check, but background ones: the answer passes untouched while a copy
@@ -58,16 +69,16 @@ enum State {
         streamed: bool,
     },
     /// A non-streamed answer failed checks that recover: the model is asked again, the answer's
-    /// headers and body held meanwhile.
+    /// body held meanwhile.
     Recovering(Box<Recovering>),
     /// No check reads the answer: it passes untouched while its first bytes are read for the
     /// upstream's id (the caller may look its turn up by it).
     Peeking { seen: Vec<u8> },
-    /// A POST to an MCP endpoint: request headers held while its body is read.
+    /// A POST to an MCP endpoint: its body is held while it is read.
     ReadingMcp { version: Rc<Version> },
-    /// An MCP `tools/call` with its checks out: the request is held.
+    /// An MCP `tools/call` with its checks out: the request body is held.
     CheckingMcp(Box<mcp::McpCheck>),
-    /// A non-streamed answer asks for tools: its calls are being checked, headers and body held.
+    /// A non-streamed answer asks for tools: its calls are being checked, its body held.
     CheckingCalls(Box<tools::CallCheck>),
     /// Decided: everything left passes as it is.
     Done,
@@ -180,6 +191,7 @@ impl Turn {
             state: State::Bypass,
             record: Record::default(),
             started_ms: 0,
+            held_body: None,
         }
     }
 
@@ -320,6 +332,46 @@ fn has_blocking_output_checks(version: &Version) -> bool {
             .any(|c| c.stage == Stage::Output && c.mode == crate::config::Mode::Block)
 }
 
+impl Turn {
+    /// Puts `body` in place of a held non-streamed answer and lets it go on. Decided in the
+    /// response headers callback, nothing has reached the caller: a local reply replaces the
+    /// answer, with `X-Core-Check` naming the stop. Later the headers have gone (the filter never
+    /// holds them: a wasm filter reads no body behind held headers unless its Envoy config sets
+    /// `allow_on_headers_stop_iteration`, which neither Istio nor Envoy Gateway does), so the
+    /// held body is replaced in place and the upstream's status and headers stay; the stop is
+    /// then named in the stats and results, under the turn's id. `resumed`: called from a
+    /// callout's answer, so the answer goes on through the host.
+    pub(super) fn answer_instead(
+        &mut self,
+        host: &mut dyn Host,
+        stop: Option<&Stop>,
+        content_type: &str,
+        body: &[u8],
+        resumed: bool,
+    ) -> Flow {
+        let Some(held) = self.held_body else {
+            let header = stop.and_then(Stop::header_value);
+            let mut headers = vec![
+                ("content-type", content_type),
+                (livecheck_wire::TURN_ID_HEADER, self.record.turn_id.as_str()),
+            ];
+            if let Some(header) = &header {
+                headers.push((stop::HEADER, header));
+            }
+            host.send_local_reply(200, &headers, body);
+            return Flow::Pause;
+        };
+        if !host.replace_response_body(held, body) {
+            host.log(
+                LogLevel::Error,
+                "livecheck: could not replace a held answer",
+            );
+        }
+        self.held_body = Some(body.len());
+        resume(host, Stage::Output, resumed)
+    }
+}
+
 fn send_stop(
     host: &mut dyn Host,
     record: &Record,
@@ -393,9 +445,12 @@ mod tests {
     }
 
     #[test]
-    fn request_headers_are_held_until_the_question_passed() {
+    fn request_headers_go_on_and_the_body_is_held_until_the_question_passed() {
         let (mut t, mut host) = (turn(), chat_request("where is my order?"));
-        assert_eq!(ask(&mut t, &mut host), (Flow::Pause, Flow::Continue));
+        assert_eq!(t.on_request_headers(&mut host, false), Flow::Continue);
+        assert_eq!(t.on_request_body(&mut host, 10, false), Flow::Pause);
+        let size = host.request_body.len();
+        assert_eq!(t.on_request_body(&mut host, size, true), Flow::Continue);
         assert_eq!(
             host.request_headers
                 .get("accept-encoding")
@@ -408,7 +463,7 @@ mod tests {
     #[test]
     fn a_refused_question_is_answered_locally_with_the_header() {
         let (mut t, mut host) = (turn(), chat_request("my password is x"));
-        assert_eq!(ask(&mut t, &mut host), (Flow::Pause, Flow::Pause));
+        assert_eq!(ask(&mut t, &mut host), (Flow::Continue, Flow::Pause));
         let reply = host.local_reply.as_ref().unwrap();
         assert_eq!(reply.status, 200);
         assert_eq!(
@@ -426,23 +481,17 @@ mod tests {
     }
 
     #[test]
-    fn the_request_body_is_buffered_until_its_end() {
+    fn a_forbidden_answer_is_withheld_in_its_held_body_and_no_headers_are_ever_held() {
         let (mut t, mut host) = (turn(), chat_request("hello"));
-        assert_eq!(t.on_request_headers(&mut host, false), Flow::Pause);
-        assert_eq!(t.on_request_body(&mut host, 3, false), Flow::Pause);
-        let size = host.request_body.len();
-        assert_eq!(t.on_request_body(&mut host, size, true), Flow::Continue);
-    }
-
-    #[test]
-    fn a_forbidden_answer_is_withheld_and_its_headers_held_until_decided() {
-        let (mut t, mut host) = (turn(), chat_request("hello"));
-        ask(&mut t, &mut host);
-        // The seed's no-iban recovers: the model is asked again first, the answer held.
+        // The question's headers go on at once; its body is what is held.
+        assert_eq!(ask(&mut t, &mut host), (Flow::Continue, Flow::Continue));
+        // The seed's no-iban recovers: the model is asked again first, the answer's body held
+        // (its headers went on, without their content-length).
         assert_eq!(
             answer(&mut t, &mut host, "NL91ABNA0417164300"),
-            (Flow::Pause, Flow::Pause)
+            (Flow::Continue, Flow::Pause)
         );
+        assert!(!host.response_headers.contains_key("content-length"));
         assert_eq!(host.callouts.len(), 1);
         assert!(host.callouts[0]
             .1
@@ -450,14 +499,48 @@ mod tests {
         // The sidecar cannot retry: the first answer is withheld in its place.
         host.callout_answer = Some((None, Vec::new()));
         t.on_callout_response(&mut host, 1, 0);
-        let reply = host.local_reply.take().unwrap();
-        host.response_headers.extend(reply.headers);
-        host.response_body = reply.body;
+        assert!(host.local_reply.is_none());
+        assert_eq!(host.resumed, ["response"]);
         let body: serde_json::Value = serde_json::from_slice(&host.response_body).unwrap();
         assert_eq!(body["choices"][0]["finish_reason"], "content_filter");
         assert_eq!(body["usage"]["completion_tokens"], 4);
         assert!(!String::from_utf8_lossy(&host.response_body).contains("NL91"));
-        assert!(host.response_headers.contains_key("x-core-check"));
+        // The headers went before the answer was decided: the stop is named in the results.
+        assert!(!host.response_headers.contains_key("x-core-check"));
+    }
+
+    #[test]
+    fn an_answer_that_cannot_be_read_is_decided_while_its_headers_are_still_held() {
+        let (mut t, mut host) = (turn(), chat_request("hello"));
+        ask(&mut t, &mut host);
+        host.response_headers.insert(":status".into(), "200".into());
+        host.response_headers
+            .insert("content-type".into(), "application/json".into());
+        host.response_headers
+            .insert("content-encoding".into(), "gzip".into());
+        // Every output check errors on an unreadable answer: withheld at once, whole.
+        assert_eq!(t.on_response_headers(&mut host, false), Flow::Pause);
+        let reply = host.local_reply.take().unwrap();
+        assert_eq!(reply.status, 200);
+        assert!(reply.headers["x-core-check"].contains("check_errored"));
+        let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!(body["choices"][0]["finish_reason"], "content_filter");
+    }
+
+    #[test]
+    fn an_answer_before_the_question_was_sent_is_refused_unless_an_error() {
+        for (status, refused) in [("200", true), ("401", false)] {
+            let (mut t, mut host) = (turn(), chat_request("hello"));
+            assert_eq!(t.on_request_headers(&mut host, false), Flow::Continue);
+            host.response_headers
+                .insert(":status".into(), status.into());
+            let flow = t.on_response_headers(&mut host, false);
+            assert_eq!(host.local_reply.is_some(), refused, "{status}");
+            assert_eq!(flow, if refused { Flow::Pause } else { Flow::Continue });
+            // The question's body, if it still comes, passes untouched: the turn is over.
+            let size = host.request_body.len();
+            assert_eq!(t.on_request_body(&mut host, size, true), Flow::Continue);
+        }
     }
 
     #[test]

@@ -44,10 +44,22 @@ impl Turn {
         }
         // Answers must be readable to be checked.
         host.set_request_header("accept-encoding", Some("identity"));
-        self.state = State::ReadingQuestion { api, version };
-        // Holding the headers keeps the question from upstream until it passed; Envoy still
-        // delivers the body because the filter config sets `allow_on_headers_stop_iteration`.
-        Flow::Pause
+        // What a retry needs of the headers is kept now: once this callback continues, Envoy no
+        // longer lets the filter read them.
+        let source = (version.checks.iter().any(|c| c.recover)
+            || version.tools.rows.iter().any(|r| r.recover))
+        .then(|| retry_source(host))
+        .flatten();
+        self.state = State::ReadingQuestion {
+            api,
+            version,
+            source,
+        };
+        // The headers go upstream now; the body is held until the question passed, so no model
+        // is asked before it did (a refused question leaves the upstream an unfinished request,
+        // which Envoy resets). A filter that held the headers would need the wasm filter's
+        // `allow_on_headers_stop_iteration`, which neither Istio nor Envoy Gateway sets.
+        Flow::Continue
     }
 
     pub fn on_request_body(
@@ -59,7 +71,7 @@ impl Turn {
         if let State::ReadingMcp { .. } = &self.state {
             return self.on_mcp_body(host, body_size, end_of_stream);
         }
-        let State::ReadingQuestion { api, version } = &self.state else {
+        let State::ReadingQuestion { api, version, .. } = &self.state else {
             return Flow::Continue;
         };
         let (api, version) = (*api, Rc::clone(version));
@@ -89,11 +101,14 @@ impl Turn {
             1,
         );
         let credentials = self.record.credentials.clone();
-        let source = (version.checks.iter().any(|c| c.recover)
-            || version.tools.rows.iter().any(|r| r.recover))
-        .then(|| retry_source(host, &body))
-        .flatten()
-        .map(Rc::new);
+        let source = match &mut self.state {
+            State::ReadingQuestion { source, .. } => source.take(),
+            _ => None,
+        }
+        .and_then(|mut source| {
+            source.body = String::from_utf8(body.clone()).ok()?;
+            Some(Rc::new(source))
+        });
         let asked = Asked {
             api,
             version,
@@ -175,13 +190,13 @@ impl Turn {
     }
 }
 
-/// What a retry is built from: the request's authority, path, body and forwarded headers, read
-/// while the request headers are still readable.
-fn retry_source(host: &mut dyn Host, body: &[u8]) -> Option<Source> {
+/// What a retry is built from: the request's authority, path and forwarded headers, read in the
+/// request headers callback (the only one that can read them); the body is added once read.
+fn retry_source(host: &mut dyn Host) -> Option<Source> {
     Some(Source {
         authority: host.request_header(":authority")?,
         path: host.request_header(":path")?,
-        body: String::from_utf8(body.to_vec()).ok()?,
+        body: String::new(),
         headers: livecheck_wire::FORWARDED_HEADERS
             .iter()
             .filter_map(|h| Some(((*h).to_owned(), host.request_header(h)?)))

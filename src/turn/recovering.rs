@@ -6,8 +6,10 @@ use super::*;
 use crate::api::Usage;
 
 impl Turn {
-    /// Asks the model again for a non-streamed answer whose headers are still held. `None`: the
-    /// retry is out and the turn waits in `Recovering`; `Some`: it was withheld at once.
+    /// Asks the model again for a held non-streamed answer. `None`: the retry is out and the turn
+    /// waits in `Recovering`; `Some`: it was withheld at once. `resumed`: called from a callout's
+    /// answer.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn recover(
         &mut self,
         host: &mut dyn Host,
@@ -16,13 +18,14 @@ impl Turn {
         rules: Vec<String>,
         withheld: api::Reply,
         keep_tools: bool,
+        resumed: bool,
     ) -> Option<Flow> {
         let estimate = host.now_unix_millis().saturating_sub(asked.asked_at_ms);
         // The withheld form keeps the rejected answer's usage: the first attempt's.
         let first_usage = api::answer_usage(asked.api, &withheld.body).unwrap_or_default();
         let Some(source) = asked.source.clone() else {
             self.state = State::Done;
-            return Some(self.withhold(host, &asked, &stop, withheld, &first_usage));
+            return Some(self.withhold(host, &asked, &stop, withheld, &first_usage, resumed));
         };
         let turn = asked.recovery_turn(&self.policy, &source);
         let (recovery, next) = Recovery::start(
@@ -42,13 +45,18 @@ impl Turn {
         }));
         match next {
             Next::Wait => None,
-            other => Some(self.recovering_next(host, other)),
+            other => Some(self.recovering_next(host, other, resumed)),
         }
     }
 
     /// A non-streamed recovery moved on: an answer passed (sent in place of the first), none did
     /// (the first is withheld), or it waits.
-    pub(super) fn recovering_next(&mut self, host: &mut dyn Host, next: Next) -> Flow {
+    pub(super) fn recovering_next(
+        &mut self,
+        host: &mut dyn Host,
+        next: Next,
+        resumed: bool,
+    ) -> Flow {
         if next == Next::Wait {
             return Flow::Pause;
         }
@@ -64,16 +72,7 @@ impl Turn {
             Next::Deliver(body) => {
                 self.record.response_id =
                     answer_id(asked.api, &body).or(self.record.response_id.take());
-                // The answer's headers are still held: a local reply replaces the whole answer.
-                host.send_local_reply(
-                    200,
-                    &[
-                        ("content-type", "application/json"),
-                        (livecheck_wire::TURN_ID_HEADER, &self.record.turn_id),
-                    ],
-                    &body,
-                );
-                Flow::Pause
+                self.answer_instead(host, None, "application/json", &body, resumed)
             }
             _ => self.withhold(
                 host,
@@ -81,6 +80,7 @@ impl Turn {
                 &recovery.first_stop,
                 withheld,
                 recovery.usage(),
+                resumed,
             ),
         }
     }

@@ -85,11 +85,10 @@ impl Turn {
                     // caller gets if no retry passes.
                     let rules = vec![denial.as_rule()];
                     return self
-                        .recover(host, check.asked, stop, rules, reply, true)
+                        .recover(host, check.asked, stop, rules, reply, true, resumed)
                         .unwrap_or(Flow::Pause);
                 }
-                // The answer's headers are still held: a local reply replaces the whole answer.
-                send_stop(host, &self.record, &stop, reply.content_type, &reply.body)
+                self.answer_instead(host, Some(&stop), reply.content_type, &reply.body, resumed)
             }
         }
     }
@@ -395,26 +394,22 @@ mod tests {
         ask(&mut t, &mut host);
         assert_eq!(
             answer(&mut t, &mut host, "eve@rival.example"),
-            (Flow::Pause, Flow::Pause)
+            (Flow::Continue, Flow::Continue)
         );
         assert!(
             host.callouts.is_empty(),
             "no judge for a call already denied"
         );
-        let reply = host.local_reply.as_ref().unwrap();
-        assert_eq!(reply.status, 200);
-        assert_eq!(
-            reply.headers.get("x-core-check").map(String::as_str),
-            Some(r#"stage=output, check="no-rival", code=tool_call_denied"#)
-        );
-        let body = host.local_reply_json();
+        // The answer's headers went on when they came: its held body is replaced.
+        assert!(host.local_reply.is_none());
+        let body = host.response_json();
         assert_eq!(body["stop_reason"], "refusal");
         assert_eq!(
             body["content"],
             json!([{"type": "text", "text": "The call's arguments hold something a rule forbids."}])
         );
         assert_eq!(body["usage"]["output_tokens"], 20);
-        assert!(!String::from_utf8_lossy(&reply.body).contains("rival"));
+        assert!(!String::from_utf8_lossy(&host.response_body).contains("rival"));
         assert_eq!(
             host.counters.get("livecheck.mail.no-rival.failed"),
             Some(&1)
@@ -427,7 +422,7 @@ mod tests {
         ask(&mut t, &mut host);
         assert_eq!(
             answer(&mut t, &mut host, "bob@ok.example"),
-            (Flow::Pause, Flow::Pause)
+            (Flow::Continue, Flow::Pause)
         );
         assert_eq!(host.callouts.len(), 1);
         let sent = tool_check(&host, 0);
@@ -496,16 +491,16 @@ mod tests {
             200,
             br#"{"outcome": "failed", "reason": "It has an invoice."}"#,
         );
-        let reply = host.local_reply.as_ref().unwrap();
+        assert!(host.local_reply.is_none());
         assert_eq!(
-            reply.headers.get("x-core-check").map(String::as_str),
-            Some(r#"stage=output, check="no-billing", code=tool_call_denied"#)
-        );
-        assert_eq!(
-            host.local_reply_json()["content"][0]["text"],
+            host.response_json()["content"][0]["text"],
             "No billing info in email."
         );
-        assert!(host.resumed.is_empty());
+        assert_eq!(host.resumed, ["response"]);
+        assert_eq!(
+            host.counters.get("livecheck.mail.no-billing.failed"),
+            Some(&1)
+        );
     }
 
     #[test]
@@ -514,7 +509,7 @@ mod tests {
         ask(&mut t, &mut host);
         answer(&mut t, &mut host, "bob@ok.example");
         judge_says(&mut t, &mut host, 1, 504, b"upstream request timeout");
-        assert_eq!(host.local_reply_json()["stop_reason"], "refusal");
+        assert_eq!(host.response_json()["stop_reason"], "refusal");
         assert_eq!(
             host.counters.get("livecheck.mail.no-billing.errored"),
             Some(&1)

@@ -32,7 +32,8 @@ pub fn try_livecheck(config: &str) -> Result<Host, HarnessError> {
         module(),
         Options {
             plugin_config: config.as_bytes().to_vec(),
-            allow_on_headers_stop_iteration: true,
+            // As envoy/livecheck.yaml, Istio and Envoy Gateway: no allow_on_headers_stop_iteration.
+            allow_on_headers_stop_iteration: false,
             // As envoy/livecheck.yaml: the judge sidecar's cluster.
             clusters: vec!["livecheck-judge".to_owned()],
             ..Options::default()
@@ -112,4 +113,18 @@ pub fn callouts_to(host: &Host, path: &str) -> Vec<Callout> {
         .into_iter()
         .filter(|c| c.header(":path") == Some(path))
         .collect()
+}
+
+/// Whether the question is still held from the upstream: its headers may have gone on (the filter
+/// never holds headers), but no byte of its body and no end did, so no model was asked.
+pub fn question_held(host: &Host, s: StreamId) -> bool {
+    let upstream = host.upstream_received(s);
+    upstream.body.is_empty() && !upstream.end_of_stream
+}
+
+/// Whether the answer is still held from the caller: its headers may have gone on, but no byte of
+/// its body and no end did.
+pub fn answer_held(host: &Host, s: StreamId) -> bool {
+    let caller = host.caller_received(s);
+    caller.body.is_empty() && !caller.end_of_stream && !caller.reset
 }

@@ -110,7 +110,7 @@ def render_config(
     *,
     plugin_name: str = "livecheck",
     plugin_configuration: Optional[str] = None,
-    allow_on_headers_stop_iteration: bool = True,
+    allow_on_headers_stop_iteration: Optional[bool] = None,
     failure_policy: str = "FAIL_RELOAD",
     buffer_limit: Optional[int] = None,
     extra_clusters: Optional[dict[str, int]] = None,
@@ -144,7 +144,10 @@ def render_config(
     plugin["vm_config"]["code"]["local"]["filename"] = str(wasm)
     if plugin_configuration is not None:
         plugin["configuration"]["value"] = plugin_configuration
-    plugin["allow_on_headers_stop_iteration"] = allow_on_headers_stop_iteration
+    if allow_on_headers_stop_iteration is not None:
+        # livecheck needs no such flag (envoy/livecheck.yaml sets none, as Istio and Envoy Gateway
+        # set none); the fidelity scenarios set it to pin what it changes.
+        plugin["allow_on_headers_stop_iteration"] = allow_on_headers_stop_iteration
     plugin["failure_policy"] = failure_policy
     if one_request_per_connection:
         hcm["typed_config"].setdefault("common_http_protocol_options", {})["max_requests_per_connection"] = 1
