@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import json
 import os
 import pathlib
@@ -104,6 +105,17 @@ def _cluster(name: str, port: int) -> dict:
     }
 
 
+def _point_clusters(clusters: list[dict], ports: dict[str, int]) -> None:
+    """Each named cluster on its loopback port: one the config already has (e.g. `livecheck-judge`) is
+    re-pointed in place, any other is added."""
+    for name, port in ports.items():
+        existing = next((i for i, c in enumerate(clusters) if c["name"] == name), None)
+        if existing is None:
+            clusters.append(_cluster(name, port))
+        else:
+            clusters[existing] = _cluster(name, port)
+
+
 def render_config(
     wasm: pathlib.Path,
     upstream_port: int,
@@ -163,13 +175,7 @@ def render_config(
         route["match"] = {"prefix": prefix}
         route["route"]["cluster"] = cluster
         routes.insert(len(routes) - 1, route)
-    for name, port in (extra_clusters or {}).items():
-        # A cluster the shipped config already has (e.g. `livecheck-judge`) is re-pointed in place.
-        existing = next((i for i, c in enumerate(clusters) if c["name"] == name), None)
-        if existing is None:
-            clusters.append(_cluster(name, port))
-        else:
-            clusters[existing] = _cluster(name, port)
+    _point_clusters(clusters, extra_clusters or {})
     if buffer_limit is not None:
         listener["per_connection_buffer_limit_bytes"] = buffer_limit
         for cluster in clusters:
@@ -177,10 +183,54 @@ def render_config(
     return config
 
 
-class Envoy:
-    """One Envoy process on loopback. Stopped by its own PID; its log is kept in `log_path`."""
+# Envoy configs as a control plane renders the manifests in deploy/ (tests/e2e/mesh/<name>.yaml).
+MESH_FIXTURES = REPO / "tests" / "e2e" / "mesh"
+WASM_FILTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
 
-    def __init__(self, config: dict, workdir: pathlib.Path) -> None:
+
+def render_mesh_config(fixture: str, wasm: pathlib.Path, plugin_configuration: str, clusters: dict[str, int],
+                       workdir: pathlib.Path) -> dict:
+    """tests/e2e/mesh/`fixture`.yaml re-pointed at loopback: the named `clusters` on their ports (the
+    fixture's ports are 0 already), and its wasm filter given `plugin_configuration` and the module, as a
+    local file or, for remote code, that file's sha256 (the code's cluster must be among `clusters`). A
+    filter delivered by ECDS is filled in a copy of the fixture's ECDS file written to `workdir`."""
+    config = yaml.safe_load((MESH_FIXTURES / f"{fixture}.yaml").read_text())
+    _point_clusters(config["static_resources"]["clusters"], clusters)
+    workdir.mkdir(parents=True, exist_ok=True)
+    for listener in config["static_resources"]["listeners"]:
+        for chain in listener["filter_chains"]:
+            for network_filter in chain["filters"]:
+                for http_filter in network_filter["typed_config"].get("http_filters", []):
+                    if "config_discovery" in http_filter:
+                        source = http_filter["config_discovery"]["config_source"]["path_config_source"]
+                        ecds = yaml.safe_load((MESH_FIXTURES / source["path"]).read_text())
+                        for resource in ecds["resources"]:
+                            _fill_wasm(resource["typed_config"], wasm, plugin_configuration)
+                        source["path"] = str(workdir / source["path"])
+                        pathlib.Path(source["path"]).write_text(json.dumps(ecds, indent=1))
+                    else:
+                        _fill_wasm(http_filter.get("typed_config", {}), wasm, plugin_configuration)
+    return config
+
+
+def _fill_wasm(filter_config: dict, wasm: pathlib.Path, plugin_configuration: str) -> None:
+    """A wasm filter's plugin configuration and module (other filters are left alone)."""
+    if filter_config.get("@type") != WASM_FILTER_TYPE:
+        return
+    plugin = filter_config["config"]
+    plugin["configuration"]["value"] = plugin_configuration
+    code = plugin["vm_config"]["code"]
+    if "local" in code:
+        code["local"]["filename"] = str(wasm)
+    else:
+        code["remote"]["sha256"] = hashlib.sha256(wasm.read_bytes()).hexdigest()
+
+
+class Envoy:
+    """One Envoy process on loopback. Stopped by its own PID; its log is kept in `log_path`. `env` adds
+    to the process's environment (what a wasm VM's `host_env_keys` read)."""
+
+    def __init__(self, config: dict, workdir: pathlib.Path, env: Optional[dict[str, str]] = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.config_path = workdir / "envoy.json"
         self.config_path.write_text(json.dumps(config, indent=1))
@@ -200,6 +250,7 @@ class Envoy:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             cwd=REPO,
+            env={**os.environ, **(env or {})},
         )
         try:
             self._wait_ready()
