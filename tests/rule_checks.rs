@@ -75,6 +75,53 @@ fn a_forbidden_streamed_question_is_refused_as_server_sent_events() {
 }
 
 #[test]
+fn allow_on_headers_stop_iteration_changes_nothing_the_caller_or_upstream_sees() {
+    // The filter never pauses in a headers callback, so the flag a mesh cannot set is not needed:
+    // every turn goes the same with and without it.
+    let turn = |allow: bool, question: &str, answer: &str| {
+        let mut host = livecheck_with(SEED, allow).unwrap();
+        let vendor = Vendor::Chat;
+        let body = vendor.request(question, false);
+        let s = send_request(&mut host, vendor.path(), &[], &body, Chunking::Bytes(7));
+        let answer = vendor.answer(answer);
+        if host.caller_received(s).headers.is_none() {
+            send_answer(
+                &mut host,
+                s,
+                &[("content-type", "application/json")],
+                &answer,
+                Chunking::Bytes(7),
+            );
+            if let Some(retry) = host.pending_callouts().first() {
+                host.fail_callout(retry.token).unwrap();
+            }
+        }
+        let (up, caller) = (host.upstream_received(s), host.caller_received(s));
+        (
+            up.body_text(),
+            up.end_of_stream,
+            caller.status(),
+            caller.header("x-core-check").map(str::to_owned),
+            caller.body_text(),
+            caller.end_of_stream,
+        )
+    };
+    for (question, answer) in [
+        (CLEAN_QUESTION, CLEAN_ANSWER),
+        (FORBIDDEN_QUESTION, CLEAN_ANSWER),
+        (CLEAN_QUESTION, FORBIDDEN_ANSWER),
+    ] {
+        let without = turn(false, question, answer);
+        assert_eq!(
+            without,
+            turn(true, question, answer),
+            "{question} / {answer}"
+        );
+        assert!(without.5, "the caller got a whole answer");
+    }
+}
+
+#[test]
 fn a_clean_answer_reaches_the_caller_unchanged() {
     for vendor in VENDORS {
         for chunking in CHUNKINGS {

@@ -28,12 +28,20 @@ pub fn livecheck(config: &str) -> Host {
 
 /// Like [`livecheck`], for configurations the filter may refuse.
 pub fn try_livecheck(config: &str) -> Result<Host, HarnessError> {
+    livecheck_with(config, false)
+}
+
+/// Like [`livecheck`], with the wasm filter's `allow_on_headers_stop_iteration` as given (the
+/// shipped config, Istio and Envoy Gateway set none: `false`).
+pub fn livecheck_with(
+    config: &str,
+    allow_on_headers_stop_iteration: bool,
+) -> Result<Host, HarnessError> {
     Host::from_module(
         module(),
         Options {
             plugin_config: config.as_bytes().to_vec(),
-            // As envoy/livecheck.yaml, Istio and Envoy Gateway: no allow_on_headers_stop_iteration.
-            allow_on_headers_stop_iteration: false,
+            allow_on_headers_stop_iteration,
             // As envoy/livecheck.yaml: the judge sidecar's cluster.
             clusters: vec!["livecheck-judge".to_owned()],
             ..Options::default()
