@@ -1,12 +1,14 @@
 //! `livecheck lint CONFIG`: checks a plugin configuration offline, with the same errors the filter
-//! logs when Envoy loads it, so operators can check configs in their own CI.
+//! logs when Envoy loads it, so operators can check configs in their own CI. `livecheck schema`:
+//! prints the configuration's JSON Schema, for editors (`schema/livecheck-config.schema.json`).
 
 use std::io::Read;
 use std::process::ExitCode;
 
 use livecheck::config::Policy;
 
-const USAGE: &str = "usage: livecheck lint CONFIG.json   (- reads standard input)";
+const USAGE: &str = "usage: livecheck lint CONFIG.json   (- reads standard input)
+       livecheck schema             (the configuration's JSON Schema)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -17,6 +19,7 @@ fn main() -> ExitCode {
         .as_slice()
     {
         ["lint", path] => lint(path),
+        ["schema"] => schema(),
         ["--version"] => {
             println!("{}", livecheck::build_info::banner());
             ExitCode::SUCCESS
@@ -24,6 +27,19 @@ fn main() -> ExitCode {
         _ => {
             eprintln!("{USAGE}");
             ExitCode::from(2)
+        }
+    }
+}
+
+fn schema() -> ExitCode {
+    match serde_json::to_string_pretty(&livecheck::config::json_schema()) {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("livecheck schema: {e}");
+            ExitCode::FAILURE
         }
     }
 }
