@@ -1,9 +1,10 @@
 //! The results side of the HTTP service.
 //!
-//! - `POST /v1/results` (from the filter, on loopback, no token): one turn's report, stored in one
-//!   transaction; `200 {"stored": n}` only after the commit, `503` when the store is down. The filter
-//!   sends a report again until it gets a 2xx: a result already stored (same turn, check, attempt
-//!   and, for tool-call checks, call) is not stored, evented or alerted again.
+//! - `POST /v1/results` (from the filter, with the filter token when one is configured:
+//!   [`crate::auth`]): one turn's report, stored in one transaction; `200 {"stored": n}` only after
+//!   the commit, `503` when the store is down. The filter sends a report again until it gets a 2xx:
+//!   a result already stored (same turn, check, attempt and, for tool-call checks, call) is not
+//!   stored, evented or alerted again.
 //! - With the operator token (`Authorization: Bearer …`, `[api] token_env`):
 //!   `GET /responses/{id}/checks`, `GET /agents/{id}/checks/summary`, `DELETE /people/{person}/checks`.
 //!
@@ -22,10 +23,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use livecheck_wire::{Alert, TurnReport, RESULTS_PATH};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use crate::alerts;
+use crate::auth;
 use crate::backend::TurnKey;
 use crate::ids;
 use crate::server::App;
@@ -37,9 +37,14 @@ const DEFAULT_SINCE_DAYS: i64 = 7;
 const MAX_SINCE_DAYS: i64 = 90;
 const DAY_MS: i64 = 86_400_000;
 
-pub fn routes() -> Router<Arc<App>> {
+/// The filter's route: reports of finished turns.
+pub fn filter_routes() -> Router<Arc<App>> {
+    Router::new().route(RESULTS_PATH, post(post_results))
+}
+
+/// The operator API.
+pub fn operator_routes() -> Router<Arc<App>> {
     Router::new()
-        .route(RESULTS_PATH, post(post_results))
         .route("/responses/{id}/checks", get(get_checks))
         .route("/agents/{id}/checks/summary", get(get_summary))
         .route("/people/{person}/checks", delete(delete_person))
@@ -257,7 +262,7 @@ fn validate(report: &TurnReport) -> Result<(), String> {
 }
 
 /// The operator token check: 503 when none is configured (never an open API), 401 without the
-/// right one. Compares digests in constant time, so neither content nor length leaks.
+/// right one (compared as [`auth::same_token`] does).
 fn authorize(app: &App, headers: &HeaderMap) -> Result<Store, Box<Response>> {
     let Some(token) = &app.settings().api_token else {
         return Err(Box::new(error(
@@ -272,9 +277,7 @@ fn authorize(app: &App, headers: &HeaderMap) -> Result<Store, Box<Response>> {
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, t)| t.trim())
         .unwrap_or_default();
-    let expected = Sha256::digest(token.expose().as_bytes());
-    let got = Sha256::digest(given.as_bytes());
-    if !bool::from(expected.ct_eq(&got)) {
+    if !auth::same_token(token, given.as_bytes()) {
         return Err(Box::new(
             (
                 StatusCode::UNAUTHORIZED,

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use livecheck_wire::{valid_token, FILTER_TOKEN_HEADER};
 use reqwest::Url;
 use serde::Deserialize;
 
@@ -39,6 +40,7 @@ struct RawConfig {
     upstreams: Vec<RawUpstream>,
     store: Option<RawStore>,
     api: Option<RawApi>,
+    filter: Option<RawFilter>,
     alerts: Option<RawAlerts>,
     #[serde(default)]
     webhooks: Vec<RawWebhook>,
@@ -55,6 +57,12 @@ struct RawStore {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawApi {
+    token_env: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFilter {
     token_env: Option<String>,
 }
 
@@ -143,6 +151,9 @@ pub struct Settings {
     pub store: StoreSettings,
     /// The operator token of the results API (`[api] token_env`); without one the API answers 503.
     pub api_token: Option<Secret>,
+    /// The token the filter's callouts carry in `x-livecheck-token` (`[filter] token_env`); without
+    /// one (loopback only) the filter endpoints take any caller.
+    pub filter_token: Option<Secret>,
     pub alerts: AlertSettings,
     pub webhooks: Vec<Webhook>,
     /// Intervals and retry delays of the background workers: not in the config file, tests shorten them.
@@ -381,6 +392,19 @@ fn compile(
         let var = api.token_env?;
         secret_from(env, &var, "api: token_env", &mut problems)
     });
+    let filter_token = compile_filter_token(
+        raw.filter.and_then(|f| f.token_env).as_deref(),
+        listen,
+        listen_text.1,
+        env,
+        &mut problems,
+    );
+    if filter_token.is_some() && filter_token == api_token {
+        problems.push(
+            "filter: token_env holds the operator token (api: token_env); each needs its own"
+                .to_owned(),
+        );
+    }
     let alerts = raw
         .alerts
         .map(|a| compile_alerts(a, env, &mut problems))
@@ -396,6 +420,7 @@ fn compile(
             upstreams,
             store,
             api_token,
+            filter_token,
             alerts,
             webhooks,
             timing: Timing::default(),
@@ -523,6 +548,36 @@ fn secret_from(
             problems.push(format!("{at} names {var}, which is not set"));
             None
         }
+    }
+}
+
+/// The filter token from the env var `[filter] token_env` names, held to the filter's own rule.
+/// Without one, `listen` (from the setting `listen_from`) must be loopback: off loopback any pod could
+/// spend a caller's key through `/v1/retry` or fill the store with made-up turns.
+fn compile_filter_token(
+    var: Option<&str>,
+    listen: Option<SocketAddr>,
+    listen_from: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<String>,
+) -> Option<Secret> {
+    let Some(var) = var else {
+        if let Some(addr) = listen.filter(|a| !a.ip().is_loopback()) {
+            problems.push(format!(
+                "{listen_from}: {addr} is beyond loopback, where the filter endpoints need a token: \
+                 set [filter] token_env (the token the filter sends in {FILTER_TOKEN_HEADER})"
+            ));
+        }
+        return None;
+    };
+    let token = secret_from(env, var, "filter: token_env", problems)?;
+    if valid_token(token.expose()) {
+        Some(token)
+    } else {
+        problems.push(format!(
+            "filter: token_env names {var}, which does not hold 16 to 256 visible ASCII characters"
+        ));
+        None
     }
 }
 
@@ -913,12 +968,109 @@ mod tests {
             LISTEN_ENV => Some("0.0.0.0:9000".to_owned()),
             TIMEOUT_ENV => Some("1500".to_owned()),
             MAX_CONCURRENT_ENV => Some("4".to_owned()),
+            "FILTER_TOKEN" => Some(FILTER_TOKEN.to_owned()),
             _ => None,
         };
-        let s = Settings::from_toml(TWO, &env).unwrap();
+        let s = Settings::from_toml(&format!("{TWO}{WITH_FILTER_TOKEN}"), &env).unwrap();
         assert_eq!(s.listen, "0.0.0.0:9000".parse().unwrap());
         assert_eq!(s.timeout, Duration::from_millis(1500));
         assert_eq!(s.max_concurrent, 4);
+    }
+
+    const FILTER_TOKEN: &str = "filter-token-3c9e1d77";
+    const WITH_FILTER_TOKEN: &str = "\n[filter]\ntoken_env = \"FILTER_TOKEN\"\n";
+
+    fn filter_token_env(value: &str) -> impl Fn(&str) -> Option<String> + '_ {
+        move |var: &str| (var == "FILTER_TOKEN").then(|| value.to_owned())
+    }
+
+    #[test]
+    fn the_filter_token_is_read_from_its_env_var_and_never_printed() {
+        let config = format!("{TWO}{WITH_FILTER_TOKEN}");
+        let s = Settings::from_toml(&config, &filter_token_env(FILTER_TOKEN)).unwrap();
+        assert_eq!(s.filter_token.as_ref().unwrap().expose(), FILTER_TOKEN);
+        assert!(!format!("{s:?}").contains("3c9e1d77"), "{s:?}");
+        let s = Settings::from_toml(TWO, &no_env).unwrap();
+        assert!(s.filter_token.is_none());
+    }
+
+    #[test]
+    fn a_filter_token_env_unset_or_not_holding_a_token_is_refused_without_its_value() {
+        let config = format!("{TWO}{WITH_FILTER_TOKEN}");
+        let err = Settings::from_toml(&config, &no_env).unwrap_err();
+        assert_eq!(
+            err.0,
+            vec!["filter: token_env names FILTER_TOKEN, which is not set"]
+        );
+        let (too_long, longest) = ("x".repeat(257), "y".repeat(256));
+        for bad in [
+            "short-9q7",
+            "fifteen-chars-9",
+            &too_long,
+            "has a space 9q7-9q7",
+            "non-ascii-9q7-9q7-é",
+        ] {
+            let err = Settings::from_toml(&config, &filter_token_env(bad)).unwrap_err();
+            assert_eq!(
+                err.0,
+                vec!["filter: token_env names FILTER_TOKEN, which does not hold 16 to 256 visible ASCII characters"],
+                "{bad:?}"
+            );
+        }
+        for good in ["sixteen-chars-9q", &longest] {
+            let s = Settings::from_toml(&config, &filter_token_env(good)).unwrap();
+            assert_eq!(s.filter_token.unwrap().expose(), good);
+        }
+    }
+
+    #[test]
+    fn listening_beyond_loopback_needs_a_filter_token() {
+        for listen in ["0.0.0.0:8181", "10.1.2.3:8181", "[::]:8181"] {
+            let config = format!("listen = \"{listen}\"\n{TWO}");
+            let err = Settings::from_toml(&config, &no_env).unwrap_err();
+            assert_eq!(err.0.len(), 1, "{err}");
+            assert!(
+                err.0[0].starts_with(&format!("listen: {listen} is beyond loopback"))
+                    && err.0[0].contains("set [filter] token_env"),
+                "{err}"
+            );
+            let config = format!("{config}{WITH_FILTER_TOKEN}");
+            let s = Settings::from_toml(&config, &filter_token_env(FILTER_TOKEN)).unwrap();
+            assert_eq!(s.listen, listen.parse().unwrap());
+        }
+        // The env override is named as the setting that put the sidecar there.
+        let env = |var: &str| (var == LISTEN_ENV).then(|| "0.0.0.0:9000".to_owned());
+        let err = Settings::from_toml(TWO, &env).unwrap_err();
+        assert!(
+            err.0[0].starts_with("LIVECHECK_JUDGE_LISTEN: 0.0.0.0:9000 is beyond loopback"),
+            "{err}"
+        );
+        // Loopback without a token stays as it was.
+        for listen in ["127.0.0.1:8181", "127.0.0.2:1", "[::1]:8181"] {
+            let config = format!("listen = \"{listen}\"\n{TWO}");
+            assert!(Settings::from_toml(&config, &no_env).is_ok(), "{listen}");
+        }
+    }
+
+    #[test]
+    fn the_filter_token_and_the_operator_token_must_differ() {
+        let config = format!("{TWO}{WITH_FILTER_TOKEN}[api]\ntoken_env = \"API_TOKEN\"\n");
+        let env = |var: &str| match var {
+            "FILTER_TOKEN" | "API_TOKEN" => Some(FILTER_TOKEN.to_owned()),
+            _ => None,
+        };
+        let err = Settings::from_toml(&config, &env).unwrap_err();
+        assert_eq!(
+            err.0,
+            vec!["filter: token_env holds the operator token (api: token_env); each needs its own"]
+        );
+        let env = |var: &str| match var {
+            "FILTER_TOKEN" => Some(FILTER_TOKEN.to_owned()),
+            "API_TOKEN" => Some("operator-token-51ab".to_owned()),
+            _ => None,
+        };
+        let s = Settings::from_toml(&config, &env).unwrap();
+        assert!(s.filter_token.is_some() && s.api_token.is_some());
     }
 
     #[test]

@@ -16,6 +16,7 @@
 
 pub mod alerts;
 pub mod api;
+pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod events;

@@ -92,13 +92,19 @@ mod native {
             .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         // The bound address, so a config asking for port 0 says which port it got.
         let listen = listener.local_addr().unwrap_or(listen);
-        if !listen.ip().is_loopback() {
-            tracing::warn!(%listen, "listening beyond loopback: the judge endpoint has no authentication of its own");
+        // The config allows no token on loopback only.
+        let filter_token = app.settings().filter_token.is_some();
+        if !filter_token {
+            tracing::warn!(
+                %listen,
+                "no [filter] token_env: any local process can call the filter endpoints"
+            );
         }
         tracing::info!(
             %listen,
             timeout_ms = app.settings().timeout.as_millis() as u64,
             max_concurrent = app.settings().max_concurrent,
+            filter_token = if filter_token { "required" } else { "none" },
             "livecheck-judge listening"
         );
         serve(listener, Arc::clone(&app), shutdown_signal())

@@ -1,5 +1,6 @@
-//! The HTTP side: `POST /v1/judge`, `POST /v1/tool-check`, `POST /v1/retry`, `GET /healthz`, and
-//! the results routes of [`crate::api`]; the running service's state and its background workers.
+//! The HTTP side: `POST /v1/judge`, `POST /v1/tool-check`, `POST /v1/retry` (behind the filter
+//! token, [`crate::auth`]), the probes `GET /healthz` and `GET /readyz`, and the results routes of
+//! [`crate::api`]; the running service's state and its background workers.
 //!
 //! Logs name the stage, kind, judge model, backend, outcome, failure and token counts of each call;
 //! never a judged text, a rule, a condition, a tool's name or arguments, a reason, a body or a key.
@@ -7,16 +8,18 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use livecheck_wire::{
-    JudgeRequest, JudgeVerdict, Outcome, Stage, ToolCheckRequest, JUDGE_PATH, TOOL_CHECK_PATH,
+    JudgeRequest, JudgeVerdict, Outcome, Stage, ToolCheckRequest, JUDGE_PATH, RETRY_PATH,
+    TOOL_CHECK_PATH,
 };
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -29,7 +32,7 @@ use crate::prompt::{self, Kind, Prompt};
 use crate::store::{self, Store};
 use crate::tool_prompt;
 use crate::verdict::{Failure, Reply};
-use crate::{api, events, ids, pending};
+use crate::{api, auth, events, ids, pending};
 
 /// The running service's state, shared by every request.
 pub struct App {
@@ -264,12 +267,21 @@ fn outcome_name(outcome: Outcome) -> &'static str {
 }
 
 pub fn router(app: Arc<App>) -> Router {
-    Router::new()
+    let filter_token = app.settings().filter_token.clone();
+    let filter = Router::new()
         .route(JUDGE_PATH, post(post_judge))
         .route(TOOL_CHECK_PATH, post(post_tool_check))
-        .route(livecheck_wire::RETRY_PATH, post(post_retry))
+        .route(RETRY_PATH, post(post_retry))
+        .merge(api::filter_routes())
+        .route_layer(middleware::from_fn_with_state(
+            filter_token,
+            auth::filter_token,
+        ));
+    Router::new()
+        .merge(filter)
         .route("/healthz", get(healthz))
-        .merge(api::routes())
+        .route("/readyz", get(readyz))
+        .merge(api::operator_routes())
         .with_state(app)
 }
 
@@ -366,6 +378,37 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Box<Response>
     }
 }
 
+/// Liveness: the process serves.
 async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
+}
+
+/// How long readiness waits for the store: a Kubernetes probe's default timeout is 1 s.
+const READY_WITHIN: Duration = Duration::from_secs(1);
+
+/// Readiness: the results store answers a trivial query in time; else 503 (the filter's reports
+/// would not be stored).
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    let problem = match app.store() {
+        None => Some("no store"),
+        Some(store) => match tokio::time::timeout(READY_WITHIN, store.ping()).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(store::error_kind(&e)),
+            Err(_) => Some("timed out"),
+        },
+    };
+    match problem {
+        None => Json(json!({"status": "ready"})).into_response(),
+        Some(problem) => {
+            tracing::warn!(
+                error = problem,
+                "not ready: the results store does not answer"
+            );
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"error": "the results store is unavailable"})),
+            )
+                .into_response()
+        }
+    }
 }

@@ -251,11 +251,8 @@ impl At {
     }
 }
 
-/// A shared token the sidecar can compare: long enough to guess at no rate, and sendable as a
-/// header value.
-pub fn valid_token(token: &str) -> bool {
-    (16..=256).contains(&token.len()) && token.bytes().all(|b| b.is_ascii_graphic())
-}
+/// A shared token the sidecar can compare (one rule for the filter and the sidecar).
+pub use livecheck_wire::valid_token;
 
 impl Policy {
     /// Parses and compiles a plugin configuration; every problem found is returned.

@@ -96,6 +96,12 @@ pub const RESULTS_PATH: &str = "/v1/results";
 /// (`/v1/judge`, `/v1/tool-check`, `/v1/retry`, `/v1/results`).
 pub const FILTER_TOKEN_HEADER: &str = "x-livecheck-token";
 
+/// Whether a filter token is usable: 16 to 256 visible ASCII characters, long enough to guess at no
+/// rate and sendable as a header value. The filter and the sidecar refuse any other.
+pub fn valid_token(token: &str) -> bool {
+    (16..=256).contains(&token.len()) && token.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// The path where the filter asks the sidecar to ask the model again (recovery).
 pub const RETRY_PATH: &str = "/v1/retry";
 

@@ -637,6 +637,14 @@ impl Store {
         .map(|_| ())
     }
 
+    /// A trivial query: whether the database answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+    }
+
     /// Closes the pool (tests restart a sidecar on the same database).
     pub async fn close(&self) {
         self.pool.close().await;

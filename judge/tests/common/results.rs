@@ -21,6 +21,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use super::doubles::BackendDouble;
 
 pub const TOKEN: &str = "op-token-7f3a9c";
+/// The filter token (`[filter] token_env`), as the filter sends it in `x-livecheck-token`.
+pub const FILTER_TOKEN: &str = "filter-token-5d21b8e4";
 pub const HOOK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 pub const POSTGRES_ENV: &str = "LIVECHECK_TEST_POSTGRES_URL";
 
@@ -190,6 +192,10 @@ impl Db {
 pub struct Extras {
     pub backend: Option<String>,
     pub token: bool,
+    /// Require the filter token ([`FILTER_TOKEN`]) on the filter's endpoints.
+    pub filter_token: bool,
+    /// The base URL of the upstream that `/v1/retry` asks for the authority `api.example.com`.
+    pub upstream: Option<String>,
     pub slack: Option<String>,
     pub smtp_port: Option<u16>,
     pub webhooks: Vec<String>,
@@ -224,6 +230,14 @@ impl Sidecar {
         if extras.token {
             config.push_str("[api]\ntoken_env = \"LC_TEST_TOKEN\"\n");
         }
+        if extras.filter_token {
+            config.push_str("[filter]\ntoken_env = \"LC_TEST_FILTER_TOKEN\"\n");
+        }
+        if let Some(base_url) = &extras.upstream {
+            config.push_str(&format!(
+                "[[upstreams]]\nauthority = \"api.example.com\"\nbase_url = \"{base_url}\"\n"
+            ));
+        }
         if extras.slack.is_some() || extras.smtp_port.is_some() {
             config.push_str("[alerts]\n");
             if extras.slack.is_some() {
@@ -246,6 +260,7 @@ impl Sidecar {
         let extras = extras.clone();
         let env = move |var: &str| match var {
             "LC_TEST_TOKEN" => Some(TOKEN.to_owned()),
+            "LC_TEST_FILTER_TOKEN" => Some(FILTER_TOKEN.to_owned()),
             "LC_TEST_SLACK" => extras.slack.clone(),
             "LC_TEST_HOOK_SECRET" => Some(HOOK_SECRET.to_owned()),
             "LC_TEST_FALLBACK" => extras.fallback_key.clone(),
@@ -283,9 +298,19 @@ impl Sidecar {
     }
 
     pub async fn post_report_with(&self, body: &str, headers: &[(&str, &str)]) -> (u16, Value) {
+        self.post_with("/v1/results", body, headers).await
+    }
+
+    /// Posts a raw body to `path`; returns the status and the body as JSON (null when it is not).
+    pub async fn post_with(
+        &self,
+        path: &str,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
         let mut req = self
             .client
-            .post(format!("{}/v1/results", self.url))
+            .post(format!("{}{path}", self.url))
             .header("content-type", "application/json")
             .body(body.to_owned());
         for (name, value) in headers {
