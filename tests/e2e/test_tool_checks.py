@@ -42,7 +42,7 @@ import openai
 import pytest
 
 from judge_backend_double import TOOL_CLEAR_EXPLANATION, TOOL_HOLDS_EXPLANATION, JudgeBackendDouble
-from tool_check_support import (JUDGE_OWN_KEY, Recorder, ToolCheckStack, denied_header, start_sidecar,
+from tool_check_support import (JUDGE_OWN_KEY, Recorder, ToolCheckStack, start_sidecar,
                                 x_core_check)
 from upstream_double import DOUBLE_IDS, DOUBLE_MODEL, DoubleToolCall, model_double_tool_answer
 
@@ -167,6 +167,7 @@ class Got:
     ident: tuple  # (id, model, usage numbers), non-streamed only
     raised: Optional[str] = None  # a connection error after the stream's end (see README: Streamed answers)
     events: list = dataclasses.field(default_factory=list)  # streamed: the SDK's events
+    denials: dict = dataclasses.field(default_factory=dict)  # check -> tool_call_denied counted in Envoy's stats
 
 
 SYSTEM = "SYSTEM-PROMPT-MARK: you are the mail agent."
@@ -332,7 +333,18 @@ def turn(stack, double, vendor: str, stream: bool, cases: list, messages: Option
          text: str = TEXT_BEFORE) -> Got:
     double.script(default=model_double_tool_answer(vendor, [c.call if isinstance(c, Case) else c for c in cases],
                                                    text=text, stream=stream))
-    return TURN[vendor](stack.envoy, stream, messages)
+    before = _outcomes(stack)
+    got = TURN[vendor](stack.envoy, stream, messages)
+    after = _outcomes(stack)
+    got.denials = {name: after[name] - before.get(name, 0) for name in after if after[name] != before.get(name, 0)}
+    return got
+
+
+def _outcomes(stack) -> dict:
+    """The filter's denying outcomes by row (`<row>.failed` / `<row>.errored`), as Envoy counts them."""
+    prefix = f"wasmcustom.livecheck.{AGENT}."
+    return {name[len(prefix):]: value for name, value in stack.envoy.stats(prefix).items()
+            if name.endswith((".failed", ".errored"))}
 
 
 # --- what a caller sees ----------------------------------------------------------------------------------
@@ -369,7 +381,9 @@ def assert_denied(got: Got, vendor: str, stream: bool, check: str, reason: str, 
             assert never not in got.body, f"{never!r} of the denied call reached the caller: {got.body[-1500:]!r}"
     if not stream:
         assert got.texts == [reason], got.texts
-        assert x_core_check(got.headers) == denied_header(check)
+        # The answer's headers went on when they came: the row is named in the stats and results.
+        assert x_core_check(got.headers) is None
+        assert got.denials.get(f"{check}.failed", 0) + got.denials.get(f"{check}.errored", 0) >= 1, got.denials
         assert got.ident == (DOUBLE_IDS[vendor], DOUBLE_MODEL[vendor], DOUBLE_USAGE_SEEN[vendor]), \
             "the answer keeps its id, model and usage"
         body = json.loads(got.body)
