@@ -7,12 +7,22 @@ import json
 import pytest
 
 from envoy_process import SEED_CONFIG, Envoy, render_config, wasm_path
+from judge_backend_double import JudgeBackendDouble
 from upstream_double import UpstreamDouble
 
 
 @pytest.fixture(scope="session")
 def double():
     d = UpstreamDouble().start()
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def judge_backend(request):
+    """The JUDGE BACKEND DOUBLE (a scripted model the sidecar asks), one per test module; a module sets
+    `JUDGE_SLOW_SECONDS` for how late its `SLOW` conditions are answered."""
+    d = JudgeBackendDouble(slow_seconds=getattr(request.module, "JUDGE_SLOW_SECONDS", 3.0)).start()
     yield d
     d.stop()
 

@@ -27,7 +27,7 @@ import pytest
 
 from cut_support import x_core_check
 from envoy_process import Envoy, JudgeSidecar, render_config, wasm_path
-from judge_backend_double import FAIL_MARKER, JudgeBackendDouble
+from judge_backend_double import FAIL_MARKER
 from upstream_double import Answer
 
 TOKEN_VAR = "LIVECHECK_JUDGE_TOKEN"  # the wasm VM's variable (the filter's `judge_token_env`)
@@ -76,13 +76,6 @@ def _envoy_config(double, sidecar: JudgeSidecar, token: Optional[str]) -> dict:
 
 
 # --- fixtures ------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def judge_backend():
-    d = JudgeBackendDouble().start()
-    yield d
-    d.stop()
 
 
 @pytest.fixture(scope="module")

@@ -86,11 +86,8 @@ def _backends(double: JudgeBackendDouble) -> list[dict]:
 # --- fixtures ------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def judge_backend():
-    d = JudgeBackendDouble(slow_seconds=2.0).start()
-    yield d
-    d.stop()
+# `SLOW` judge conditions are answered after this long (the conftest judge_backend fixture).
+JUDGE_SLOW_SECONDS = 2.0
 
 
 class Stack:

@@ -34,7 +34,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from judge_backend_double import TOOL_HOLDS_EXPLANATION, JudgeBackendDouble
+from judge_backend_double import TOOL_HOLDS_EXPLANATION
 from tool_check_support import JUDGE_OWN_KEY, McpServerProcess, ToolCheckStack, denied_header, start_sidecar, x_core_check
 
 REASON_BILLING = "No billing info in email."
@@ -74,13 +74,6 @@ TOOLS = ["send_email", "lookup", "delete_account", "get_weather"]
 
 
 # --- fixtures ------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def judge_backend():
-    d = JudgeBackendDouble().start()
-    yield d
-    d.stop()
 
 
 @pytest.fixture(scope="module")

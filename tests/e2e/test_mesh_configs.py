@@ -193,13 +193,6 @@ class MeshStack:
         self.judge.close()
 
 
-@pytest.fixture(scope="module")
-def judge_backend():
-    d = JudgeBackendDouble().start()
-    yield d
-    d.stop()
-
-
 @pytest.fixture(scope="module", params=list(MESHES))
 def stack(request, double, judge_backend, tmp_path_factory):
     s = MeshStack(MESHES[request.param](), double, judge_backend, tmp_path_factory.mktemp(f"mesh-{request.param}"))

@@ -46,7 +46,7 @@ import openai
 import pytest
 
 from envoy_process import Envoy, JudgeSidecar, render_config, wasm_path
-from judge_backend_double import FAIL_MARKER, JudgeBackendDouble
+from judge_backend_double import FAIL_MARKER
 from upstream_double import Answer
 
 TOKEN = "op-" + secrets.token_hex(16)
@@ -218,13 +218,6 @@ def wait_for(probe: Callable, timeout: float, what: str, every: float = 0.05):
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout}s: {what}")
         time.sleep(every)
-
-
-@pytest.fixture(scope="module")
-def judge_backend():
-    d = JudgeBackendDouble().start()
-    yield d
-    d.stop()
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ import anthropic
 import openai
 import pytest
 
-from judge_backend_double import TOOL_CLEAR_EXPLANATION, TOOL_HOLDS_EXPLANATION, JudgeBackendDouble
+from judge_backend_double import TOOL_CLEAR_EXPLANATION, TOOL_HOLDS_EXPLANATION
 from tool_check_support import (JUDGE_OWN_KEY, Recorder, ToolCheckStack, start_sidecar,
                                 x_core_check)
 from upstream_double import DOUBLE_IDS, DOUBLE_MODEL, DoubleToolCall, model_double_tool_answer
@@ -130,11 +130,8 @@ def _probe(kind: str) -> Case:
 # --- fixtures ------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def judge_backend():
-    d = JudgeBackendDouble(slow_seconds=2.0).start()
-    yield d
-    d.stop()
+# `SLOW` judge conditions are answered after this long (the conftest judge_backend fixture).
+JUDGE_SLOW_SECONDS = 2.0
 
 
 @pytest.fixture(scope="module")

@@ -240,6 +240,19 @@ impl Filter {
 }
 
 impl Filter {
+    /// Holds a body to its end, then sends the resume callout (the `*_after_callout` cases).
+    fn hold_then_callout(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        self.held = body_size;
+        if self.send_resume_callout() {
+            Action::Pause
+        } else {
+            Action::Continue
+        }
+    }
+
     /// Sends the `x-fidelity-resume-callout` callout; `false` when there is none or it failed.
     fn send_resume_callout(&mut self) -> bool {
         let Some(path) = self.resume_callout.clone() else {
@@ -459,17 +472,7 @@ impl HttpContext for Filter {
                 let _ = hostcalls::log(LogLevel::Info, &format!("set request body: {status}"));
                 Action::Continue
             }
-            Case::RequestBodyAfterCallout => {
-                if !end_of_stream {
-                    return Action::Pause;
-                }
-                self.held = body_size;
-                if self.send_resume_callout() {
-                    Action::Pause
-                } else {
-                    Action::Continue
-                }
-            }
+            Case::RequestBodyAfterCallout => self.hold_then_callout(body_size, end_of_stream),
             Case::RequestHeadersPause => {
                 self.note(body_size, end_of_stream);
                 if !end_of_stream {
@@ -606,17 +609,7 @@ impl HttpContext for Filter {
                 }
                 Action::Continue
             }
-            Case::BodyAfterCallout => {
-                if !end_of_stream {
-                    return Action::Pause;
-                }
-                self.held = body_size;
-                if self.send_resume_callout() {
-                    Action::Pause
-                } else {
-                    Action::Continue
-                }
-            }
+            Case::BodyAfterCallout => self.hold_then_callout(body_size, end_of_stream),
             Case::LocalReplyAfterHeaders if self.response_chunks == 2 => {
                 self.reply(500, "too late");
                 Action::Pause
