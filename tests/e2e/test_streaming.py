@@ -200,6 +200,11 @@ def test_a_clean_streamed_answer_arrives_complete_and_ends_normally(rules_envoy,
 
     assert c.got == {"text": "".join(CLEAN), "end": END[vendor][0]}
     _assert_unframed(c)
+    # The double marks its answer completed just after writing the last bytes, which the caller may
+    # already have read: wait a moment for the mark.
+    deadline = time.monotonic() + 2.0
+    while not c.written.completed and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert c.written.completed, "the upstream ran to its own end"
 
 
