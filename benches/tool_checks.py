@@ -243,17 +243,20 @@ def sanity(envoys: dict, clients: dict) -> dict:
     seen = {}
     for v in envoys:
         for case, (args, tool) in cases.items():
+            want = deny.get((v, case))
+            # A denied answer's headers went on before it was decided: the row is named in Envoy's stats.
+            counter = f"wasmcustom.livecheck.{AGENT}.{want}.failed"
+            before = envoys[v].stats().get(counter, 0)
             _, status, headers, body = clients[v].post("/v1/chat/completions", BODY, turn_headers(args, tool))
             stop = headers.get("x-core-check")
-            want = deny.get((v, case))
             if want:
-                check(status == 200 and stop == f'stage=output, check="{want}", code=tool_call_denied'
-                      and called_tool(body) is None,
-                      f"sanity: ({v}) did not deny the {case} call with {want}: {status} {stop} {body[:300]!r}")
+                counted = envoys[v].stats().get(counter, 0) - before
+                check(status == 200 and stop is None and counted == 1 and called_tool(body) is None,
+                      f"sanity: ({v}) did not deny the {case} call with {want}: {status} {counted} {body[:300]!r}")
             else:
                 check(status == 200 and stop is None and called_tool(body) == tool,
                       f"sanity: ({v}) did not pass the {case} call: {status} {stop} {body[:300]!r}")
-            seen[f"{v} {case}"] = stop or "passed"
+            seen[f"{v} {case}"] = f"denied by {want}" if want else "passed"
     return seen
 
 
