@@ -474,7 +474,8 @@ def sanity(proxies: dict, double: UpstreamDouble) -> dict:
         s_out, h_out, b_out = post(proxy.url, chat_body(BODY_BYTES, "leak-the-codename please. "))
         if v == "c":
             check("in-codename" in h_in.get("x-core-check", ""), f"livecheck did not block the question: {h_in}")
-            check("out-codename" in h_out.get("x-core-check", "") and b"internal name is" not in b_out,
+            # The answer's headers go on before it is decided, so no X-Core-Check: the body says it.
+            check(b'"content_filter"' in b_out and b"internal name is" not in b_out,
                   f"livecheck did not withhold the answer: {h_out} {b_out[:300]!r}")
         elif v == "d":
             check(s_in >= 400 and b"Content blocked" in b_in, f"LiteLLM did not block the question: {s_in} {b_in[:300]!r}")
@@ -801,8 +802,9 @@ def write_report(r: dict) -> None:
       f"(`benches/noop-filter`, loaded exactly as livecheck: V8, same position, same plugin settings); (c) with "
       f"livecheck and the rules; (d) LiteLLM proxy (one worker). Envoy configs keep caller connections alive "
       f"(as shipped). Load: oha, {CONNECTIONS} connections. "
-      f"Sanity before measuring: each variant forwarded a plain turn to the double; livecheck (`X-Core-Check` "
-      f"`{r['sanity']['c']['x-core-check'][0]}` / `{r['sanity']['c']['x-core-check'][1]}`) and LiteLLM "
+      f"Sanity before measuring: each variant forwarded a plain turn to the double; livecheck (the question "
+      f"refused with `X-Core-Check` `{r['sanity']['c']['x-core-check'][0]}`, the answer withheld as "
+      f"`content_filter`) and LiteLLM "
       f"(HTTP {r['sanity']['d']['question']} / {r['sanity']['d']['answer']}) blocked a question containing the "
       f"forbidden word and an answer containing it; (a) and (b) passed both. Every measured request was answered "
       f"200 and reached the double; livecheck's 10 checks each counted ≥ one pass per turn it served "
