@@ -399,3 +399,60 @@ fn a_bad_configuration_is_refused_by_the_filter() {
         Err(livecheck_harness::HarnessError::ConfigRejected)
     ));
 }
+
+/// A clean Chat question, then an answer of over 1,000 bytes in 64-byte chunks, through `config`
+/// (whose `max_body_bytes` is 400): the host, the stream and the answer the upstream sent.
+fn an_answer_over_the_limit(
+    config: &str,
+) -> (livecheck_harness::Host, livecheck_harness::StreamId, String) {
+    let vendor = Vendor::Chat;
+    let mut host = livecheck(config);
+    let question = vendor.request(CLEAN_QUESTION, false);
+    assert!(question.len() <= 400);
+    let s = send_request(&mut host, vendor.path(), &[], &question, Chunking::Whole);
+    let answer = vendor.answer(&"Your order ships tomorrow. ".repeat(40));
+    assert!(answer.len() > 1000);
+    send_answer(
+        &mut host,
+        s,
+        &[("content-type", "application/json")],
+        &answer,
+        Chunking::Bytes(64),
+    );
+    assert!(host.caller_received(s).end_of_stream && !host.caller_received(s).reset);
+    (host, s, answer)
+}
+
+#[test]
+fn an_answer_over_the_limit_is_withheld_whole_and_nothing_more_of_it_reaches_the_caller() {
+    let config = SEED.replacen(
+        "\"agent_header\"",
+        "\"max_body_bytes\": 400, \"agent_header\"",
+        1,
+    );
+    let (host, s, _) = an_answer_over_the_limit(&config);
+    // Exactly the withheld reply: decided unread (every check errored) once the held body passed
+    // the limit, and the rest of the upstream's answer dropped.
+    let caller = host.caller_received(s);
+    let reply = json(&caller.body);
+    assert_eq!(
+        Vendor::Chat.stop_marker(&reply),
+        Vendor::Chat.refused_marker(),
+        "{reply}"
+    );
+    assert!(!caller.body_text().contains("ships tomorrow"));
+    assert_eq!(host.metric("livecheck.orders.no-iban.errored"), Some(1));
+}
+
+#[test]
+fn an_answer_over_the_limit_that_every_check_lets_through_undecided_arrives_whole() {
+    let config = r#"{"default_agent": "a", "max_body_bytes": 400, "agents": {"a": {"published": "1", "versions": {"1": {
+        "live_checks": [{"name": "tone", "stage": "output", "kind": "polite_tone", "judge_model": "judge-1", "on_error": "pass"}]}}}}}"#;
+    let (host, s, answer) = an_answer_over_the_limit(config);
+    assert_eq!(
+        host.caller_received(s).body_text(),
+        answer,
+        "nothing of it dropped"
+    );
+    assert_eq!(host.metric("livecheck.a.tone.errored"), Some(1));
+}

@@ -191,12 +191,9 @@ impl Turn {
         };
         let readable = readable && body.is_some();
         self.held_body = Some(body_size);
-        let flow = self.finish_answer(host, asked, body.as_deref().unwrap_or_default(), readable);
-        if !fits && !end_of_stream && matches!(self.state, State::Done) {
-            // Too large to hold: what was held is replaced, and what more comes is dropped.
-            self.state = State::Discarding;
-        }
-        flow
+        // Too large to hold: decided unread now (withheld, or passed where every check lets an
+        // undecided answer through); a withheld answer drops what more comes (`answer_instead`).
+        self.finish_answer(host, asked, body.as_deref().unwrap_or_default(), readable)
     }
 
     /// Decides a complete non-streamed answer and rewrites it when a check stopped it.

@@ -57,7 +57,7 @@ enum State {
     JudgingAnswer(Box<Judging>),
     /// A non-streamed answer: its headers went on, its body is held until it is complete.
     HoldingAnswer { asked: Asked, readable: bool },
-    /// A non-streamed answer too large to read was replaced: what more of it comes is dropped.
+    /// A non-streamed answer was replaced in place: what more of it comes is dropped.
     Discarding,
     /// A streamed answer: headers sent at once, each chunk rewritten as it passes.
     Streaming(Box<Streamed>),
@@ -368,6 +368,9 @@ impl Turn {
             );
         }
         self.held_body = Some(body.len());
+        // An answer decided before its end (too large to hold) is replaced whole: what more of it
+        // comes is dropped. After its end nothing more comes.
+        self.state = State::Discarding;
         resume(host, Stage::Output, resumed)
     }
 }
