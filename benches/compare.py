@@ -52,7 +52,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.path.insert(0, str(REPO / "benches"))
 
-from envoy_process import free_port, render_config, wasm_path  # noqa: E402
+from envoy_process import JudgeSidecar, free_port, render_config, wasm_path  # noqa: E402
 
 RESULTS = REPO / "bench" / "results.md"
 CHART = REPO / "bench" / "latency.png"
@@ -60,6 +60,9 @@ RULES = REPO / "benches" / "rules.json"
 OHA = REPO / ".tools" / "bin" / "oha"
 DOUBLE_BIN = REPO / "target" / "release" / "upstream-double"
 LIVECHECK_BIN = REPO / "target" / "debug" / "livecheck"
+JUDGE_BIN = REPO / "target" / "release" / "livecheck-judge"
+# The real sidecar every livecheck Envoy reports its turns to (set in main).
+SIDECAR: Optional["JudgeSidecar"] = None
 RULE_COST_JSON = REPO / "target" / "bench" / "rule_cost.json"
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 LITELLM = pathlib.Path(sys.executable).parent / "litellm"
@@ -338,8 +341,10 @@ def envoy_config(upstream_port: int, variant: str, frame_bytes: Optional[int] = 
         lc = rules()
         if frame_bytes is not None:
             lc["stream_frame_bytes"] = frame_bytes
+        # Turn reports go to the real sidecar, which stores them, as in a deployment.
         config = render_config(wasm_path("livecheck.wasm"), upstream_port,
-                               plugin_configuration=json.dumps(lc), buffer_limit=4 << 20)
+                               plugin_configuration=json.dumps(lc), buffer_limit=4 << 20,
+                               extra_clusters={"livecheck-judge": SIDECAR.port} if SIDECAR else None)
     hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     if variant == "a":
         hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != "envoy.filters.http.wasm"]
@@ -428,10 +433,13 @@ def oha(url: str, body: pathlib.Path, *, conns: int, duration: Optional[float] =
 
 
 def measured(proxy, double: UpstreamDouble, run) -> dict:
-    """Runs `run()` (an oha call) and adds the proxy's CPU and the double's request count over it."""
+    """Runs `run()` (an oha call) and adds the proxy's CPU and the double's request count over it, and the
+    sidecar's CPU (for the variant that reports to it)."""
+    side0 = tree_cpu_s(SIDECAR.process.pid) if SIDECAR else 0.0
     cpu0, up0 = proxy.cpu_s(), double.stats()["requests"]
     r = run()
     cpu1, up1 = proxy.cpu_s(), double.stats()["requests"]
+    r["sidecar_cpu_s"] = (tree_cpu_s(SIDECAR.process.pid) if SIDECAR else 0.0) - side0
     r["cpu_s"] = cpu1 - cpu0
     r["upstream"] = up1 - up0
     r["cpu_us_per_req"] = r["cpu_s"] / max(1, r["ok"]) * 1e6
@@ -637,11 +645,15 @@ def main() -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     check(hard >= 4 * MEMORY_STREAMS + 512, f"open files limit {hard} is too low for {MEMORY_STREAMS} streams")
-    for path in (OHA, DOUBLE_BIN, LIVECHECK_BIN, LITELLM, RULE_COST_JSON):
+    for path in (OHA, DOUBLE_BIN, LIVECHECK_BIN, JUDGE_BIN, LITELLM, RULE_COST_JSON):
         check(path.exists(), f"{path} is missing: run `make bench`")
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="livecheck-compare-"))
     r: dict = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "load_start": os.getloadavg()}
     double = UpstreamDouble()
+    global SIDECAR
+    SIDECAR = JudgeSidecar(workdir / "sidecar", [
+        {"name": "unused", "api": "openai", "base_url": "http://127.0.0.1:9", "models": ["*"]}],
+        binary=JUDGE_BIN)
     proxies: dict = {}
     try:
         # ---- 1. non-streamed turns ----
@@ -678,6 +690,8 @@ def main() -> int:
                 log(f"latency {v} at {rate}/s {rep + 1}/{REPEATS}: p50 {lat[v][-1]['p50_ms']:.3f} ms, "
                     f"p99 {lat[v][-1]['p99_ms']:.3f} ms")
         r["latency"] = lat
+        stats_c = proxies["c"].stats()
+        r["reports"] = {k: stats_c.get(f"wasmcustom.livecheck.reports.{k}", 0) for k in ("dropped", "retried", "refused")}
         served_c = sum(x["ok"] for x in thr["c"] + lat["c"])
         moved = checks_moved(proxies["c"], lc_before)
         r["checks_ran"] = moved
@@ -753,6 +767,7 @@ def main() -> int:
         for p in proxies.values():
             p.stop()
         double.stop()
+        SIDECAR.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     r["rule_cost"] = json.loads(RULE_COST_JSON.read_text())
     r["elapsed_s"] = time.monotonic() - t_start
@@ -840,6 +855,12 @@ def write_report(r: dict) -> None:
     w(f"- livecheck's CPU per request over the no-op filter, (c) − (b): **{cell(cpu_c_b, '{:.1f}')} µs** "
       f"(target ≤ {TARGET_CPU_US} µs: {'met' if med(cpu_c_b) <= TARGET_CPU_US else f'MISSED by {med(cpu_c_b) - TARGET_CPU_US:.1f} µs ({med(cpu_c_b) / TARGET_CPU_US:.1f}×)'}). "
       f"Loading any wasm filter, (b) − (a): {cell(cpu_b_a, '{:.1f}')} µs.")
+    side_c = [x["sidecar_cpu_s"] / max(1, x["ok"]) * 1e6 for x in thr["c"]]
+    rep = r["reports"]
+    w(f"- (c)'s turn reports went to the real sidecar (`livecheck-judge`, release, SQLite), which stored them: its "
+      f"CPU per request {cell(side_c, '{:.1f}')} µs (not in the CPU column above, which is the proxy's alone; it "
+      f"shares the 2 cores with the rest). Reports over the whole run: {rep['dropped']} dropped (outbox full), "
+      f"{rep['retried']} callouts retried, {rep['refused']} refused.")
     ratios = {}
     for i, name in ((0, "p50"), (1, "p99")):
         lc, ll = med(added["c"][i]), med(added["d"][i])

@@ -3,7 +3,7 @@
 
 use livecheck_wire::{
     JudgeRequest, JudgeVerdict, Outcome as WireOutcome, Stage as WireStage, TurnReport,
-    FILTER_TOKEN_HEADER, JUDGE_PATH, RESULTS_PATH,
+    FILTER_TOKEN_HEADER, JUDGE_PATH, RESULTS_BATCH_PATH, RESULTS_PATH,
 };
 
 use crate::config::{Check, Kind, Mode, Policy, Stage, Version};
@@ -73,19 +73,40 @@ pub fn background_draws<'v>(
         .collect()
 }
 
-/// The callout that delivers a finished turn's report, with the turn's credentials for its
-/// background checks.
+/// A finished turn's report, ready for the outbox. A report with background checks goes alone
+/// to the results path with the turn's credentials (its checks are judged with them); any other
+/// carries no headers of its own and leaves in a batch ([`batch_headers`]).
 pub fn report_job(
     policy: &Policy,
     report: &TurnReport,
     credentials: &[(String, String)],
 ) -> Option<Job> {
+    let _span = crate::profile::span("phase.report_serialize");
+    let body = serde_json::to_vec(report).ok()?;
+    if report.background.is_empty() {
+        return Some(Job {
+            headers: Vec::new(),
+            body,
+            batchable: true,
+        });
+    }
     let mut headers = base_headers(policy, RESULTS_PATH);
     headers.extend(credentials.iter().cloned());
     Some(Job {
         headers,
-        body: serde_json::to_vec(report).ok()?,
+        body,
+        batchable: false,
     })
+}
+
+/// The headers of a batch of reports (`POST /v1/results/batch`).
+pub fn batch_headers(policy: &Policy) -> Vec<(String, String)> {
+    base_headers(policy, RESULTS_BATCH_PATH)
+}
+
+/// The headers of a batchable report sent alone (to a sidecar from before batches).
+pub fn report_headers(policy: &Policy) -> Vec<(String, String)> {
+    base_headers(policy, RESULTS_PATH)
 }
 
 /// The judge model a check's callout names on this turn; `None` when it has none.
@@ -201,8 +222,6 @@ pub fn dispatch(
 
 #[cfg(test)]
 mod tests {
-    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
 
@@ -279,19 +298,30 @@ mod tests {
     }
 
     #[test]
-    fn a_report_goes_to_the_results_path_with_the_turns_key() {
-        let p = policy(r#"{"name": "tone", "stage": "output", "kind": "polite_tone"}"#);
-        let report = TurnReport {
+    fn a_report_with_background_checks_goes_alone_with_the_turns_key() {
+        let p = policy(
+            r#"{"name": "tone", "stage": "output", "kind": "polite_tone", "mode": "background"}"#,
+        );
+        let v = p.select(None, None, None).unwrap();
+        let (_, judge) = background_draws(&p, &v, &judged(Some("m"), &[]), &mut || 0)
+            .pop()
+            .unwrap();
+        let mut report = TurnReport {
             turn_id: "lc_1".into(),
             response_id: None,
             agent: "a".into(),
             version: "1".into(),
             person: None,
             results: vec![],
-            background: vec![],
+            background: vec![livecheck_wire::BackgroundCheck {
+                name: "tone".into(),
+                judge,
+                alert: None,
+            }],
         };
         let creds = vec![("authorization".to_owned(), "Bearer k".to_owned())];
         let job = report_job(&p, &report, &creds).unwrap();
+        assert!(!job.batchable);
         assert!(job
             .headers
             .contains(&(":path".into(), "/v1/results".into())));
@@ -300,6 +330,14 @@ mod tests {
             .contains(&("authorization".into(), "Bearer k".into())));
         let back: TurnReport = serde_json::from_slice(&job.body).unwrap();
         assert_eq!(back, report);
+
+        // Without background checks: no credentials, batched.
+        report.background.clear();
+        let job = report_job(&p, &report, &creds).unwrap();
+        assert!(job.batchable && job.headers.is_empty());
+        let headers = batch_headers(&p);
+        assert!(headers.contains(&(":path".into(), "/v1/results/batch".into())));
+        assert!(!headers.iter().any(|(k, _)| k == "authorization"));
     }
 
     #[test]

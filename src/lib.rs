@@ -1,6 +1,6 @@
 //! livecheck: live checks for LLM agent turns, as a proxy-wasm HTTP filter for Envoy.
 //!
-//! The logic lives in plain Rust modules, tested natively and as wasm32-unknown-unknown; the
+//! The logic lives in plain Rust modules, tested natively and as wasm32-wasip1 (Node's WASI); the
 //! proxy-wasm adapter (`proxy`, wasip1 builds only) is a thin layer over it.
 
 pub mod api;
@@ -12,6 +12,7 @@ pub mod judge;
 pub mod mcp;
 pub mod outbox;
 pub mod pattern;
+pub mod profile;
 pub mod record;
 pub mod recovery;
 pub mod scan;

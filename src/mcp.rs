@@ -124,8 +124,6 @@ pub fn error(id: Option<&Value>, code: i64, message: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
 

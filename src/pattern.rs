@@ -153,8 +153,6 @@ fn char_offset(span: &regex_syntax::ast::Span) -> usize {
 
 #[cfg(test)]
 mod tests {
-    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
 

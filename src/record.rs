@@ -94,6 +94,7 @@ impl Record {
 
     /// Results decided now, in the order decided.
     pub fn decided(&mut self, version: &Version, results: &[CheckResult], now_ms: u64) {
+        let _span = crate::profile::span("phase.count_results");
         for result in results {
             let Some(check) = version.checks.get(result.check) else {
                 continue;
@@ -173,6 +174,7 @@ impl Record {
     /// The report of the finished turn; `None` when no check decided anything (a turn the filter
     /// does not check, or one refused before a version was chosen).
     pub fn report(self) -> Option<TurnReport> {
+        let _span = crate::profile::span("phase.report_build");
         let (agent, version) = self.agent_version?;
         if self.results.is_empty() && self.background.is_empty() {
             return None;
@@ -266,8 +268,6 @@ fn wire_alert(check: &Check) -> Option<WireAlert> {
 
 #[cfg(test)]
 mod tests {
-    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
     use crate::config::Policy;

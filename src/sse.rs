@@ -167,8 +167,6 @@ pub fn encode(out: &mut Vec<u8>, event: Option<&str>, data: &str) {
 
 #[cfg(test)]
 mod tests {
-    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
 

@@ -66,6 +66,7 @@ pub fn judged_stops(version: &Version, (check, outcome): &(usize, Outcome)) -> b
 /// outcome from `reading.judged`; without one it could not decide, so it is errored (and stops the
 /// turn unless `on_error: "pass"`). Background checks never decide here.
 pub fn decide(version: &Version, stage: Stage, reading: &Reading<'_>, attempt: u32) -> Verdict {
+    let _span = crate::profile::span("phase.decide");
     let rules = match stage {
         Stage::Input => &version.input_rules,
         Stage::Output => &version.output_rules,
@@ -125,8 +126,6 @@ fn stop_for(check: &Check, outcome: Outcome) -> Stop {
 
 #[cfg(test)]
 mod tests {
-    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
     use crate::config::Policy;

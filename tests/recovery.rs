@@ -222,13 +222,12 @@ fn a_retry_can_pass_on_the_third_answer() {
     // The report counts answers.
     host.finish_stream(s).unwrap();
     host.advance_time(Duration::from_millis(250));
-    let report = callouts_to(&host, "/v1/results").remove(0);
+    let report = report_of(&report_callouts(&host).remove(0));
     assert_eq!(
-        json(&report.body)["response_id"],
-        shown_id,
+        report["response_id"], shown_id,
         "the id of the answer shown"
     );
-    let results: Vec<(String, u64, String)> = json(&report.body)["results"]
+    let results: Vec<(String, u64, String)> = report["results"]
         .as_array()
         .unwrap()
         .iter()

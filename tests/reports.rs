@@ -24,7 +24,7 @@ const CONFIG: &str = r#"{"default_agent": "orders", "agents": {"orders": {"publi
     ]}}}}}"#;
 
 fn reports(host: &Host) -> Vec<Callout> {
-    callouts_to(host, "/v1/results")
+    report_callouts(host)
 }
 
 fn judge_calls(host: &Host) -> Vec<Callout> {
@@ -61,8 +61,10 @@ fn a_refused_question_reports_its_results_under_the_id_the_caller_got() {
         host.advance_time(TICK);
         let sent = reports(&host);
         assert_eq!(sent.len(), 1, "{vendor:?}");
-        assert_eq!(sent[0].header("x-api-key"), Some("sk-turn"));
-        let report = json(&sent[0].body);
+        // No background checks: the report goes in a batch, without the turn's key.
+        assert_eq!(sent[0].header(":path"), Some("/v1/results/batch"));
+        assert_eq!(sent[0].header("x-api-key"), None);
+        let report = report_of(&sent[0]);
         assert_eq!(report["turn_id"], turn_id.as_str());
         assert_eq!(
             (&report["agent"], &report["version"], &report["person"]),
@@ -124,7 +126,7 @@ fn an_answer_reports_rules_and_the_judges_verdict_with_the_upstream_id() {
         let answer = json(caller.body_text().as_bytes());
         host.finish_stream(s).unwrap();
         host.advance_time(TICK);
-        let report = json(&reports(&host)[0].body);
+        let report = report_of(&reports(&host)[0]);
         assert_eq!(report["turn_id"], turn_id.as_str());
         assert_eq!(report["response_id"], answer["id"], "{vendor:?}");
         let results = report["results"].as_array().unwrap();
@@ -143,6 +145,84 @@ fn an_answer_reports_rules_and_the_judges_verdict_with_the_upstream_id() {
         assert!(!body.contains(CLEAN_ANSWER) && !body.contains(CLEAN_QUESTION));
     }
 }
+
+#[test]
+fn reports_of_many_turns_leave_in_one_batch_and_one_with_background_checks_alone() {
+    let mut host = livecheck(BACKGROUND_CONFIG);
+    let vendor = Vendor::Chat;
+    let mut turn_ids = Vec::new();
+    for _ in 0..3 {
+        let s = send_request(
+            &mut host,
+            vendor.path(),
+            &[("x-api-key", "sk-turn")],
+            &vendor.request(FORBIDDEN_QUESTION, false),
+            Chunking::Whole,
+        );
+        let caller = host.caller_received(s);
+        turn_ids.push(caller.header("x-core-response-id").unwrap().to_owned());
+        host.finish_stream(s).unwrap();
+    }
+    // A turn that is answered draws its background check: its report needs the turn's key.
+    let s = send_request(
+        &mut host,
+        vendor.path(),
+        &[("x-api-key", "sk-turn")],
+        &vendor.request(CLEAN_QUESTION, false),
+        Chunking::Whole,
+    );
+    send_answer(
+        &mut host,
+        s,
+        &[("content-type", "application/json")],
+        &vendor.answer(CLEAN_ANSWER),
+        Chunking::Whole,
+    );
+    host.finish_stream(s).unwrap();
+    host.advance_time(TICK);
+    let sent = reports(&host);
+    assert_eq!(sent.len(), 2, "one batch, one report alone");
+    let batch = sent
+        .iter()
+        .find(|c| c.header(":path") == Some("/v1/results/batch"))
+        .unwrap();
+    assert_eq!(batch.header("x-api-key"), None);
+    let ids: Vec<String> = reports_in(batch)
+        .iter()
+        .map(|r| r["turn_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, turn_ids, "in the order the turns ended");
+    let alone = sent
+        .iter()
+        .find(|c| c.header(":path") == Some("/v1/results"))
+        .unwrap();
+    assert_eq!(alone.header("x-api-key"), Some("sk-turn"));
+    assert_eq!(report_of(alone)["background"][0]["name"], "tone");
+    // A sidecar from before batches answers 404: the batch's reports go again, each alone.
+    host.answer_callout(batch.token, &[(":status", "404")], b"")
+        .unwrap();
+    host.answer_callout(alone.token, &[(":status", "200")], b"{}")
+        .unwrap();
+    host.advance_time(TICK);
+    let again = reports(&host);
+    assert_eq!(again.len(), 3);
+    assert!(again
+        .iter()
+        .all(|c| c.header(":path") == Some("/v1/results") && c.header("x-api-key").is_none()));
+    let ids: Vec<String> = again
+        .iter()
+        .map(|c| report_of(c)["turn_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, turn_ids);
+}
+
+/// The seed's input rule and a background judged check on every answer.
+const BACKGROUND_CONFIG: &str = r#"{"default_agent": "orders", "agents": {"orders": {"published": "3", "versions": {"3": {
+    "blocked_reply": "Not allowed.",
+    "live_checks": [
+        {"name": "no-passwords", "stage": "input", "kind": "not_contains", "expected": "password"},
+        {"name": "tone", "stage": "output", "kind": "polite_tone", "mode": "background", "sample": 1, "judge_model": "judge-1"}
+    ]}}}}}"#;
 
 #[test]
 fn a_report_the_sidecar_did_not_take_is_sent_again_until_stored() {
@@ -206,7 +286,7 @@ fn a_streamed_turn_reports_its_results_too() {
                 .to_owned();
             host.finish_stream(s).unwrap();
             host.advance_time(TICK);
-            let report = json(&reports(&host)[0].body);
+            let report = report_of(&reports(&host)[0]);
             assert_eq!(report["turn_id"], turn_id.as_str());
             let upstream_id = report["response_id"].as_str().unwrap();
             assert!(
@@ -291,7 +371,7 @@ fn the_upstream_id_is_reported_whatever_reads_the_answer() {
                 assert_eq!(host.caller_received(s).body_text(), body, "untouched");
                 host.finish_stream(s).unwrap();
                 host.advance_time(TICK);
-                let report = json(&reports(&host)[0].body);
+                let report = report_of(&reports(&host)[0]);
                 let id = report["response_id"]
                     .as_str()
                     .unwrap_or_default()

@@ -304,9 +304,9 @@ fn say(host: &mut Host, c: &Callout, outcome: &str, reason: &str) {
 }
 
 fn report(host: &Host) -> Value {
-    let reports = callouts_to(host, "/v1/results");
+    let reports = report_callouts(host);
     assert_eq!(reports.len(), 1);
-    json(&reports[0].body)
+    report_of(&reports[0])
 }
 
 /// (name, tool, call, outcome) of every tool-check result in a report.

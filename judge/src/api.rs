@@ -5,6 +5,10 @@
 //!   the commit, `503` when the store is down. The filter sends a report again until it gets a 2xx:
 //!   a result already stored (same turn, check, attempt and, for tool-call checks, call) is not
 //!   stored, evented or alerted again.
+//! - `POST /v1/results/batch` (the same token): `{"reports": [...]}`, the reports of many turns
+//!   without background checks, each stored as if it came alone; a report that is not valid is
+//!   skipped and logged (the others are stored: `200 {"stored": n, "skipped": k}`), and a store
+//!   that fails answers `503` for the whole batch, which the filter sends again.
 //! - With the operator token (`Authorization: Bearer …`, `[api] token_env`):
 //!   `GET /responses/{id}/checks`, `GET /agents/{id}/checks/summary`, `DELETE /people/{person}/checks`.
 //!
@@ -21,7 +25,7 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use livecheck_wire::{Alert, TurnReport, RESULTS_PATH};
+use livecheck_wire::{Alert, ReportBatch, TurnReport, RESULTS_BATCH_PATH, RESULTS_PATH};
 use serde_json::{json, Value};
 
 use crate::alerts;
@@ -39,7 +43,9 @@ const DAY_MS: i64 = 86_400_000;
 
 /// The filter's route: reports of finished turns.
 pub fn filter_routes() -> Router<Arc<App>> {
-    Router::new().route(RESULTS_PATH, post(post_results))
+    Router::new()
+        .route(RESULTS_PATH, post(post_results))
+        .route(RESULTS_BATCH_PATH, post(post_results_batch))
 }
 
 /// The operator API.
@@ -88,13 +94,58 @@ async fn post_results(State(app): State<Arc<App>>, headers: HeaderMap, body: Byt
         tracing::warn!(problem = %problem, "bad turn report");
         return error(StatusCode::BAD_REQUEST, &problem);
     }
-    // The key is in memory before the pending checks are visible to the judging loop.
     let key = TurnKey::from_headers(&headers);
+    match ingest(&app, &store, &report, &key).await {
+        Ok(stored) => Json(json!({ "stored": stored })).into_response(),
+        Err(down) => down,
+    }
+}
+
+async fn post_results_batch(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(store) = app.store().cloned() else {
+        return no_store();
+    };
+    let batch: ReportBatch = match parse_report(&body) {
+        Ok(b) => b,
+        Err(problem) => {
+            tracing::warn!(problem = %problem, "bad batch of turn reports");
+            return error(StatusCode::BAD_REQUEST, &problem);
+        }
+    };
+    let key = TurnKey::from_headers(&headers);
+    let (mut stored, mut skipped) = (0usize, 0usize);
+    for (i, report) in batch.reports.iter().enumerate() {
+        if let Err(problem) = validate(report) {
+            tracing::warn!(problem = %problem, at = i, "bad turn report in a batch: skipped");
+            skipped += 1;
+            continue;
+        }
+        match ingest(&app, &store, report, &key).await {
+            Ok(n) => stored += n,
+            Err(down) => return down,
+        }
+    }
+    Json(json!({ "stored": stored, "skipped": skipped })).into_response()
+}
+
+/// Stores one valid report and starts what follows from it (events, background checks, alerts);
+/// the results stored now, or the answer to give when the store is down.
+async fn ingest(
+    app: &Arc<App>,
+    store: &Store,
+    report: &TurnReport,
+    key: &TurnKey,
+) -> Result<usize, Response> {
+    // The key is in memory before the pending checks are visible to the judging loop.
     for check in &report.background {
         app.remember_turn_key(&report.turn_id, &check.name, key.clone());
     }
     let ingested = match store
-        .ingest(&report, &app.webhook_urls(), ids::now_ms())
+        .ingest(report, &app.webhook_urls(), ids::now_ms())
         .await
     {
         Ok(i) => i,
@@ -102,7 +153,7 @@ async fn post_results(State(app): State<Arc<App>>, headers: HeaderMap, body: Byt
             for check in &report.background {
                 app.forget_turn_key(&report.turn_id, &check.name);
             }
-            return store_down(&e, "storing a turn report");
+            return Err(store_down(&e, "storing a turn report"));
         }
     };
     for check in &report.background {
@@ -126,13 +177,13 @@ async fn post_results(State(app): State<Arc<App>>, headers: HeaderMap, body: Byt
         app.pending_wake().notify_one();
     }
     if !ingested.alerts.is_empty() {
-        alerts::evaluate(&app, &store, ingested.alerts).await;
+        alerts::evaluate(app, store, ingested.alerts).await;
     }
-    Json(json!({ "stored": ingested.stored })).into_response()
+    Ok(ingested.stored)
 }
 
 /// The report, or a short problem naming the field; never quoting the body.
-fn parse_report(body: &[u8]) -> Result<TurnReport, String> {
+fn parse_report<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     let mut de = serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let mut segments: Vec<String> = Vec::new();
@@ -456,11 +507,13 @@ mod tests {
     #[test]
     fn a_bad_report_names_the_field_and_never_quotes_the_body() {
         let body = br#"{"turn_id":"lc_1","agent":"a","version":"1","results":[{"name":"n","stage":"input","kind":"k","mode":"block","attempt":"SECRET","outcome":"passed","reason":"r","created_at_ms":1}]}"#;
-        let problem = parse_report(body).unwrap_err();
+        let problem = parse_report::<TurnReport>(body).unwrap_err();
         assert_eq!(problem, "results[0].attempt: has a value of the wrong type");
-        let problem = parse_report(br#"{"turn_id":"lc_1","agent":"a","version":"1"}"#).unwrap_err();
+        let problem =
+            parse_report::<TurnReport>(br#"{"turn_id":"lc_1","agent":"a","version":"1"}"#)
+                .unwrap_err();
         assert_eq!(problem, "the report: misses the field results");
-        let problem = parse_report(
+        let problem = parse_report::<TurnReport>(
             br#"{"turn_id":"lc_1","SECRET":1,"agent":"a","version":"1","results":[]}"#,
         )
         .unwrap_err();

@@ -21,13 +21,19 @@ use common::results::{
 };
 use common::{config_for, output, tool_check, Judge, KEY};
 use livecheck_wire::{
-    Api, Outcome, RetryRequest, FILTER_TOKEN_HEADER, JUDGE_PATH, RESULTS_PATH, RETRY_PATH,
-    TOOL_CHECK_PATH,
+    Api, Outcome, RetryRequest, FILTER_TOKEN_HEADER, JUDGE_PATH, RESULTS_BATCH_PATH, RESULTS_PATH,
+    RETRY_PATH, TOOL_CHECK_PATH,
 };
 use serde_json::{json, Value};
 use upstream::{Reply, UpstreamDouble};
 
-const FILTER_PATHS: [&str; 4] = [JUDGE_PATH, TOOL_CHECK_PATH, RETRY_PATH, RESULTS_PATH];
+const FILTER_PATHS: [&str; 5] = [
+    JUDGE_PATH,
+    TOOL_CHECK_PATH,
+    RETRY_PATH,
+    RESULTS_PATH,
+    RESULTS_BATCH_PATH,
+];
 
 const CHAT_ANSWER: &str = r#"{"id":"chatcmpl-retry","object":"chat.completion","created":1,"model":"gpt-4.1-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Gladly."},"finish_reason":"stop"}],"usage":{"prompt_tokens":20,"completion_tokens":2,"total_tokens":22}}"#;
 
@@ -93,6 +99,14 @@ fn body_for(path: &str) -> String {
             "orders",
             vec![result("no-secrets", Outcome::Passed, 1)],
         )),
+        RESULTS_BATCH_PATH => Ok::<_, serde_json::Error>(
+            json!({"reports": [report(
+                &turn_id(),
+                "orders",
+                vec![result("no-secrets", Outcome::Passed, 1)],
+            )]})
+            .to_string(),
+        ),
         other => panic!("not a filter path: {other}"),
     }
     .unwrap()

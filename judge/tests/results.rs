@@ -41,6 +41,7 @@ on_both!(
     results_page_by_cursor,
     the_api_needs_the_token_and_answers_json_errors,
     a_bad_report_is_refused_400_naming_the_field,
+    a_batch_stores_each_valid_report_once_and_skips_a_bad_one,
     a_closed_store_answers_503,
     the_summary_counts_each_check_since_a_time,
     erasure_removes_every_turn_of_a_person,
@@ -290,6 +291,45 @@ async fn a_bad_report_is_refused_400_naming_the_field(db: Db) {
     let (status, _) = sidecar.post_report_with("{not json SECRET", &[]).await;
     assert_eq!(status, 400);
     assert!(db.dump().await.is_empty(), "nothing stored");
+    sidecar.stop().await;
+}
+
+async fn a_batch_stores_each_valid_report_once_and_skips_a_bad_one(db: Db) {
+    let sidecar = Sidecar::start(&db, &api_only()).await;
+    let (a, b) = (turn_id(), turn_id());
+    let good = |id: &str| {
+        serde_json::to_value(report(
+            id,
+            "orders",
+            vec![result("x", Failed, 1), result("y", Passed, 1)],
+        ))
+        .unwrap()
+    };
+    let mut bad = good(&turn_id());
+    bad["results"][0]["attempt"] = json!(0);
+    let batch = json!({"reports": [good(&a), bad, good(&b)]}).to_string();
+    assert_eq!(
+        sidecar.post_with("/v1/results/batch", &batch, &[]).await,
+        (200, json!({"stored": 4, "skipped": 1}))
+    );
+    assert_eq!(sidecar.all_checks(&a).await.len(), 2);
+    assert_eq!(sidecar.all_checks(&b).await.len(), 2);
+    // Sent again whole (the filter got no answer): nothing stored twice.
+    assert_eq!(
+        sidecar.post_with("/v1/results/batch", &batch, &[]).await,
+        (200, json!({"stored": 0, "skipped": 1}))
+    );
+    let (status, answer) = sidecar
+        .post_with("/v1/results/batch", r#"{"reports": [], "SECRET": 1}"#, &[])
+        .await;
+    assert_eq!(status, 400);
+    assert!(!answer["error"].as_str().unwrap().contains("SECRET"));
+    sidecar.app.store().unwrap().close().await;
+    let (status, _) = sidecar.post_with("/v1/results/batch", &batch, &[]).await;
+    assert_eq!(
+        status, 503,
+        "a store that fails fails the batch, sent again"
+    );
     sidecar.stop().await;
 }
 

@@ -176,6 +176,7 @@ impl std::fmt::Display for BadAnswer {
 
 /// Reads a request body: what input checks read and how the caller wants the answer.
 pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
+    let _span = crate::profile::span("phase.parse_request");
     let body = json::parse_strict(body).map_err(BadRequest)?;
     let Value::Object(body) = body else {
         return Err(BadRequest("the request body must be a JSON object".into()));
@@ -190,6 +191,7 @@ pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
 
 /// Reads a non-streamed answer body.
 pub fn parse_answer(api: Api, body: &[u8]) -> Result<Answer, BadAnswer> {
+    let _span = crate::profile::span("phase.parse_answer");
     let raw =
         std::str::from_utf8(body).map_err(|_| BadAnswer("the answer body is not UTF-8".into()))?;
     let body = answer_object(raw.as_bytes())?;

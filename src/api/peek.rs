@@ -43,8 +43,6 @@ fn skip_space(bytes: &[u8]) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
-    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
 

@@ -626,8 +626,6 @@ fn message_events(
 
 #[cfg(test)]
 mod tests {
-    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use std::rc::Rc;
 

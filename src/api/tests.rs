@@ -1,6 +1,3 @@
-#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-use wasm_bindgen_test::wasm_bindgen_test as test;
-
 use serde_json::{json, Value};
 
 use super::fixtures::*;

@@ -308,8 +308,6 @@ fn arg_rule(raw: RawArgRule) -> Result<ArgRule, (&'static str, String)> {
 
 #[cfg(test)]
 mod tests {
-    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
 

@@ -37,6 +37,11 @@ extern "C" {
         return_value_data: *mut *mut u8,
         return_value_size: *mut usize,
     ) -> u32;
+    fn proxy_get_header_map_pairs(
+        map_type: u32,
+        return_map_data: *mut *mut u8,
+        return_map_size: *mut usize,
+    ) -> u32;
     fn proxy_replace_header_map_value(
         map_type: u32,
         key_data: *const u8,
@@ -106,6 +111,7 @@ unsafe fn take(data: *mut u8, size: usize) -> Vec<u8> {
 
 /// Levels as the ABI numbers them: 0 trace … 5 critical.
 pub fn log(level: u32, message: &str) {
+    let _span = crate::profile::span("host.log");
     // SAFETY: the pointer and length describe `message`, alive for the call.
     let _ = unsafe { proxy_log(level, message.as_ptr(), message.len()) };
 }
@@ -119,6 +125,7 @@ pub fn now_nanos() -> Result<u64, Refused> {
 
 /// A header's raw value: `Ok(None)` when absent.
 pub fn header(map: u32, name: &str) -> Result<Option<Vec<u8>>, Refused> {
+    let _span = crate::profile::span("host.get_header");
     let mut data = null_mut();
     let mut size = 0usize;
     // SAFETY: key pointer/length describe `name`; the out-pointers are valid places.
@@ -132,7 +139,62 @@ pub fn header(map: u32, name: &str) -> Result<Option<Vec<u8>>, Refused> {
     }
 }
 
+/// A header map as Envoy lists it: names and values as bytes, in order.
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// A whole header map in one host call, in order, as (name, value) byte pairs: an empty map when
+/// the host has none. Envoy's names are lowercase.
+pub fn header_pairs(map: u32) -> Result<Pairs, Refused> {
+    let _span = crate::profile::span("host.get_header_pairs");
+    let mut data = null_mut();
+    let mut size = 0usize;
+    // SAFETY: the out-pointers are valid places.
+    let code = unsafe { proxy_get_header_map_pairs(map, &mut data, &mut size) };
+    match code {
+        // SAFETY: on Ok the host wrote `size` bytes at `data`, allocated for us.
+        OK => Ok(deserialize_pairs(&unsafe { take(data, size) })),
+        NOT_FOUND => Ok(Vec::new()),
+        other => Err(Refused(other)),
+    }
+}
+
+/// Reads the ABI's map encoding (see [`serialize_pairs`]); a malformed map reads as the pairs
+/// before the fault.
+fn deserialize_pairs(bytes: &[u8]) -> Pairs {
+    let u32_at = |at: usize| -> Option<usize> {
+        let b: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
+        usize::try_from(u32::from_le_bytes(b)).ok()
+    };
+    let Some(count) = u32_at(0) else {
+        return Vec::new();
+    };
+    let mut sizes = Vec::new();
+    for i in 0..count {
+        let at = 4 + i.saturating_mul(8);
+        match (u32_at(at), u32_at(at.saturating_add(4))) {
+            (Some(k), Some(v)) => sizes.push((k, v)),
+            _ => return Vec::new(),
+        }
+    }
+    let mut at = 4usize.saturating_add(count.saturating_mul(8));
+    let mut pairs = Vec::with_capacity(sizes.len());
+    for (k, v) in sizes {
+        let mut field = |len: usize| -> Option<Vec<u8>> {
+            let end = at.checked_add(len)?;
+            let value = bytes.get(at..end)?.to_vec();
+            at = end.checked_add(1)?; // the NUL after each name and value
+            Some(value)
+        };
+        match (field(k), field(v)) {
+            (Some(name), Some(value)) => pairs.push((name, value)),
+            _ => break,
+        }
+    }
+    pairs
+}
+
 pub fn set_header(map: u32, name: &str, value: Option<&str>) -> Result<(), Refused> {
+    let _span = crate::profile::span("host.set_header");
     // SAFETY: every pointer/length pair describes a live slice.
     ok(unsafe {
         match value {
@@ -145,6 +207,7 @@ pub fn set_header(map: u32, name: &str, value: Option<&str>) -> Result<(), Refus
 }
 
 pub fn buffer(buffer: u32, start: usize, size: usize) -> Result<Vec<u8>, Refused> {
+    let _span = crate::profile::span("host.get_buffer");
     let mut data = null_mut();
     let mut len = 0usize;
     // SAFETY: the out-pointers are valid places.
@@ -158,6 +221,7 @@ pub fn buffer(buffer: u32, start: usize, size: usize) -> Result<Vec<u8>, Refused
 }
 
 pub fn set_buffer(buffer: u32, start: usize, size: usize, data: &[u8]) -> Result<(), Refused> {
+    let _span = crate::profile::span("host.set_buffer");
     // SAFETY: the pointer/length describe `data`.
     ok(unsafe { proxy_set_buffer_bytes(buffer, start, size, data.as_ptr(), data.len()) })
 }
@@ -167,6 +231,7 @@ pub fn send_local_response(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Result<(), Refused> {
+    let _span = crate::profile::span("host.send_local_response");
     let headers = serialize_pairs(headers);
     // SAFETY: every pointer/length pair describes a live slice owned by this frame.
     ok(unsafe {
@@ -184,6 +249,7 @@ pub fn send_local_response(
 }
 
 pub fn define_counter(name: &str) -> Result<u32, Refused> {
+    let _span = crate::profile::span("host.define_metric");
     let mut id = 0u32;
     // SAFETY: the pointer/length describe `name`; `id` is a valid place.
     ok(unsafe { proxy_define_metric(COUNTER, name.as_ptr(), name.len(), &mut id) })?;
@@ -191,6 +257,12 @@ pub fn define_counter(name: &str) -> Result<u32, Refused> {
 }
 
 pub fn increment(metric: u32, by: i64) -> Result<(), Refused> {
+    let _span = crate::profile::span("host.increment_metric");
+    increment_untimed(metric, by)
+}
+
+/// [`increment`] outside the profile's spans (the profile's own counters).
+pub fn increment_untimed(metric: u32, by: i64) -> Result<(), Refused> {
     // SAFETY: plain values.
     ok(unsafe { proxy_increment_metric(metric, by) })
 }
@@ -215,16 +287,19 @@ fn serialize_pairs(pairs: &[(&str, &str)]) -> Vec<u8> {
 }
 
 pub fn close_stream(stream: u32) -> Result<(), Refused> {
+    let _span = crate::profile::span("host.close_stream");
     // SAFETY: a plain value.
     ok(unsafe { proxy_close_stream(stream) })
 }
 
 pub fn continue_stream(stream: u32) -> Result<(), Refused> {
+    let _span = crate::profile::span("host.continue_stream");
     // SAFETY: a plain value.
     ok(unsafe { proxy_continue_stream(stream) })
 }
 
 pub fn set_effective_context(context_id: u32) -> Result<(), Refused> {
+    let _span = crate::profile::span("host.set_effective_context");
     // SAFETY: a plain value.
     ok(unsafe { proxy_set_effective_context(context_id) })
 }
@@ -232,4 +307,32 @@ pub fn set_effective_context(context_id: u32) -> Result<(), Refused> {
 pub fn set_tick_period_ms(period: u32) -> Result<(), Refused> {
     // SAFETY: a plain value.
     ok(unsafe { proxy_set_tick_period_milliseconds(period) })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn header_pairs_read_back_what_the_abi_encoding_holds() {
+        let encoded = serialize_pairs(&[(":path", "/v1/messages"), ("x-a", ""), ("x-a", "2")]);
+        let pairs = deserialize_pairs(&encoded);
+        let text: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    std::str::from_utf8(k).unwrap(),
+                    std::str::from_utf8(v).unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(text, [(":path", "/v1/messages"), ("x-a", ""), ("x-a", "2")]);
+        // Every truncation reads without a panic, as the pairs whole before the cut (the last
+        // value's closing NUL is not needed to read it).
+        for cut in 0..encoded.len() - 1 {
+            assert!(deserialize_pairs(&encoded[..cut]).len() < 3);
+        }
+        assert!(deserialize_pairs(&[0xff, 0xff, 0xff, 0xff]).is_empty());
+    }
 }

@@ -20,11 +20,14 @@ use proxy_wasm::types::{Action, ContextType, LogLevel as SdkLevel};
 use crate::build_info;
 use crate::config::Policy;
 use crate::host::{Flow, Host, LogLevel};
-use crate::outbox::{Delivery, Job, Outbox};
+use crate::judge;
+use crate::outbox::{Callout, Delivery, Job, Outbox};
 use crate::turn::Turn;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(SdkLevel::Info);
+    #[cfg(feature = "profile")]
+    crate::profile::set_clock(|| abi::now_nanos().unwrap_or(0));
     std::panic::set_hook(Box::new(|info| {
         let at = info
             .location()
@@ -68,13 +71,12 @@ impl Root {
     fn new(context_id: u32) -> Self {
         Self {
             policy: None,
-            host: WasmHost {
+            host: WasmHost::new(
                 context_id,
-                counters: Counters::default(),
-                outbox: Rc::new(RefCell::new(Outbox::default())),
-                closing: Closing::default(),
-                random: RandomState::new(),
-            },
+                Counters::default(),
+                Rc::new(RefCell::new(Outbox::default())),
+                Closing::default(),
+            ),
         }
     }
 
@@ -102,32 +104,75 @@ impl Root {
         let _ = abi::set_effective_context(self.host.context_id);
     }
 
-    fn send_reports(&mut self, now: u64) {
-        let Some(policy) = &self.policy else {
-            return;
-        };
-        let jobs = self.host.outbox.borrow_mut().take_batch(now);
-        for job in jobs {
-            let headers: Vec<(&str, &str)> = job
-                .headers
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            let sent = self.host.dispatch_callout(
-                &policy.judge_cluster,
-                &headers,
-                &job.body,
-                REPORT_TIMEOUT_MS,
-            );
-            match sent {
-                Some(token) => self.host.outbox.borrow_mut().sent(token, job),
-                None => {
-                    self.host.increment_counter("livecheck.reports.retried");
-                    self.host.outbox.borrow_mut().unsent(job, now);
+    /// The profile's totals since the last tick, added to its counters (`src/profile.rs`).
+    #[cfg(feature = "profile")]
+    fn flush_profile(&mut self) {
+        for total in crate::profile::take_totals() {
+            for (what, by) in [("calls", total.calls), ("ns", total.nanos)] {
+                let name = format!("livecheck.profile.{}.{what}", total.name);
+                let id = self.host.counters.borrow().get(&name).copied();
+                let id = match id {
+                    Some(id) => Some(id),
+                    None => abi::define_counter(&name).ok().inspect(|id| {
+                        self.host.counters.borrow_mut().insert(name.clone(), *id);
+                    }),
+                };
+                if let Some(id) = id {
+                    let _ = abi::increment_untimed(id, i64::try_from(by).unwrap_or(i64::MAX));
                 }
             }
         }
     }
+
+    fn send_reports(&mut self, now: u64) {
+        let Some(policy) = &self.policy else {
+            return;
+        };
+        let callouts = self.host.outbox.borrow_mut().take(now);
+        for callout in callouts {
+            let sent = match (&callout, callout.batch_body()) {
+                (_, Some(body)) => {
+                    let headers = judge::batch_headers(policy);
+                    self.host.dispatch_callout(
+                        &policy.judge_cluster,
+                        &pairs(&headers),
+                        &body,
+                        REPORT_TIMEOUT_MS,
+                    )
+                }
+                (Callout::Alone(job), None) if job.batchable => {
+                    let headers = judge::report_headers(policy);
+                    self.host.dispatch_callout(
+                        &policy.judge_cluster,
+                        &pairs(&headers),
+                        &job.body,
+                        REPORT_TIMEOUT_MS,
+                    )
+                }
+                (Callout::Alone(job), None) => self.host.dispatch_callout(
+                    &policy.judge_cluster,
+                    &pairs(&job.headers),
+                    &job.body,
+                    REPORT_TIMEOUT_MS,
+                ),
+                (Callout::Batch(_), None) => None,
+            };
+            match sent {
+                Some(token) => self.host.outbox.borrow_mut().sent(token, callout),
+                None => {
+                    self.host.increment_counter("livecheck.reports.retried");
+                    self.host.outbox.borrow_mut().unsent(callout, now);
+                }
+            }
+        }
+    }
+}
+
+fn pairs(headers: &[(String, String)]) -> Vec<(&str, &str)> {
+    headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
 }
 
 impl Context for Root {
@@ -140,12 +185,19 @@ impl Context for Root {
         _body: usize,
         _trailers: usize,
     ) {
-        let delivery = Delivery::of_status(self.host.callout_status());
+        let _span = crate::profile::span("cb.report_answered");
+        let status = self.host.callout_status();
         let now = self.host.now_unix_millis();
-        let known = self.host.outbox.borrow_mut().answered(token, delivery, now);
+        let delivery = self.host.outbox.borrow_mut().answered(token, status, now);
+        let Some(delivery) = delivery else {
+            return;
+        };
         match delivery {
-            _ if !known => {}
             Delivery::Stored => {}
+            Delivery::NoBatches => self.host.log(
+                LogLevel::Warn,
+                "livecheck: the sidecar takes no batched turn reports (a livecheck-judge from before them): reports go one by one",
+            ),
             Delivery::Failed => self.host.increment_counter("livecheck.reports.retried"),
             Delivery::Refused => {
                 self.host.increment_counter("livecheck.reports.refused");
@@ -215,9 +267,12 @@ impl RootContext for Root {
     /// Sends waiting turn reports from the root context, so no stream's end can cancel them,
     /// then closes cut streams whose upstream went quiet.
     fn on_tick(&mut self) {
+        let _span = crate::profile::span("cb.tick");
         let now = self.host.now_unix_millis();
         self.send_reports(now);
         self.close_due_streams(now);
+        #[cfg(feature = "profile")]
+        self.flush_profile();
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -225,17 +280,17 @@ impl RootContext for Root {
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        let _span = crate::profile::span("cb.create_context");
         // Envoy creates no stream on a plugin whose configuration was refused; should one come,
         // it is refused too rather than passed unchecked.
         Some(Box::new(Stream {
             turn: self.policy.clone().map(Turn::new),
-            host: WasmHost {
+            host: WasmHost::new(
                 context_id,
-                counters: Rc::clone(&self.host.counters),
-                outbox: Rc::clone(&self.host.outbox),
-                closing: Rc::clone(&self.host.closing),
-                random: RandomState::new(),
-            },
+                Rc::clone(&self.host.counters),
+                Rc::clone(&self.host.outbox),
+                Rc::clone(&self.host.closing),
+            ),
         }))
     }
 }
@@ -253,6 +308,8 @@ impl Context for Stream {
         body_size: usize,
         _num_trailers: usize,
     ) {
+        let _span = crate::profile::span("cb.callout_response");
+        self.host.new_callback();
         if let Some(turn) = &mut self.turn {
             turn.on_callout_response(&mut self.host, token_id, body_size);
         }
@@ -261,6 +318,8 @@ impl Context for Stream {
 
 impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let _span = crate::profile::span("cb.request_headers");
+        self.host.new_callback();
         match &mut self.turn {
             Some(turn) => action(turn.on_request_headers(&mut self.host, end_of_stream)),
             None => {
@@ -275,24 +334,32 @@ impl HttpContext for Stream {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let _span = crate::profile::span("cb.request_body");
+        self.host.new_callback();
         self.turn.as_mut().map_or(Action::Continue, |turn| {
             action(turn.on_request_body(&mut self.host, body_size, end_of_stream))
         })
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let _span = crate::profile::span("cb.response_headers");
+        self.host.new_callback();
         self.turn.as_mut().map_or(Action::Continue, |turn| {
             action(turn.on_response_headers(&mut self.host, end_of_stream))
         })
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        let _span = crate::profile::span("cb.response_body");
+        self.host.new_callback();
         self.turn.as_mut().map_or(Action::Continue, |turn| {
             action(turn.on_response_body(&mut self.host, body_size, end_of_stream))
         })
     }
 
     fn on_log(&mut self) {
+        let _span = crate::profile::span("cb.log");
+        self.host.new_callback();
         if let Some(turn) = &mut self.turn {
             turn.on_done(&mut self.host);
         }
@@ -315,9 +382,67 @@ struct WasmHost {
     outbox: Rc<RefCell<Outbox>>,
     closing: Closing,
     random: RandomState,
+    /// The request and response header maps as read in the current callback (one host call per
+    /// map instead of one per header); emptied whenever a callback starts or the map is written.
+    headers: [RefCell<Option<HeaderMap>>; 2],
 }
 
+/// A header map as Envoy lists it: lowercase names, in order, values as bytes.
+type HeaderMap = abi::Pairs;
+
+const REQUEST: usize = 0;
+const RESPONSE: usize = 1;
+
 impl WasmHost {
+    fn new(
+        context_id: u32,
+        counters: Counters,
+        outbox: Rc<RefCell<Outbox>>,
+        closing: Closing,
+    ) -> Self {
+        Self {
+            context_id,
+            counters,
+            outbox,
+            closing,
+            random: RandomState::new(),
+            headers: Default::default(),
+        }
+    }
+
+    /// A callback begins: header maps read before may have changed.
+    fn new_callback(&self) {
+        for map in &self.headers {
+            map.borrow_mut().take();
+        }
+    }
+
+    /// A header's first value, as Envoy's `get_header_map_value` gives it (names compared without
+    /// case), from the map read whole once per callback; `None` when absent or unreadable (the
+    /// host refuses a map it no longer lets the filter read).
+    fn header(&self, which: usize, name: &str) -> Option<String> {
+        let slot = self.headers.get(which)?;
+        let mut cached = slot.borrow_mut();
+        let map = cached.get_or_insert_with(|| {
+            let abi_map = if which == REQUEST {
+                abi::REQUEST_HEADERS
+            } else {
+                abi::RESPONSE_HEADERS
+            };
+            abi::header_pairs(abi_map).unwrap_or_default()
+        });
+        let (_, value) = map
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name.as_bytes()))?;
+        String::from_utf8(value.clone()).ok()
+    }
+
+    fn forget_headers(&self, which: usize) {
+        if let Some(slot) = self.headers.get(which) {
+            slot.borrow_mut().take();
+        }
+    }
+
     /// The stream ended or was closed: no timer may reset it (or a later stream given its id).
     fn forget_close(&mut self) {
         let id = self.context_id;
@@ -331,24 +456,20 @@ fn text(bytes: Vec<u8>) -> Option<String> {
 
 impl Host for WasmHost {
     fn request_header(&self, name: &str) -> Option<String> {
-        abi::header(abi::REQUEST_HEADERS, name)
-            .ok()
-            .flatten()
-            .and_then(text)
+        self.header(REQUEST, name)
     }
 
     fn set_request_header(&mut self, name: &str, value: Option<&str>) {
+        self.forget_headers(REQUEST);
         let _ = abi::set_header(abi::REQUEST_HEADERS, name, value);
     }
 
     fn response_header(&self, name: &str) -> Option<String> {
-        abi::header(abi::RESPONSE_HEADERS, name)
-            .ok()
-            .flatten()
-            .and_then(text)
+        self.header(RESPONSE, name)
     }
 
     fn set_response_header(&mut self, name: &str, value: Option<&str>) {
+        self.forget_headers(RESPONSE);
         let _ = abi::set_header(abi::RESPONSE_HEADERS, name, value);
     }
 
@@ -380,6 +501,7 @@ impl Host for WasmHost {
         body: &[u8],
         timeout_ms: u64,
     ) -> Option<u32> {
+        let _span = crate::profile::span("host.dispatch_http_call");
         // The SDK's call registers the token with its dispatcher, which routes the answer back to
         // this stream's `on_http_call_response`; it returns errors for the statuses Envoy gives.
         proxy_wasm::hostcalls::dispatch_http_call(
@@ -453,12 +575,14 @@ impl Host for WasmHost {
     }
 
     fn now_unix_millis(&self) -> u64 {
+        let _span = crate::profile::span("host.now");
         abi::now_nanos().map_or(0, |n| n / 1_000_000)
     }
 
     fn random(&mut self) -> u64 {
         // `RandomState` keys come from the host's WASI `random_get`; hashing a counter under a
         // fresh state gives an unpredictable u64 per call.
+        let _span = crate::profile::span("host.random");
         self.random = RandomState::new();
         self.random.hash_one(0u8)
     }

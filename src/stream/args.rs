@@ -221,8 +221,6 @@ fn is_delimiter(c: char) -> bool {
 
 #[cfg(test)]
 mod tests {
-    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
 

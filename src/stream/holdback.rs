@@ -274,8 +274,6 @@ impl Holdback {
 
 #[cfg(test)]
 mod tests {
-    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
     use crate::pattern::{compile_forbidden_text, compile_pattern};

@@ -253,6 +253,7 @@ impl Rewriter {
 
     /// One upstream body chunk.
     pub fn feed(&mut self, chunk: &[u8]) -> Step {
+        let _span = crate::profile::span("phase.stream_feed");
         let mut step = Step::default();
         if self.phase == Phase::Done || self.abandoned.is_some() {
             return step;

@@ -1,6 +1,4 @@
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
-#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-use wasm_bindgen_test::wasm_bindgen_test as test;
 
 use std::rc::Rc;
 

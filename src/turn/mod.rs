@@ -397,8 +397,6 @@ fn send_stop(
 
 #[cfg(test)]
 mod tests {
-    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
     use crate::host::fake::FakeHost;

@@ -310,8 +310,6 @@ fn denied_reply(host: &mut dyn Host, asked: &Asked, denial: &Denial, body: &[u8]
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
-    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use serde_json::{json, Value};
 

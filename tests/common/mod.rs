@@ -123,6 +123,34 @@ pub fn callouts_to(host: &Host, path: &str) -> Vec<Callout> {
         .collect()
 }
 
+/// The callouts in flight that carry turn reports: alone (`/v1/results`) or batched
+/// (`/v1/results/batch`).
+pub fn report_callouts(host: &Host) -> Vec<Callout> {
+    host.pending_callouts()
+        .into_iter()
+        .filter(|c| matches!(c.header(":path"), Some("/v1/results" | "/v1/results/batch")))
+        .collect()
+}
+
+/// The reports one callout carries, in order.
+pub fn reports_in(c: &Callout) -> Vec<serde_json::Value> {
+    let body = json(&c.body);
+    match c.header(":path") {
+        Some("/v1/results/batch") => body
+            .get("reports")
+            .and_then(|r| r.as_array().cloned())
+            .unwrap_or_default(),
+        _ => vec![body],
+    }
+}
+
+/// The one report a callout carries.
+pub fn report_of(c: &Callout) -> serde_json::Value {
+    let mut reports = reports_in(c);
+    assert_eq!(reports.len(), 1, "one report in the callout");
+    reports.remove(0)
+}
+
 /// Whether the question is still held from the upstream: its headers may have gone on (the filter
 /// never holds headers), but no byte of its body and no end did, so no model was asked.
 pub fn question_held(host: &Host, s: StreamId) -> bool {

@@ -92,8 +92,22 @@ pub struct JudgeVerdict {
 /// sidecar stores each result once (by `turn_id`, check name, attempt and tool call).
 pub const RESULTS_PATH: &str = "/v1/results";
 
+/// The path where the filter delivers several finished turns' reports in one callout, as a
+/// [`ReportBatch`]: the reports that carry no background checks (a report with background checks
+/// goes alone to [`RESULTS_PATH`], with its turn's credentials as the callout's headers). The
+/// sidecar answers 2xx once every valid report in it is stored (an invalid one is skipped and
+/// logged, never stored), so the filter sends a batch again whole until then.
+pub const RESULTS_BATCH_PATH: &str = "/v1/results/batch";
+
+/// Several turns' reports (`POST /v1/results/batch`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportBatch {
+    pub reports: Vec<TurnReport>,
+}
+
 /// The header carrying the shared token on every callout from the filter to the sidecar
-/// (`/v1/judge`, `/v1/tool-check`, `/v1/retry`, `/v1/results`).
+/// (`/v1/judge`, `/v1/tool-check`, `/v1/retry`, `/v1/results`, `/v1/results/batch`).
 pub const FILTER_TOKEN_HEADER: &str = "x-livecheck-token";
 
 /// Whether a filter token is usable: 16 to 256 visible ASCII characters, long enough to guess at no
