@@ -22,25 +22,34 @@ use livecheck::stream::{Hold, Rewriter};
 const EVENTS: usize = 2000;
 const REPEATS: usize = 50;
 
-fn chat_events() -> Vec<String> {
+/// The bench's text in deltas of 4 characters cut anywhere (most end inside a word, which the
+/// e-mail rule holds until the next character), or, `aligned`, of one word and a space each
+/// (words without digits: no event ends inside text that could still begin a match).
+fn chat_events(aligned: bool) -> Vec<String> {
     let words = "the order ships from our depot near the station on Monday and arrives within 3 to 5 \
                  days ; your invoice 4471 lists two items , a lamp and a chair , both in stock . Please \
                  keep the receipt"
         .split(' ')
+        .filter(|w| !aligned || !w.contains(|c: char| c.is_ascii_digit()))
         .collect::<Vec<_>>();
     let mut text = String::new();
+    let mut deltas = Vec::new();
     let mut i = 0;
-    while text.chars().count() < EVENTS * 4 {
-        text.push_str(words[i % words.len()]);
-        text.push(' ');
+    while text.chars().count() < EVENTS * 4 || deltas.len() < EVENTS {
+        let word = format!("{} ", words[i % words.len()]);
+        text.push_str(&word);
+        deltas.push(word);
         i += 7;
     }
-    let chars: Vec<char> = text.chars().collect();
-    chars
-        .chunks(4)
+    if !aligned {
+        let chars: Vec<char> = text.chars().collect();
+        deltas = chars.chunks(4).map(|c| c.iter().collect()).collect();
+    }
+    deltas
+        .iter()
         .take(EVENTS)
-        .map(|c| {
-            let delta = serde_json::to_string(&c.iter().collect::<String>()).unwrap();
+        .map(|d| {
+            let delta = serde_json::to_string(d).unwrap();
             format!(
                 "data: {{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\
                  \"model\":\"gpt-4.1-mini\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{delta}}},\
@@ -58,39 +67,67 @@ fn main() {
     let rules = std::fs::read("benches/rules.json").expect("run from the repository root");
     let policy = Policy::from_json(&rules).unwrap();
     let version = policy.select(Some("bench"), None, None).unwrap();
-    let events = chat_events();
     let request = Request {
         stream: true,
         ..Request::default()
     };
     let mut sink = 0usize;
-    let start = Instant::now();
-    for _ in 0..REPEATS {
-        let mut rw = Rewriter::new(
-            Api::ChatCompletions,
-            Rc::clone(&version),
-            &request,
-            Hold::Rules,
-            1 << 20,
+    for (name, aligned) in [("cut anywhere", false), ("word-aligned", true)] {
+        let events = chat_events(aligned);
+        let start = Instant::now();
+        for _ in 0..REPEATS {
+            let mut rw = Rewriter::new(
+                Api::ChatCompletions,
+                Rc::clone(&version),
+                &request,
+                Hold::Rules,
+                1 << 20,
+            );
+            for e in &events {
+                sink += rw.feed(e.as_bytes()).out.len();
+            }
+            sink += rw.finish().out.len();
+        }
+        let rewriter = per_event(start);
+        let start = Instant::now();
+        for _ in 0..REPEATS {
+            for e in &events {
+                let data = e.trim_start_matches("data: ").trim_end();
+                let v: serde_json::Value = serde_json::from_str(data).unwrap();
+                sink += serde_json::to_string(&v).unwrap().len();
+            }
+        }
+        let json = per_event(start);
+        println!(
+            "stream_cost ({name}): rewriter {rewriter:.0} ns/event, JSON parse + serialize alone \
+             {json:.0} ns/event ({:.1}x), {EVENTS} Chat events x {REPEATS}; {} of {EVENTS} events \
+             went out as they came (checksum {sink})",
+            rewriter / json,
+            unchanged(&version, &request, &events)
         );
-        for e in &events {
-            sink += rw.feed(e.as_bytes()).out.len();
-        }
-        sink += rw.finish().out.len();
     }
-    let rewriter = per_event(start);
-    let start = Instant::now();
-    for _ in 0..REPEATS {
-        for e in &events {
-            let data = e.trim_start_matches("data: ").trim_end();
-            let v: serde_json::Value = serde_json::from_str(data).unwrap();
-            sink += serde_json::to_string(&v).unwrap().len();
-        }
-    }
-    let json = per_event(start);
-    println!(
-        "stream_cost: rewriter {rewriter:.0} ns/event, JSON parse + serialize alone {json:.0} ns/event \
-         ({:.1}x), {EVENTS} Chat events x {REPEATS} (checksum {sink})",
-        rewriter / json
+}
+
+/// How many upstream events the caller received byte for byte (the rest were split, joined or
+/// rewritten).
+fn unchanged(
+    version: &Rc<livecheck::config::Version>,
+    request: &Request,
+    events: &[String],
+) -> usize {
+    let mut rw = Rewriter::new(
+        Api::ChatCompletions,
+        Rc::clone(version),
+        request,
+        Hold::Rules,
+        1 << 20,
     );
+    let mut out = Vec::new();
+    for e in events {
+        out.extend(rw.feed(e.as_bytes()).out);
+    }
+    out.extend(rw.finish().out);
+    let out = String::from_utf8_lossy(&out);
+    let sent: std::collections::HashSet<&str> = out.split_inclusive("\n\n").collect();
+    events.iter().filter(|e| sent.contains(e.as_str())).count()
 }

@@ -95,6 +95,8 @@ pub mod fake {
         pub callout_answer: Option<(Option<u16>, Vec<u8>)>,
         pub resumed: Vec<&'static str>,
         pub delivered: Vec<crate::outbox::Job>,
+        /// How many times the response body was rewritten.
+        pub body_rewrites: usize,
     }
 
     impl FakeHost {
@@ -149,6 +151,7 @@ pub mod fake {
                 return false;
             }
             self.response_body = body.to_vec();
+            self.body_rewrites += 1;
             true
         }
         fn send_local_reply(&mut self, status: u32, headers: &[(&str, &str)], body: &[u8]) {

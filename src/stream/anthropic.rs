@@ -56,7 +56,7 @@ impl Anthropic {
 
     fn emit(&mut self, data: Value, out: &mut Vec<u8>) {
         let name = str_at(&data, "/type").map(str::to_owned);
-        self.write(Ev { name, data }, out);
+        self.write(Ev::new(name, data), out);
     }
 }
 
@@ -68,23 +68,23 @@ impl Format for Anthropic {
     fn call_of(&self, _key: u64, events: &[&Ev]) -> Option<ToolCall> {
         let start = events
             .iter()
-            .find(|e| str_at(&e.data, "/type") == Some("content_block_start"))?;
+            .find(|e| str_at(e.data(), "/type") == Some("content_block_start"))?;
         // Server and MCP tool uses ran at Anthropic: only the caller's own tools are checked.
-        if str_at(&start.data, "/content_block/type") != Some("tool_use") {
+        if str_at(start.data(), "/content_block/type") != Some("tool_use") {
             return None;
         }
         let mut arguments: String = events
             .iter()
-            .filter(|e| str_at(&e.data, "/delta/type") == Some("input_json_delta"))
-            .filter_map(|e| str_at(&e.data, "/delta/partial_json"))
+            .filter(|e| str_at(e.data(), "/delta/type") == Some("input_json_delta"))
+            .filter_map(|e| str_at(e.data(), "/delta/partial_json"))
             .collect();
         if arguments.is_empty() {
             // No deltas: the input is the one the block started with (`{}` for none).
-            arguments = util::at(&start.data, "/content_block/input")
+            arguments = util::at(start.data(), "/content_block/input")
                 .map_or_else(|| "{}".to_owned(), Value::to_string);
         }
         Some(ToolCall {
-            name: str_at(&start.data, "/content_block/name")
+            name: str_at(start.data(), "/content_block/name")
                 .unwrap_or_default()
                 .to_owned(),
             arguments,
@@ -167,13 +167,7 @@ impl Format for Anthropic {
         }
         // Text fields that are empty carry nothing to check.
         texts.retain(|t: &TextIn| str_at(&data, &t.pointer) != Some(""));
-        let mut unit = Unit::new(
-            Ev {
-                name: event.event,
-                data,
-            },
-            unit_lane,
-        );
+        let mut unit = Unit::new(Ev::new(event.event, data), unit_lane);
         unit.texts = texts;
         unit.ends = ends;
         unit.terminal = terminal;
@@ -185,29 +179,33 @@ impl Format for Anthropic {
 
     fn joins(&self, rest: &Ev, next: &Ev) -> bool {
         let text = |ev: &Ev| {
-            str_at(&ev.data, "/type") == Some("content_block_delta")
-                && str_at(&ev.data, "/delta/type") == Some("text_delta")
+            str_at(ev.data(), "/type") == Some("content_block_delta")
+                && str_at(ev.data(), "/delta/type") == Some("text_delta")
         };
-        text(rest) && text(next) && rest.data.get("index") == next.data.get("index")
+        text(rest) && text(next) && rest.data().get("index") == next.data().get("index")
     }
 
     fn write(&mut self, mut ev: Ev, out: &mut Vec<u8>) {
-        match str_at(&ev.data, "/type") {
+        match str_at(ev.data(), "/type") {
             Some("message_start") => self.started = true,
             Some("content_block_start") => {
-                if let Some(upstream) = u64_at(&ev.data, "/index") {
+                if let Some(upstream) = u64_at(ev.data(), "/index") {
                     let index = self.next_index;
                     self.next_index += 1;
                     self.indexes.insert(upstream, index);
                     self.open.insert(index);
-                    set_index(&mut ev.data, index);
+                    if let Some(data) = ev.data_mut() {
+                        set_index(data, index);
+                    }
                 }
             }
             Some(kind @ ("content_block_delta" | "content_block_stop")) => {
                 let stop = kind == "content_block_stop";
-                if let Some(&index) = u64_at(&ev.data, "/index").and_then(|i| self.indexes.get(&i))
+                if let Some(&index) = u64_at(ev.data(), "/index").and_then(|i| self.indexes.get(&i))
                 {
-                    set_index(&mut ev.data, index);
+                    if let Some(data) = ev.data_mut() {
+                        set_index(data, index);
+                    }
                     if stop {
                         self.open.remove(&index);
                     }
@@ -255,10 +253,7 @@ impl Format for Anthropic {
                 json!({"type": "content_block_stop", "index": index}),
             ] {
                 util::write(
-                    &Ev {
-                        name: str_at(&event, "/type").map(str::to_owned),
-                        data: event,
-                    },
+                    &Ev::new(str_at(&event, "/type").map(str::to_owned), event),
                     out,
                 );
             }
@@ -281,6 +276,7 @@ fn text(pointer: &str, kind: TextKind) -> TextIn {
         pointer: pointer.to_owned(),
         channel: 0,
         kind,
+        text: None,
     }
 }
 

@@ -7,7 +7,10 @@
 //! ends every unfinished choice with `finish_reason: "content_filter"`, then a usage chunk when the
 //! request set `stream_options.include_usage`, then `data: [DONE]`.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Deserialize;
 
 use serde_json::{json, Map, Value};
 
@@ -78,6 +81,133 @@ impl Chat {
     }
 }
 
+/// A chunk of the shape most of a stream has (one choice, its text or its finish, nothing else),
+/// read without building its tree. Any other chunk (tool calls, usage, log probabilities, several
+/// choices, an error, a field not listed here or listed twice) fails to read here and is read as a
+/// tree, as before. Every value goes through serde_json's own parsers (strings with their escapes,
+/// numbers), so a chunk read here is one the tree reader accepts and reads the same way.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // Fields only read to be accepted: the chunk goes out as it came.
+struct Plain<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    #[serde(borrow)]
+    object: Cow<'a, str>,
+    created: u64,
+    #[serde(borrow)]
+    model: Cow<'a, str>,
+    #[serde(borrow)]
+    system_fingerprint: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    service_tier: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    obfuscation: Option<Cow<'a, str>>,
+    usage: Option<()>,
+    #[serde(borrow)]
+    choices: (PlainChoice<'a>,),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct PlainChoice<'a> {
+    index: u64,
+    #[serde(borrow)]
+    delta: PlainDelta<'a>,
+    logprobs: Option<()>,
+    #[serde(borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct PlainDelta<'a> {
+    #[serde(borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    role: Option<Cow<'a, str>>,
+    refusal: Option<()>,
+}
+
+/// What [`Chat::read_plain`] read of a chunk: the unit without its event yet.
+struct PlainUnit {
+    unit_lane: Lane,
+    index: u64,
+    channel: usize,
+    finish: Option<bool>,
+    calls_done: Vec<u64>,
+}
+
+impl PlainUnit {
+    /// The unit, its event the upstream's JSON as it came.
+    fn finish(self, event: sse::Event, text: Option<String>) -> Unit {
+        let ev = Ev::unchanged(event.event, event.data, (self.index, self.finish.is_some()));
+        let mut unit = Unit::new(ev, self.unit_lane);
+        if let Some(text) = text {
+            unit.texts.push(TextIn {
+                pointer: "/choices/0/delta/content".into(),
+                channel: self.channel,
+                kind: TextKind::Answer,
+                text: Some(text),
+            });
+        }
+        if let Some(asks) = self.finish {
+            unit.ends.push(self.channel);
+            unit.asks_for_tool = asks;
+        }
+        unit.calls_done = self.calls_done;
+        unit
+    }
+}
+
+impl Chat {
+    /// Reads a chunk of the plain shape ([`Plain`]) as `read` reads it from its tree; `None` for
+    /// any other chunk.
+    #[allow(clippy::type_complexity)]
+    fn read_plain(
+        &mut self,
+        event: &sse::Event,
+    ) -> Option<Result<(PlainUnit, Option<String>), Unreadable>> {
+        let chunk: Plain = serde_json::from_str(&event.data).ok()?;
+        let (choice,) = chunk.choices;
+        let Ok(channel) = usize::try_from(choice.index) else {
+            return Some(Err(Unreadable));
+        };
+        let text = choice
+            .delta
+            .content
+            .filter(|t| !t.is_empty())
+            .map(Cow::into_owned);
+        let finish = choice
+            .finish_reason
+            .map(|reason| matches!(&*reason, "tool_calls" | "function_call"));
+        let mut calls_done = Vec::new();
+        if finish.is_some() {
+            calls_done.extend(self.writing.remove(&choice.index));
+        }
+        if text.is_some() {
+            self.deltas += 1;
+        }
+        let unit_lane = if text.is_some() {
+            Lane::Answer
+        } else if finish.is_some() {
+            Lane::End
+        } else {
+            Lane::Side
+        };
+        let read = PlainUnit {
+            unit_lane,
+            index: choice.index,
+            channel,
+            finish,
+            calls_done,
+        };
+        Some(Ok((read, text)))
+    }
+}
+
 /// The tool calls a chunk is part of, and those it completes.
 #[derive(Default)]
 struct Calls {
@@ -108,7 +238,7 @@ impl Format for Chat {
             ..ToolCall::default()
         };
         for ev in events {
-            let Some(Value::Array(choices)) = ev.data.get("choices") else {
+            let Some(Value::Array(choices)) = ev.data().get("choices") else {
                 continue;
             };
             for (k, c) in choices.iter().enumerate() {
@@ -153,26 +283,20 @@ impl Format for Chat {
 
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
         if event.data.trim() == "[DONE]" {
-            let mut unit = Unit::new(
-                Ev {
-                    name: event.event,
-                    data: Value::Null,
-                },
-                Lane::End,
-            );
+            let mut unit = Unit::new(Ev::new(event.event, Value::Null), Lane::End);
             unit.terminal = true;
             unit.calls_done = std::mem::take(&mut self.writing).into_values().collect();
             return Ok(unit);
         }
+        if self.head.is_some() {
+            if let Some(unit) = self.read_plain(&event) {
+                let (unit, text) = unit?;
+                return Ok(unit.finish(event, text));
+            }
+        }
         let data = util::parse(&event)?;
         if data.get("error").is_some() {
-            return Ok(Unit::new(
-                Ev {
-                    name: event.event,
-                    data,
-                },
-                Lane::End,
-            ));
+            return Ok(Unit::new(Ev::new(event.event, data), Lane::End));
         }
         if self.head.is_none() {
             if let Value::Object(chunk) = &data {
@@ -203,6 +327,7 @@ impl Format for Chat {
                     pointer: format!("{at}/delta/content"),
                     channel,
                     kind: TextKind::Answer,
+                    text: None,
                 });
                 content = true;
             }
@@ -219,6 +344,7 @@ impl Format for Chat {
                                 call: call_key(index, n),
                                 json: true,
                             },
+                            text: None,
                         });
                     }
                 }
@@ -235,6 +361,7 @@ impl Format for Chat {
                         call: call_key(index, 0xffff_ffff),
                         json: true,
                     },
+                    text: None,
                 });
             }
             if let Some(reason) = str_at(choice, "/finish_reason") {
@@ -255,13 +382,7 @@ impl Format for Chat {
         } else {
             Lane::Side
         };
-        let mut unit = Unit::new(
-            Ev {
-                name: event.event,
-                data,
-            },
-            lane,
-        );
+        let mut unit = Unit::new(Ev::new(event.event, data), lane);
         unit.texts = texts;
         unit.ends = ends;
         unit.asks_for_tool = asks;
@@ -271,12 +392,22 @@ impl Format for Chat {
     }
 
     fn write(&mut self, ev: Ev, out: &mut Vec<u8>) {
-        if ev.data.is_null() {
+        if let (Some(_), Some((index, finishes))) = (ev.raw(), ev.choice) {
+            // Passed through as it came: what the tree branch below remembers, from the read.
+            self.written_any = true;
+            self.seen.insert(index);
+            if finishes {
+                self.finished.insert(index);
+            }
+            util::write(&ev, out);
+            return;
+        }
+        if ev.data().is_null() {
             self.done = true;
             out.extend_from_slice(b"data: [DONE]\n\n");
             return;
         }
-        if let Some(Value::Array(choices)) = ev.data.get("choices") {
+        if let Some(Value::Array(choices)) = ev.data().get("choices") {
             self.written_any = true;
             for (k, choice) in choices.iter().enumerate() {
                 let index = u64_at(choice, "/index").unwrap_or(k as u64);
@@ -290,7 +421,7 @@ impl Format for Chat {
     }
 
     fn part(&self, ev: &mut Ev) {
-        if let Some(Value::Array(choices)) = ev.data.get_mut("choices") {
+        if let Some(Value::Array(choices)) = ev.data_mut().and_then(|d| d.get_mut("choices")) {
             for choice in choices {
                 if let Value::Object(choice) = choice {
                     choice.insert("finish_reason".into(), Value::Null);
@@ -301,7 +432,7 @@ impl Format for Chat {
 
     fn joins(&self, rest: &Ev, next: &Ev) -> bool {
         fn only(ev: &Ev) -> Option<&Value> {
-            match ev.data.get("choices") {
+            match ev.data().get("choices") {
                 Some(Value::Array(choices)) if choices.len() == 1 => choices.first(),
                 _ => None,
             }
@@ -319,12 +450,12 @@ impl Format for Chat {
         r.get("index") == n.get("index")
             && text_only(r)
             && text_only(n)
-            && next.data.get("usage").is_none_or(Value::is_null)
-            && rest.data.get("id") == next.data.get("id")
+            && next.data().get("usage").is_none_or(Value::is_null)
+            && rest.data().get("id") == next.data().get("id")
     }
 
     fn rest(&self, ev: &mut Ev) {
-        let Value::Object(chunk) = &mut ev.data else {
+        let Some(Value::Object(chunk)) = ev.data_mut() else {
             return;
         };
         let Some(Value::Array(choices)) = chunk.get_mut("choices") else {
@@ -384,13 +515,7 @@ impl Format for Chat {
                     json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": null})
                 })
                 .collect();
-            util::write(
-                &Ev {
-                    name: None,
-                    data: self.chunk(Value::Array(choices)),
-                },
-                out,
-            );
+            util::write(&Ev::new(None, self.chunk(Value::Array(choices))), out);
         }
         let choices: Vec<Value> = open
             .iter()
@@ -399,13 +524,7 @@ impl Format for Chat {
                        "finish_reason": "content_filter"})
             })
             .collect();
-        util::write(
-            &Ev {
-                name: None,
-                data: self.chunk(Value::Array(choices)),
-            },
-            out,
-        );
+        util::write(&Ev::new(None, self.chunk(Value::Array(choices))), out);
         if self.include_usage {
             let mut last = self.chunk(json!([]));
             if let Value::Object(last) = &mut last {
@@ -418,13 +537,7 @@ impl Format for Chat {
                     }),
                 );
             }
-            util::write(
-                &Ev {
-                    name: None,
-                    data: last,
-                },
-                out,
-            );
+            util::write(&Ev::new(None, last), out);
         }
         out.extend_from_slice(b"data: [DONE]\n\n");
         self.done = true;

@@ -24,6 +24,7 @@ mod chat;
 mod holdback;
 mod responses;
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
 
@@ -405,14 +406,17 @@ impl Rewriter {
         self.asks_for_tool |= unit.asks_for_tool;
         let ev = unit.ev;
         if self.answer_id.is_none() {
-            self.answer_id = answer_id(&ev.data);
+            self.answer_id = answer_id(ev.data());
         }
         let mut fields = Vec::new();
         let mut touched = Vec::new();
-        for text in unit.texts {
-            let raw = match util::at(&ev.data, &text.pointer) {
-                Some(Value::String(s)) => s.clone(),
-                _ => return Err(Unreadable),
+        for mut text in unit.texts {
+            let raw = match text.text.take() {
+                Some(read) => read,
+                None => match util::at(ev.data(), &text.pointer) {
+                    Some(Value::String(s)) => s.clone(),
+                    _ => return Err(Unreadable),
+                },
             };
             touched.push(text.channel);
             fields.push(self.push_text(&text, raw)?);
@@ -535,6 +539,7 @@ impl Rewriter {
             channel: text.channel,
             raw,
             map,
+            changed: false,
         })
     }
 
@@ -653,7 +658,7 @@ impl Rewriter {
     }
 
     fn write_whole(&mut self, mut piece: Piece, out: &mut Vec<u8>) {
-        for field in piece.fields {
+        for field in piece.fields.into_iter().filter(|f| f.changed) {
             set_text(&mut piece.ev, &field.pointer, field.raw);
         }
         self.format.write(piece.ev, out);
@@ -741,7 +746,7 @@ impl Channel {
 }
 
 fn set_text(ev: &mut Ev, pointer: &str, text: String) {
-    if let Some(slot) = util::at_mut(&mut ev.data, pointer) {
+    if let Some(slot) = ev.data_mut().and_then(|data| util::at_mut(data, pointer)) {
         *slot = Value::String(text);
     }
 }
@@ -754,7 +759,57 @@ pub(crate) struct Unreadable;
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Ev {
     pub name: Option<String>,
-    pub data: Value,
+    /// The upstream's JSON as it came, while nothing about the event changed: it is written as
+    /// it is (no tree built, nothing serialized). Any change through [`Ev::data_mut`] drops it.
+    raw: Option<String>,
+    /// The JSON as a tree; built on first use for an event read from `raw`.
+    data: OnceCell<Value>,
+    /// Chat, read without its tree: its one choice's index and whether the chunk finishes it
+    /// (what `write` remembers of a chunk it passes through).
+    pub choice: Option<(u64, bool)>,
+}
+
+impl Ev {
+    pub(crate) fn new(name: Option<String>, data: Value) -> Self {
+        Self {
+            name,
+            raw: None,
+            data: OnceCell::from(data),
+            choice: None,
+        }
+    }
+
+    /// An event read without building its tree: `raw` is JSON the tree reader accepts.
+    pub(crate) fn unchanged(name: Option<String>, raw: String, choice: (u64, bool)) -> Self {
+        Self {
+            name,
+            raw: Some(raw),
+            data: OnceCell::new(),
+            choice: Some(choice),
+        }
+    }
+
+    pub(crate) fn data(&self) -> &Value {
+        self.data.get_or_init(|| {
+            self.raw
+                .as_deref()
+                .and_then(|raw| serde_json::from_str(raw).ok())
+                .unwrap_or(Value::Null)
+        })
+    }
+
+    /// The tree, to change: the event is no longer written as it came.
+    pub(crate) fn data_mut(&mut self) -> Option<&mut Value> {
+        self.data();
+        self.raw = None;
+        self.choice = None;
+        self.data.get_mut()
+    }
+
+    /// The upstream's JSON, when the event is unchanged.
+    pub(crate) fn raw(&self) -> Option<&str> {
+        self.raw.as_deref()
+    }
 }
 
 /// Which part of a round an event belongs to (what whole-text modes hold).
@@ -775,6 +830,8 @@ pub(crate) struct TextIn {
     pub pointer: String,
     pub channel: usize,
     pub kind: TextKind,
+    /// The field's string, when the reader read it without building the event's tree.
+    pub text: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -894,6 +951,7 @@ impl Piece {
         };
         let text = std::mem::take(&mut taken.raw);
         field.raw.insert_str(0, &text);
+        field.changed = true;
         if let FieldMap::Plain { start: s, .. } = &mut field.map {
             *s = start;
         }
@@ -908,6 +966,8 @@ struct Field {
     /// What is left to send of the field's string.
     raw: String,
     map: FieldMap,
+    /// `raw` is no longer the event's string (a part of it went, or a held rest joined it).
+    changed: bool,
 }
 
 #[derive(Debug)]
@@ -961,6 +1021,7 @@ impl Field {
                 byte
             }
         };
+        self.changed |= byte > 0;
         let rest = self.raw.get(byte..).unwrap_or_default().to_owned();
         self.raw.truncate(byte);
         std::mem::replace(&mut self.raw, rest)
@@ -978,8 +1039,13 @@ pub(crate) mod util {
         serde_json::from_str(&event.data).map_err(|_| Unreadable)
     }
 
+    /// Writes an event: an unchanged one as it came (key order, spacing and escapes included).
     pub(crate) fn write(ev: &Ev, out: &mut Vec<u8>) {
-        let data = serde_json::to_string(&ev.data).unwrap_or_default();
+        if let Some(raw) = ev.raw() {
+            sse::encode(out, ev.name.as_deref(), raw);
+            return;
+        }
+        let data = serde_json::to_string(ev.data()).unwrap_or_default();
         sse::encode(out, ev.name.as_deref(), &data);
     }
 

@@ -63,7 +63,7 @@ impl Responses {
 
     fn emit(&mut self, data: Value, out: &mut Vec<u8>) {
         let name = str_at(&data, "/type").map(str::to_owned);
-        self.write(Ev { name, data }, out);
+        self.write(Ev::new(name, data), out);
     }
 
     /// Writes an event the filter made, already numbered by output index.
@@ -71,7 +71,7 @@ impl Responses {
         set(&mut data, "sequence_number", json!(self.sequence));
         self.sequence += 1;
         let name = str_at(&data, "/type").map(str::to_owned);
-        util::write(&Ev { name, data }, out);
+        util::write(&Ev::new(name, data), out);
     }
 
     fn base(&self) -> Value {
@@ -149,8 +149,8 @@ impl Format for Responses {
         // The item as `output_item.done` gives it whole: read as a non-streamed answer's item.
         let done = events
             .iter()
-            .find(|e| str_at(&e.data, "/type") == Some("response.output_item.done"))?;
-        let Some(Value::Object(item)) = done.data.get("item") else {
+            .find(|e| str_at(e.data(), "/type") == Some("response.output_item.done"))?;
+        let Some(Value::Object(item)) = done.data().get("item") else {
             return None;
         };
         let kind = item.get("type").and_then(Value::as_str)?;
@@ -216,6 +216,7 @@ impl Format for Responses {
                     pointer: "/delta".into(),
                     channel: 0,
                     kind,
+                    text: None,
                 })
                 .collect()
         } else {
@@ -230,13 +231,7 @@ impl Format for Responses {
         } else {
             Vec::new()
         };
-        let mut unit = Unit::new(
-            Ev {
-                name: event.event,
-                data,
-            },
-            lane,
-        );
+        let mut unit = Unit::new(Ev::new(event.event, data), lane);
         unit.texts = texts;
         unit.ends = ends;
         unit.terminal = terminal;
@@ -247,13 +242,13 @@ impl Format for Responses {
     }
 
     fn write(&mut self, mut ev: Ev, out: &mut Vec<u8>) {
-        let kind = str_at(&ev.data, "/type").unwrap_or_default().to_owned();
-        let index = match (kind.as_str(), u64_at(&ev.data, "/output_index")) {
+        let kind = str_at(ev.data(), "/type").unwrap_or_default().to_owned();
+        let index = match (kind.as_str(), u64_at(ev.data(), "/output_index")) {
             ("response.output_item.added", Some(upstream)) => {
                 let index = self.next_index;
                 self.next_index += 1;
                 self.indexes.insert(upstream, index);
-                let item = ev.data.get("item").cloned().unwrap_or(Value::Null);
+                let item = ev.data().get("item").cloned().unwrap_or(Value::Null);
                 self.items.insert(
                     index,
                     Item {
@@ -267,10 +262,12 @@ impl Format for Responses {
             _ => None,
         };
         if let Some(index) = index {
-            set(&mut ev.data, "output_index", json!(index));
+            if let Some(data) = ev.data_mut() {
+                set(data, "output_index", json!(index));
+            }
         }
-        let part = u64_at(&ev.data, "/content_index").unwrap_or(0);
-        let delta = str_at(&ev.data, "/delta").unwrap_or_default().to_owned();
+        let part = u64_at(ev.data(), "/content_index").unwrap_or(0);
+        let delta = str_at(ev.data(), "/delta").unwrap_or_default().to_owned();
         if let Some(item) = index.and_then(|i| self.items.get_mut(&i)) {
             match kind.as_str() {
                 "response.content_part.added" => {
@@ -286,7 +283,7 @@ impl Format for Responses {
                 }
                 "response.output_item.done" => {
                     item.done = true;
-                    item.item = ev.data.get("item").cloned().unwrap_or(Value::Null);
+                    item.item = ev.data().get("item").cloned().unwrap_or(Value::Null);
                 }
                 _ => {}
             }
@@ -296,27 +293,31 @@ impl Format for Responses {
             "response.completed" | "response.incomplete" | "response.failed" => self.ended = true,
             _ => {}
         }
-        set(&mut ev.data, "sequence_number", json!(self.sequence));
+        if let Some(data) = ev.data_mut() {
+            set(data, "sequence_number", json!(self.sequence));
+        }
         self.sequence += 1;
         util::write(&ev, out);
     }
 
     fn joins(&self, rest: &Ev, next: &Ev) -> bool {
         let text = |ev: &Ev| {
-            str_at(&ev.data, "/type") == Some("response.output_text.delta")
+            str_at(ev.data(), "/type") == Some("response.output_text.delta")
                 && ev
-                    .data
+                    .data()
                     .get("logprobs")
                     .is_none_or(|l| l.is_null() || l.as_array().is_some_and(Vec::is_empty))
         };
-        let same = |key: &str| rest.data.get(key) == next.data.get(key);
+        let same = |key: &str| rest.data().get(key) == next.data().get(key);
         text(rest) && text(next) && same("item_id") && same("output_index") && same("content_index")
     }
 
     fn part(&self, ev: &mut Ev) {
         // Log probabilities belong to whole tokens: they go with the last part.
-        if ev.data.get("logprobs").is_some_and(Value::is_array) {
-            set(&mut ev.data, "logprobs", json!([]));
+        if ev.data().get("logprobs").is_some_and(Value::is_array) {
+            if let Some(data) = ev.data_mut() {
+                set(data, "logprobs", json!([]));
+            }
         }
     }
 

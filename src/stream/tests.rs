@@ -895,3 +895,72 @@ fn a_server_tool_is_not_held_for_tool_checks() {
     out.extend(rw.finish().out);
     assert!(String::from_utf8_lossy(&out).contains("srvtoolu_1"));
 }
+
+/// A Chat stream: `CHAT_CLEAN`'s first chunk, then `chunks`, then `[DONE]`.
+fn chat_after_first(chunks: &[&str]) -> String {
+    let first = &CHAT_CLEAN[..CHAT_CLEAN.find("\n\n").unwrap() + 2];
+    let mut stream = first.as_bytes().to_vec();
+    for chunk in chunks {
+        sse::encode(&mut stream, None, chunk);
+    }
+    String::from_utf8(stream).unwrap() + "data: [DONE]\n\n"
+}
+
+/// [`run`] for one Chat stream in rules mode, fed whole.
+fn run_chat(version: &Rc<Version>, stream: &[u8]) -> (Vec<u8>, Option<Cut>) {
+    run(Api::ChatCompletions, version, Hold::Rules, &[stream])
+}
+
+#[test]
+fn an_unchanged_chat_chunk_goes_out_as_it_came() {
+    let version = version(POLICY);
+    // Spacing, key order and escapes a serializer would change; the text holds nothing to check.
+    let odd = [
+        r#"{ "choices" : [ { "finish_reason":null, "delta": {"content": "caf\u00e9 \/ \"ok\" "}, "index":0 } ],
+            "model":"gpt-4.1-mini" ,"created":1700000000,"object":"chat.completion.chunk","id":"chatcmpl-5"}"#,
+        r#"{"id":"chatcmpl-5","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4.1-mini","system_fingerprint":"fp_1","service_tier":"default","obfuscation":"x1","usage":null,"choices":[{"index":0,"delta":{"content":"done.","refusal":null},"logprobs":null,"finish_reason":"stop"}]}"#,
+    ];
+    let stream = chat_after_first(&odd);
+    let (out, cut) = run_chat(&version, stream.as_bytes());
+    assert_eq!(cut, None);
+    let sent = events(&out);
+    assert_eq!(sent.len(), 4);
+    assert_eq!(sent[1].data, odd[0]);
+    assert_eq!(sent[2].data, odd[1]);
+    assert_eq!(
+        read(Api::ChatCompletions, &out).channel(0),
+        "Your IBAN NL91 is é日本café / \"ok\" done."
+    );
+    // Held whole (5 bytes at a time), then released: still as it came.
+    let (mut rw, round, _) = held_round(&version, Api::ChatCompletions, &stream);
+    assert!(round.answer_text.ends_with("done."));
+    let released = rw.release();
+    assert!(events(&released).iter().any(|e| e.data == odd[0]));
+    assert!(events(&released).iter().any(|e| e.data == odd[1]));
+}
+
+#[test]
+fn a_chat_chunk_with_a_key_twice_is_read_and_written_as_a_tree() {
+    let version = version(POLICY);
+    // serde_json's tree keeps the last of two equal keys, and the chunk is written from the tree:
+    // what the caller gets is the text that was checked, once.
+    let twice = [
+        r#"{"id":"chatcmpl-5","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4.1-mini","choices":[{"index":0,"delta":{"content":"clean ","content":"pay NL91ABNA0417164300 now"},"finish_reason":null}]}"#,
+    ];
+    let (out, cut) = run_chat(&version, chat_after_first(&twice).as_bytes());
+    assert_eq!(cut.map(|c| c.check), Some(IBAN));
+    assert!(!String::from_utf8_lossy(&out).contains("clean"));
+    assert_eq!(
+        read(Api::ChatCompletions, &out).channel(0),
+        "Your IBAN NL91 is é日本pay "
+    );
+    let clean = [
+        r#"{"id":"chatcmpl-5","id":"chatcmpl-6","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4.1-mini","choices":[{"index":0,"delta":{"content":"a","content":"b"},"finish_reason":null}]}"#,
+    ];
+    let (out, cut) = run_chat(&version, chat_after_first(&clean).as_bytes());
+    assert_eq!(cut, None);
+    let tree: Value = serde_json::from_str(clean[0]).unwrap();
+    assert_eq!(events(&out)[1].data, serde_json::to_string(&tree).unwrap());
+    assert_eq!(tree["id"], "chatcmpl-6");
+    assert_eq!(tree["choices"][0]["delta"]["content"], "b");
+}

@@ -446,6 +446,48 @@ mod tests {
     }
 
     #[test]
+    fn a_streamed_chunk_with_nothing_to_change_is_not_rewritten() {
+        let policy = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {
+          "live_checks": [{"name": "no-iban", "stage": "output", "kind": "matches_pattern",
+                           "pattern": "NL\\d{2}[A-Z]{4}\\d{10}", "max_match": 18}]}}}}}"#;
+        let mut t = Turn::new(Rc::new(Policy::from_json(policy.as_bytes()).unwrap()));
+        let mut host = chat_request("where is my order?");
+        host.request_body = serde_json::json!({
+            "model": "gpt-4.1-mini", "stream": true,
+            "messages": [{"role": "user", "content": "where is my order?"}]
+        })
+        .to_string()
+        .into_bytes();
+        ask(&mut t, &mut host);
+        host.response_headers.insert(":status".into(), "200".into());
+        host.response_headers
+            .insert("content-type".into(), "text/event-stream".into());
+        t.on_response_headers(&mut host, false);
+        let chunk = |text: &str| {
+            format!(
+                "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\
+                 \"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}},\
+                 \"finish_reason\":null}}]}}\n\n"
+            )
+            .into_bytes()
+        };
+        let mut feed = |host: &mut FakeHost, bytes: Vec<u8>| {
+            host.response_body = bytes;
+            let size = host.response_body.len();
+            assert_eq!(t.on_response_body(host, size, false), Flow::Continue);
+        };
+        feed(&mut host, chunk("Your order "));
+        let rewrites = host.body_rewrites;
+        feed(&mut host, chunk("ships on Monday. "));
+        assert_eq!(host.body_rewrites, rewrites);
+        assert_eq!(host.response_body, chunk("ships on Monday. "));
+        // "NL9" could begin an IBAN: held back, so the chunk is rewritten.
+        feed(&mut host, chunk("Pay to NL9"));
+        assert_eq!(host.body_rewrites, rewrites + 1);
+        assert_ne!(host.response_body, chunk("Pay to NL9"));
+    }
+
+    #[test]
     fn request_headers_go_on_and_the_body_is_held_until_the_question_passed() {
         let (mut t, mut host) = (turn(), chat_request("where is my order?"));
         assert_eq!(t.on_request_headers(&mut host, false), Flow::Continue);

@@ -250,7 +250,7 @@ pub(super) fn stream_chunk(
         calls,
         &mut out,
         end_of_stream,
-        body_size,
+        (body_size, &buffered),
     )
 }
 
@@ -463,6 +463,15 @@ fn finish_frame(s: &mut Streamed, out: &mut Vec<u8>) {
         frame.sent(out.len());
         out.append(&mut frame.pad());
     }
+}
+
+/// [`replace_chunk`], unless `out` is what the buffer already holds (`buffered`, all of its
+/// `body_size` bytes): a chunk with nothing to change costs no host call.
+pub(super) fn replace_changed(host: &mut dyn Host, body_size: usize, buffered: &[u8], out: &[u8]) {
+    if buffered.len() == body_size && buffered == out {
+        return;
+    }
+    replace_chunk(host, body_size, out);
 }
 
 pub(super) fn replace_chunk(host: &mut dyn Host, body_size: usize, out: &[u8]) {

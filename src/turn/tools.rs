@@ -6,7 +6,7 @@ use crate::api::ToolCall;
 use crate::record::tools_decided;
 use crate::tools::{self, Checking, Denial, Next};
 
-use super::stream::replace_chunk;
+use super::stream::{replace_changed, replace_chunk};
 use super::*;
 
 /// A held non-streamed answer whose tool calls are being checked.
@@ -135,7 +135,7 @@ pub(super) fn check_stream_calls(
     calls: Vec<(u64, ToolCall)>,
     out: &mut Vec<u8>,
     end_of_stream: bool,
-    body_size: usize,
+    (body_size, buffered): (usize, &[u8]),
 ) -> Flow {
     if s.cut {
         // Cut by a rule meanwhile: nothing after the cut is sent, so no call waits any more.
@@ -164,7 +164,7 @@ pub(super) fn check_stream_calls(
         .and_then(|c| c.kept.take())
         .unwrap_or_default();
     all.append(out);
-    replace_chunk(host, body_size, &all);
+    replace_changed(host, body_size, buffered, &all);
     match s.calls.as_mut() {
         Some(calls) if waiting && (end_of_stream || s.upstream_ended) => {
             // The upstream's end waits for the verdicts.
