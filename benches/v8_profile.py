@@ -44,9 +44,13 @@ TURNS = 300 if QUICK else 3000
 STREAMS = 10 if QUICK else 60
 STREAM_TOKENS = 2000
 WARMUP = 50
-WASM = REPO / "target" / "profile" / "wasm32-wasip1" / "release" / "livecheck.wasm"
+# PROFILE_WASM: another profile build to measure (e.g. one of an earlier commit, for a before/after);
+# PROFILE_OUT: where its report goes.
+WASM = pathlib.Path(os.environ.get("PROFILE_WASM", REPO / "target" / "profile" / "wasm32-wasip1" / "release"
+                                   / "livecheck.wasm"))
 JUDGE_BIN = REPO / "target" / "release" / "livecheck-judge"
-OUT = (REPO / "target" / "bench" / "results-profile-quick.md") if QUICK else (REPO / "bench" / "results-profile.md")
+OUT = pathlib.Path(os.environ["PROFILE_OUT"]) if os.environ.get("PROFILE_OUT") else (
+    (REPO / "target" / "bench" / "results-profile-quick.md") if QUICK else (REPO / "bench" / "results-profile.md"))
 PREFIX = "wasmcustom.livecheck.profile."
 
 
@@ -220,7 +224,7 @@ def write(results: dict, version: str, took: float) -> None:
         lines.append("")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines))
-    log(f"wrote {OUT.relative_to(REPO)}")
+    log(f"wrote {OUT}")
     print("\n".join(lines))
 
 

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
 
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::util::{self, str_at, u64_at};
@@ -124,8 +125,10 @@ struct PlainChoice<'a> {
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
 struct PlainDelta<'a> {
+    /// Kept as written, so that where it stands in the chunk is known: a changed text is written
+    /// back into the chunk's own JSON there ([`Ev::text_span`]).
     #[serde(borrow)]
-    content: Option<Cow<'a, str>>,
+    content: Option<&'a RawValue>,
     #[serde(borrow)]
     role: Option<Cow<'a, str>>,
     refusal: Option<()>,
@@ -133,6 +136,8 @@ struct PlainDelta<'a> {
 
 /// What [`Chat::read_plain`] read of a chunk: the unit without its event yet.
 struct PlainUnit {
+    /// Where the content string stands in the chunk's JSON (bytes, quotes included).
+    content_span: Option<std::ops::Range<usize>>,
     unit_lane: Lane,
     index: u64,
     channel: usize,
@@ -143,11 +148,14 @@ struct PlainUnit {
 impl PlainUnit {
     /// The unit, its event the upstream's JSON as it came.
     fn finish(self, event: sse::Event, text: Option<String>) -> Unit {
-        let ev = Ev::unchanged(event.event, event.data, (self.index, self.finish.is_some()));
+        let mut ev = Ev::unchanged(event.event, event.data, (self.index, self.finish.is_some()));
+        if let Some(span) = self.content_span {
+            ev.text_span(CONTENT, span);
+        }
         let mut unit = Unit::new(ev, self.unit_lane);
         if let Some(text) = text {
             unit.texts.push(TextIn {
-                pointer: "/choices/0/delta/content".into(),
+                pointer: CONTENT.into(),
                 channel: self.channel,
                 kind: TextKind::Answer,
                 text: Some(text),
@@ -175,11 +183,15 @@ impl Chat {
         let Ok(channel) = usize::try_from(choice.index) else {
             return Some(Err(Unreadable));
         };
-        let text = choice
-            .delta
-            .content
-            .filter(|t| !t.is_empty())
-            .map(Cow::into_owned);
+        let (text, content_span) = match choice.delta.content {
+            Some(raw) => {
+                // A content that is not a string is not the plain shape: read as a tree.
+                let text: Cow<str> = serde_json::from_str(raw.get()).ok()?;
+                let span = span_in(&event.data, raw.get())?;
+                ((!text.is_empty()).then(|| text.into_owned()), Some(span))
+            }
+            None => (None, None),
+        };
         let finish = choice
             .finish_reason
             .map(|reason| matches!(&*reason, "tool_calls" | "function_call"));
@@ -198,6 +210,7 @@ impl Chat {
             Lane::Side
         };
         let read = PlainUnit {
+            content_span,
             unit_lane,
             index: choice.index,
             channel,
@@ -206,6 +219,16 @@ impl Chat {
         };
         Some(Ok((read, text)))
     }
+}
+
+/// Where the plain chunk's one text field is: its JSON pointer.
+const CONTENT: &str = "/choices/0/delta/content";
+
+/// Where `part`, a slice borrowed from `whole`, stands in it (bytes).
+fn span_in(whole: &str, part: &str) -> Option<std::ops::Range<usize>> {
+    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    let range = start..start.checked_add(part.len())?;
+    (whole.get(range.clone())? == part).then_some(range)
 }
 
 /// The tool calls a chunk is part of, and those it completes.
@@ -421,6 +444,10 @@ impl Format for Chat {
     }
 
     fn part(&self, ev: &mut Ev) {
+        // A plain chunk that finishes nothing has no finish reason to take out.
+        if ev.raw().is_some() && ev.choice.is_some_and(|(_, finishes)| !finishes) {
+            return;
+        }
         if let Some(Value::Array(choices)) = ev.data_mut().and_then(|d| d.get_mut("choices")) {
             for choice in choices {
                 if let Value::Object(choice) = choice {

@@ -746,6 +746,9 @@ impl Channel {
 }
 
 fn set_text(ev: &mut Ev, pointer: &str, text: String) {
+    if ev.splice_text(pointer, &text) {
+        return;
+    }
     if let Some(slot) = ev.data_mut().and_then(|data| util::at_mut(data, pointer)) {
         *slot = Value::String(text);
     }
@@ -767,6 +770,9 @@ pub(crate) struct Ev {
     /// Chat, read without its tree: its one choice's index and whether the chunk finishes it
     /// (what `write` remembers of a chunk it passes through).
     pub choice: Option<(u64, bool)>,
+    /// Where the text field at this JSON pointer stands in `raw` (bytes of its string literal,
+    /// quotes included): a new text for it is written there, and the rest of `raw` kept.
+    span: Option<(&'static str, std::ops::Range<usize>)>,
 }
 
 impl Ev {
@@ -776,6 +782,7 @@ impl Ev {
             raw: None,
             data: OnceCell::from(data),
             choice: None,
+            span: None,
         }
     }
 
@@ -786,7 +793,33 @@ impl Ev {
             raw: Some(raw),
             data: OnceCell::new(),
             choice: Some(choice),
+            span: None,
         }
+    }
+
+    /// Says where the string at `pointer` stands in the event's JSON as it came.
+    pub(crate) fn text_span(&mut self, pointer: &'static str, span: std::ops::Range<usize>) {
+        self.span = Some((pointer, span));
+    }
+
+    /// Writes `text` as the string at `pointer` straight into the JSON as it came (nothing else
+    /// of it changes: key order, spacing, other escapes); `false` when the event has no such
+    /// place, and nothing changed.
+    fn splice_text(&mut self, pointer: &str, text: &str) -> bool {
+        let (Some(raw), Some((at, span))) = (self.raw.as_mut(), self.span.as_mut()) else {
+            return false;
+        };
+        if *at != pointer || raw.get(span.clone()).is_none() {
+            return false;
+        }
+        let Ok(literal) = serde_json::to_string(text) else {
+            return false;
+        };
+        raw.replace_range(span.clone(), &literal);
+        *span = span.start..span.start + literal.len();
+        // A tree built from the JSON before holds the old text.
+        self.data = OnceCell::new();
+        true
     }
 
     pub(crate) fn data(&self) -> &Value {
@@ -803,6 +836,7 @@ impl Ev {
         self.data();
         self.raw = None;
         self.choice = None;
+        self.span = None;
         self.data.get_mut()
     }
 

@@ -940,6 +940,34 @@ fn an_unchanged_chat_chunk_goes_out_as_it_came() {
 }
 
 #[test]
+fn a_held_rest_is_written_into_the_chunks_own_json_on_both_sides() {
+    let version = version(POLICY);
+    // "NL9" may begin an IBAN: held from the first chunk, then joined to the second. Both chunks
+    // keep their spacing and key order; only the text of each changes, in place.
+    let odd = [
+        r#"{ "choices" : [ { "finish_reason":null, "delta": {"content": "pay to NL9"}, "index":0 } ], "model":"gpt-4.1-mini" ,"created":1700000000,"object":"chat.completion.chunk","id":"chatcmpl-5"}"#,
+        r#"{ "choices" : [ { "finish_reason":null, "delta": {"content": "9 caf\u00e9"}, "index":0 } ], "model":"gpt-4.1-mini" ,"created":1700000000,"object":"chat.completion.chunk","id":"chatcmpl-5"}"#,
+    ];
+    let stream = chat_after_first(&odd);
+    for chunking in [stream.len(), 7] {
+        let chunks: Vec<&[u8]> = stream.as_bytes().chunks(chunking).collect();
+        let (out, cut) = run(Api::ChatCompletions, &version, Hold::Rules, &chunks);
+        assert_eq!(cut, None);
+        let sent = events(&out);
+        assert_eq!(sent.len(), 4, "as many events as the upstream sent");
+        assert_eq!(sent[1].data, odd[0].replace(r#""pay to NL9""#, r#""pay to ""#));
+        assert_eq!(
+            sent[2].data,
+            odd[1].replace(r#""9 caf\u00e9""#, r#""NL99 café""#)
+        );
+        assert_eq!(
+            read(Api::ChatCompletions, &out).channel(0),
+            "Your IBAN NL91 is é日本pay to NL99 café"
+        );
+    }
+}
+
+#[test]
 fn a_chat_chunk_with_a_key_twice_is_read_and_written_as_a_tree() {
     let version = version(POLICY);
     // serde_json's tree keeps the last of two equal keys, and the chunk is written from the tree:
