@@ -91,8 +91,9 @@ impl Chat {
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // Fields only read to be accepted: the chunk goes out as it came.
 struct Plain<'a> {
+    /// Kept as written: two text chunks with the same id literal may join ([`Ev::join_id`]).
     #[serde(borrow)]
-    id: Cow<'a, str>,
+    id: &'a RawValue,
     #[serde(borrow)]
     object: Cow<'a, str>,
     created: u64,
@@ -138,6 +139,9 @@ struct PlainDelta<'a> {
 struct PlainUnit {
     /// Where the content string stands in the chunk's JSON (bytes, quotes included).
     content_span: Option<std::ops::Range<usize>>,
+    /// A chunk whose delta is its text alone and that finishes nothing: where its `id` literal
+    /// stands in its JSON.
+    join_id: Option<std::ops::Range<usize>>,
     unit_lane: Lane,
     index: u64,
     channel: usize,
@@ -151,6 +155,9 @@ impl PlainUnit {
         let mut ev = Ev::unchanged(event.event, event.data, (self.index, self.finish.is_some()));
         if let Some(span) = self.content_span {
             ev.text_span(CONTENT, span);
+        }
+        if let Some(id) = self.join_id {
+            ev.join_id_at(id);
         }
         let mut unit = Unit::new(ev, self.unit_lane);
         if let Some(text) = text {
@@ -179,7 +186,18 @@ impl Chat {
         event: &sse::Event,
     ) -> Option<Result<(PlainUnit, Option<String>), Unreadable>> {
         let chunk: Plain = serde_json::from_str(&event.data).ok()?;
+        // An id that is not a string is not the plain shape: read as a tree.
+        serde_json::from_str::<Cow<str>>(chunk.id.get()).ok()?;
         let (choice,) = chunk.choices;
+        let text_alone = choice.delta.content.is_some()
+            && choice.delta.role.is_none()
+            && choice.delta.refusal.is_none()
+            && choice.finish_reason.is_none();
+        let join_id = if text_alone {
+            Some(span_in(&event.data, chunk.id.get())?)
+        } else {
+            None
+        };
         let Ok(channel) = usize::try_from(choice.index) else {
             return Some(Err(Unreadable));
         };
@@ -211,6 +229,7 @@ impl Chat {
         };
         let read = PlainUnit {
             content_span,
+            join_id,
             unit_lane,
             index: choice.index,
             channel,
@@ -458,6 +477,12 @@ impl Format for Chat {
     }
 
     fn joins(&self, rest: &Ev, next: &Ev) -> bool {
+        // Two plain chunks of text alone (no role, finish, log probabilities or usage; a null
+        // refusal carries nothing): the same choice and the same id as written. What the tree
+        // branch below asks, without building either tree.
+        if let (Some(r), Some(n)) = (rest.join_id(), next.join_id()) {
+            return r == n && rest.choice.map(|c| c.0) == next.choice.map(|c| c.0);
+        }
         fn only(ev: &Ev) -> Option<&Value> {
             match ev.data().get("choices") {
                 Some(Value::Array(choices)) if choices.len() == 1 => choices.first(),
@@ -482,6 +507,10 @@ impl Format for Chat {
     }
 
     fn rest(&self, ev: &mut Ev) {
+        // A plain chunk of text alone is its own bare chunk: its text is set when it is written.
+        if ev.join_id().is_some() {
+            return;
+        }
         let Some(Value::Object(chunk)) = ev.data_mut() else {
             return;
         };

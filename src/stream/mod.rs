@@ -773,6 +773,10 @@ pub(crate) struct Ev {
     /// Where the text field at this JSON pointer stands in `raw` (bytes of its string literal,
     /// quotes included): a new text for it is written there, and the rest of `raw` kept.
     span: Option<(&'static str, std::ops::Range<usize>)>,
+    /// A Chat chunk read plain whose delta is its text alone and that finishes nothing: where its
+    /// `id` literal stands in `raw`. Such a chunk is its own bare rest, and joins another like it
+    /// with the same choice and id without a tree.
+    join_id: Option<std::ops::Range<usize>>,
 }
 
 impl Ev {
@@ -783,6 +787,7 @@ impl Ev {
             data: OnceCell::from(data),
             choice: None,
             span: None,
+            join_id: None,
         }
     }
 
@@ -794,12 +799,22 @@ impl Ev {
             data: OnceCell::new(),
             choice: Some(choice),
             span: None,
+            join_id: None,
         }
     }
 
     /// Says where the string at `pointer` stands in the event's JSON as it came.
     pub(crate) fn text_span(&mut self, pointer: &'static str, span: std::ops::Range<usize>) {
         self.span = Some((pointer, span));
+    }
+
+    pub(crate) fn join_id_at(&mut self, id: std::ops::Range<usize>) {
+        self.join_id = Some(id);
+    }
+
+    /// The `id` literal of a plain Chat chunk of text alone, while it is written from `raw`.
+    pub(crate) fn join_id(&self) -> Option<&str> {
+        self.raw.as_deref()?.get(self.join_id.clone()?)
     }
 
     /// Writes `text` as the string at `pointer` straight into the JSON as it came (nothing else
@@ -815,8 +830,13 @@ impl Ev {
         let Ok(literal) = serde_json::to_string(text) else {
             return false;
         };
+        let (old_end, new_end) = (span.end, span.start + literal.len());
         raw.replace_range(span.clone(), &literal);
-        *span = span.start..span.start + literal.len();
+        *span = span.start..new_end;
+        // What stands after the text moved with it.
+        if let Some(id) = self.join_id.as_mut().filter(|id| id.start >= old_end) {
+            *id = (id.start + new_end - old_end)..(id.end + new_end - old_end);
+        }
         // A tree built from the JSON before holds the old text.
         self.data = OnceCell::new();
         true
@@ -837,6 +857,7 @@ impl Ev {
         self.raw = None;
         self.choice = None;
         self.span = None;
+        self.join_id = None;
         self.data.get_mut()
     }
 

@@ -955,7 +955,10 @@ fn a_held_rest_is_written_into_the_chunks_own_json_on_both_sides() {
         assert_eq!(cut, None);
         let sent = events(&out);
         assert_eq!(sent.len(), 4, "as many events as the upstream sent");
-        assert_eq!(sent[1].data, odd[0].replace(r#""pay to NL9""#, r#""pay to ""#));
+        assert_eq!(
+            sent[1].data,
+            odd[0].replace(r#""pay to NL9""#, r#""pay to ""#)
+        );
         assert_eq!(
             sent[2].data,
             odd[1].replace(r#""9 caf\u00e9""#, r#""NL99 café""#)
@@ -964,6 +967,44 @@ fn a_held_rest_is_written_into_the_chunks_own_json_on_both_sides() {
             read(Api::ChatCompletions, &out).channel(0),
             "Your IBAN NL91 is é日本pay to NL99 café"
         );
+    }
+}
+
+#[test]
+fn a_held_rest_joins_only_a_chunk_of_the_same_id_and_text_alone() {
+    let version = version(POLICY);
+    let chunk = |id: &str, delta: &str| {
+        format!(
+            r#"{{"id":"{id}","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{delta},"finish_reason":null}}]}}"#
+        )
+    };
+    let held = chunk("chatcmpl-5", r#"{"content":"pay to NL9"}"#);
+    for (next, joined) in [
+        (chunk("chatcmpl-5", r#"{"content":"9 ok"}"#), true),
+        (chunk("chatcmpl-6", r#"{"content":"9 ok"}"#), false),
+        // A null refusal carries nothing: still text alone.
+        (
+            chunk("chatcmpl-5", r#"{"content":"9 ok","refusal":null}"#),
+            true,
+        ),
+        (
+            chunk("chatcmpl-5", r#"{"content":"9 ok"}"#)
+                .replace(r#""finish_reason":null"#, r#""finish_reason":"stop""#),
+            false,
+        ),
+    ] {
+        let (out, cut) = run_chat(&version, chat_after_first(&[&held, &next]).as_bytes());
+        assert_eq!(cut, None);
+        let sent = events(&out);
+        assert_eq!(sent.len(), if joined { 4 } else { 5 }, "{next}");
+        assert_eq!(
+            read(Api::ChatCompletions, &out).channel(0),
+            "Your IBAN NL91 is é日本pay to NL99 ok"
+        );
+        if !joined {
+            // The rest went alone: the held chunk again, with only the rest as its text.
+            assert_eq!(sent[2].data, held.replace("pay to NL9", "NL9"));
+        }
     }
 }
 
