@@ -6,9 +6,10 @@
 //!   a result already stored (same turn, check, attempt and, for tool-call checks, call) is not
 //!   stored, evented or alerted again.
 //! - `POST /v1/results/batch` (the same token): `{"reports": [...]}`, the reports of many turns
-//!   without background checks, each stored as if it came alone; a report that is not valid is
-//!   skipped and logged (the others are stored: `200 {"stored": n, "skipped": k}`), and a store
-//!   that fails answers `503` for the whole batch, which the filter sends again.
+//!   without background checks, each stored as if it came alone, all in one transaction; a report
+//!   that is not valid is skipped and logged (the others are stored: `200 {"stored": n,
+//!   "skipped": k}`), and a store that fails answers `503` for the whole batch, which the filter
+//!   sends again.
 //! - With the operator token (`Authorization: Bearer …`, `[api] token_env`):
 //!   `GET /responses/{id}/checks`, `GET /agents/{id}/checks/summary`, `DELETE /people/{person}/checks`.
 //!
@@ -117,19 +118,60 @@ async fn post_results_batch(
         }
     };
     let key = TurnKey::from_headers(&headers);
-    let (mut stored, mut skipped) = (0usize, 0usize);
+    let mut valid = Vec::with_capacity(batch.reports.len());
     for (i, report) in batch.reports.iter().enumerate() {
-        if let Err(problem) = validate(report) {
-            tracing::warn!(problem = %problem, at = i, "bad turn report in a batch: skipped");
-            skipped += 1;
-            continue;
-        }
-        match ingest(&app, &store, report, &key).await {
-            Ok(n) => stored += n,
-            Err(down) => return down,
+        match validate(report) {
+            Ok(()) => valid.push(report),
+            Err(problem) => {
+                tracing::warn!(problem = %problem, at = i, "bad turn report in a batch: skipped");
+            }
         }
     }
+    let skipped = batch.reports.len() - valid.len();
+    // One transaction for the whole batch: a failing store fails it whole, and the filter sends
+    // it again (nothing is stored twice).
+    for report in &valid {
+        remember_keys(&app, report, &key);
+    }
+    let ingested = match store
+        .ingest_many(&valid, &app.webhook_urls(), ids::now_ms())
+        .await
+    {
+        Ok(i) => i,
+        Err(e) => {
+            for report in &valid {
+                forget_keys(&app, report);
+            }
+            return store_down(&e, "storing a batch of turn reports");
+        }
+    };
+    let mut stored = 0;
+    for (report, ingested) in valid.iter().zip(ingested) {
+        stored += ingested.stored;
+        after_ingest(&app, &store, report, ingested, false).await;
+    }
+    // One line per batch: a line per report would cost the sidecar more than storing it.
+    tracing::info!(
+        reports = valid.len(),
+        skipped,
+        stored,
+        "batch of turn reports stored"
+    );
     Json(json!({ "stored": stored, "skipped": skipped })).into_response()
+}
+
+/// The key of the turn's background checks is in memory before its pending checks are visible to
+/// the judging loop.
+fn remember_keys(app: &Arc<App>, report: &TurnReport, key: &TurnKey) {
+    for check in &report.background {
+        app.remember_turn_key(&report.turn_id, &check.name, key.clone());
+    }
+}
+
+fn forget_keys(app: &Arc<App>, report: &TurnReport) {
+    for check in &report.background {
+        app.forget_turn_key(&report.turn_id, &check.name);
+    }
 }
 
 /// Stores one valid report and starts what follows from it (events, background checks, alerts);
@@ -140,36 +182,56 @@ async fn ingest(
     report: &TurnReport,
     key: &TurnKey,
 ) -> Result<usize, Response> {
-    // The key is in memory before the pending checks are visible to the judging loop.
-    for check in &report.background {
-        app.remember_turn_key(&report.turn_id, &check.name, key.clone());
-    }
+    remember_keys(app, report, key);
     let ingested = match store
         .ingest(report, &app.webhook_urls(), ids::now_ms())
         .await
     {
         Ok(i) => i,
         Err(e) => {
-            for check in &report.background {
-                app.forget_turn_key(&report.turn_id, &check.name);
-            }
+            forget_keys(app, report);
             return Err(store_down(&e, "storing a turn report"));
         }
     };
+    let stored = ingested.stored;
+    after_ingest(app, store, report, ingested, true).await;
+    Ok(stored)
+}
+
+/// What follows a stored report: keys no pending check needs are dropped, and the event, judging
+/// and alert loops are woken for what it added. `log`: a line for this report at info (a report
+/// in a batch: at debug, the batch has its own line).
+async fn after_ingest(
+    app: &Arc<App>,
+    store: &Store,
+    report: &TurnReport,
+    ingested: store::Ingested,
+    log: bool,
+) {
     for check in &report.background {
         if !ingested.pending.contains(&check.name) {
             app.forget_turn_key(&report.turn_id, &check.name);
         }
     }
-    tracing::info!(
-        agent = %report.agent,
-        version = %report.version,
-        results = report.results.len(),
-        stored = ingested.stored,
-        events = ingested.events,
-        pending = ingested.pending.len(),
-        "turn report stored"
-    );
+    if log {
+        tracing::info!(
+            agent = %report.agent,
+            version = %report.version,
+            results = report.results.len(),
+            stored = ingested.stored,
+            events = ingested.events,
+            pending = ingested.pending.len(),
+            "turn report stored"
+        );
+    } else {
+        tracing::debug!(
+            agent = %report.agent,
+            version = %report.version,
+            results = report.results.len(),
+            stored = ingested.stored,
+            "turn report stored (in a batch)"
+        );
+    }
     if ingested.events > 0 {
         app.events_wake().notify_one();
     }
@@ -179,7 +241,6 @@ async fn ingest(
     if !ingested.alerts.is_empty() {
         alerts::evaluate(app, store, ingested.alerts).await;
     }
-    Ok(ingested.stored)
 }
 
 /// The report, or a short problem naming the field; never quoting the body.

@@ -240,63 +240,23 @@ impl Store {
         now_ms: i64,
     ) -> Result<Ingested, StoreError> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "INSERT INTO turns (turn_id, response_id, agent, version, person, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (turn_id) DO UPDATE SET response_id = COALESCE(turns.response_id, excluded.response_id)",
-        )
-        .bind(&report.turn_id)
-        .bind(&report.response_id)
-        .bind(&report.agent)
-        .bind(&report.version)
-        .bind(&report.person)
-        .bind(now_ms)
-        .execute(&mut *tx)
-        .await?;
-        let turn = turn_in(&mut tx, &report.turn_id)
-            .await?
-            .ok_or(StoreError::RowNotFound)?;
-        let version: String = sqlx::query_scalar("SELECT version FROM turns WHERE turn_id = $1")
-            .bind(&report.turn_id)
-            .fetch_one(&mut *tx)
-            .await?;
-        let mut out = Ingested::default();
-        let mut alerting = BTreeSet::new();
-        for result in &report.results {
-            if insert_result(&mut tx, &turn, &version, result).await? {
-                out.stored += 1;
-                out.events += queue_event(&mut tx, &turn, result, webhooks, now_ms).await?;
-                if let Some(alert) = result.alert {
-                    if alerting.insert(result.name.clone()) {
-                        out.alerts.push(AlertCheck {
-                            agent: turn.agent.clone(),
-                            check: result.name.clone(),
-                            alert,
-                        });
-                    }
-                }
-            }
-        }
-        for check in &report.background {
-            if result_exists(&mut tx, &turn.turn_id, &check.name).await? {
-                continue;
-            }
-            let request =
-                serde_json::to_string(&check.judge).map_err(|e| StoreError::Encode(Box::new(e)))?;
-            sqlx::query(
-                "INSERT INTO pending_checks (turn_id, name, request, alert_rate, alert_over, created_at) \
-                 VALUES ($1, $2, $3, CASE WHEN $7 = 1 THEN $4 END, $5, $6) ON CONFLICT (turn_id, name) DO NOTHING",
-            )
-            .bind(&turn.turn_id)
-            .bind(&check.name)
-            .bind(request)
-            .bind(check.alert.map_or(0.0, |a| a.failure_rate))
-            .bind(check.alert.map(|a| i64::from(a.over_last)))
-            .bind(now_ms)
-            .bind(i64::from(check.alert.is_some()))
-            .execute(&mut *tx)
-            .await?;
-            out.pending.push(check.name.clone());
+        let out = ingest_in(&mut tx, report, webhooks, now_ms).await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// Stores several reports (a batch from the filter) in one transaction, each as [`Self::ingest`]
+    /// stores one: one commit for all, which is most of what a report costs the store.
+    pub async fn ingest_many(
+        &self,
+        reports: &[&TurnReport],
+        webhooks: &[String],
+        now_ms: i64,
+    ) -> Result<Vec<Ingested>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let mut out = Vec::with_capacity(reports.len());
+        for report in reports {
+            out.push(ingest_in(&mut tx, report, webhooks, now_ms).await?);
         }
         tx.commit().await?;
         Ok(out)
@@ -327,7 +287,7 @@ impl Store {
                     .bind(turn_id)
                     .fetch_one(&mut *tx)
                     .await?;
-            if insert_result(&mut tx, &turn, &version, result).await? {
+            if insert_result(&mut tx, &turn, &version, result, &mut None).await? {
                 out.stored = true;
                 out.events = queue_event(&mut tx, &turn, result, webhooks, now_ms).await?;
                 out.alert = result.alert.map(|alert| AlertCheck {
@@ -651,6 +611,76 @@ impl Store {
     }
 }
 
+/// One report's rows, inside the caller's transaction.
+async fn ingest_in(
+    tx: &mut Transaction<'_, Any>,
+    report: &TurnReport,
+    webhooks: &[String],
+    now_ms: i64,
+) -> Result<Ingested, StoreError> {
+    sqlx::query(
+        "INSERT INTO turns (turn_id, response_id, agent, version, person, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (turn_id) DO UPDATE SET response_id = COALESCE(turns.response_id, excluded.response_id)",
+    )
+    .bind(&report.turn_id)
+    .bind(&report.response_id)
+    .bind(&report.agent)
+    .bind(&report.version)
+    .bind(&report.person)
+    .bind(now_ms)
+    .execute(&mut **tx)
+    .await?;
+    let turn = turn_in(tx, &report.turn_id)
+        .await?
+        .ok_or(StoreError::RowNotFound)?;
+    let version: String = sqlx::query_scalar("SELECT version FROM turns WHERE turn_id = $1")
+        .bind(&report.turn_id)
+        .fetch_one(&mut **tx)
+        .await?;
+    let mut out = Ingested::default();
+    let mut alerting = BTreeSet::new();
+    // The turn's next result number, read once for the whole report.
+    let mut seq = None;
+    for result in &report.results {
+        if insert_result(tx, &turn, &version, result, &mut seq).await? {
+            out.stored += 1;
+            out.events += queue_event(tx, &turn, result, webhooks, now_ms).await?;
+            if let Some(alert) = result.alert {
+                if alerting.insert(result.name.clone()) {
+                    out.alerts.push(AlertCheck {
+                        agent: turn.agent.clone(),
+                        check: result.name.clone(),
+                        alert,
+                    });
+                }
+            }
+        }
+    }
+    for check in &report.background {
+        if result_exists(tx, &turn.turn_id, &check.name).await? {
+            continue;
+        }
+        let request =
+            serde_json::to_string(&check.judge).map_err(|e| StoreError::Encode(Box::new(e)))?;
+        sqlx::query(
+            "INSERT INTO pending_checks (turn_id, name, request, alert_rate, alert_over, created_at) \
+             VALUES ($1, $2, $3, CASE WHEN $7 = 1 THEN $4 END, $5, $6) ON CONFLICT (turn_id, name) DO NOTHING",
+        )
+        .bind(&turn.turn_id)
+        .bind(&check.name)
+        .bind(request)
+        .bind(check.alert.map_or(0.0, |a| a.failure_rate))
+        .bind(check.alert.map(|a| i64::from(a.over_last)))
+        .bind(now_ms)
+        .bind(i64::from(check.alert.is_some()))
+        .execute(&mut **tx)
+        .await?;
+        out.pending.push(check.name.clone());
+    }
+    Ok(out)
+}
+
 async fn turn_in(tx: &mut Transaction<'_, Any>, turn_id: &str) -> Result<Option<Turn>, StoreError> {
     let row = sqlx::query(&format!(
         "SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = $1"
@@ -682,17 +712,25 @@ async fn result_exists(
 
 /// Inserts a result unless its (turn, name, attempt, call) is stored already; true when it was new.
 /// A result that is not a tool call's has call 0, so it is stored once per (turn, name, attempt).
+/// Stores a result unless the same (turn, check, attempt, call) is stored already; `true` when
+/// stored. `next_seq` is the turn's next result number within this transaction: read from the
+/// table when `None`, then counted here (one query per report, not one per result).
 async fn insert_result(
     tx: &mut Transaction<'_, Any>,
     turn: &Turn,
     version: &str,
     result: &CheckResult,
+    next_seq: &mut Option<i64>,
 ) -> Result<bool, StoreError> {
-    let seq: i64 =
-        sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM results WHERE turn_id = $1")
-            .bind(&turn.turn_id)
-            .fetch_one(&mut **tx)
-            .await?;
+    let seq: i64 = match *next_seq {
+        Some(seq) => seq,
+        None => {
+            sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM results WHERE turn_id = $1")
+                .bind(&turn.turn_id)
+                .fetch_one(&mut **tx)
+                .await?
+        }
+    };
     let inserted = sqlx::query(
         "INSERT INTO results (id, turn_id, seq, agent, version, name, stage, kind, mode, attempt, \
          outcome, score, reason, judge_model, passed_on_error, created_at, tool, tool_call) \
@@ -721,6 +759,7 @@ async fn insert_result(
     .execute(&mut **tx)
     .await?
     .rows_affected();
+    *next_seq = Some(if inserted == 1 { seq + 1 } else { seq });
     Ok(inserted == 1)
 }
 
