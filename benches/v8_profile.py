@@ -13,7 +13,9 @@ Method (repeat it after a change and compare the tables):
 - For scale, Envoy CPU per turn of the same workloads through the same Envoy config without the wasm
   filter and with the no-op filter (`benches/noop-filter`), each its own Envoy, run just before.
 - One client, one keep-alive connection, one turn at a time. Workloads: 4 KiB non-streamed Chat turns;
-  streamed Chat answers of 2,000 four-character deltas (one event per upstream write).
+  streamed Chat answers of 2,000 four-character deltas (one event per upstream write, as fast as the
+  double writes them, so Envoy hands several to one body callback); and the same answer paced
+  (`PACE_US` between writes), so each event is its own body callback, as a model's tokens arrive.
 - After each workload the run waits until every turn report was answered by the sidecar, then reads the
   counters; per turn = the counter's growth over the workload ÷ its turns. Envoy CPU per turn (all its
   threads, /proc/<pid>/task/*/schedstat) is over the same span, so it includes the spans' own clock
@@ -42,6 +44,10 @@ from tool_checks import cpu_ns  # noqa: E402
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 TURNS = 300 if QUICK else 3000
 STREAMS = 10 if QUICK else 60
+# Streams written one event per upstream write, PACE_US apart, so each event is its own body
+# callback (as a model's tokens arrive): the per-event cost, which the unpaced run hides.
+PACED_STREAMS = 2 if QUICK else 6
+PACE_US = 400
 STREAM_TOKENS = 2000
 WARMUP = 50
 # PROFILE_WASM: another profile build to measure (e.g. one of an earlier commit, for a before/after);
@@ -74,14 +80,15 @@ def envoy_config(upstream_port: int, judge_port: int, variant: str = "livecheck"
 
 
 def baseline_cpu(upstream: UpstreamDouble, judge: JudgeSidecar, workdir: pathlib.Path, variant: str) -> dict:
-    """Envoy CPU per turn for the same two workloads through Envoy with no wasm filter or the no-op one."""
+    """Envoy CPU per turn for the same workloads through Envoy with no wasm filter or the no-op one."""
     envoy = Envoy(envoy_config(upstream.port, judge.port, variant), workdir, f"envoy-{variant}")
     try:
-        turn, stream = workloads(envoy)
+        turn, stream, paced = workloads(envoy)
         for i in range(WARMUP):
             turn(i)
         out = {}
-        for name, run, n in (("chat-4k", turn, TURNS), ("stream-2k", stream, STREAMS)):
+        for name, run, n in (("chat-4k", turn, TURNS), ("stream-2k", stream, STREAMS),
+                             ("stream-2k-paced", paced, PACED_STREAMS)):
             cpu0 = cpu_ns(envoy.pid)
             for i in range(n):
                 run(i)
@@ -92,7 +99,8 @@ def baseline_cpu(upstream: UpstreamDouble, judge: JudgeSidecar, workdir: pathlib
 
 
 def workloads(envoy: Envoy):
-    """One keep-alive connection; a 4 KiB non-streamed Chat turn, and a streamed 2,000-token answer."""
+    """One keep-alive connection; a 4 KiB non-streamed Chat turn, a streamed 2,000-token answer, and
+    the same answer paced (one event per body callback)."""
     conn = http.client.HTTPConnection("127.0.0.1", envoy.port, timeout=30)
     body = chat_body(4096)
     stream_headers = {"content-type": "application/json", "x-bench-stream-tokens": str(STREAM_TOKENS)}
@@ -109,7 +117,14 @@ def workloads(envoy: Envoy):
         data = r.read()
         check(r.status == 200 and data.rstrip().endswith(b"data: [DONE]"), "a stream did not end with [DONE]")
 
-    return turn, stream
+    def paced(_i: int) -> None:
+        conn.request("POST", "/v1/chat/completions", body=chat_body(512),
+                     headers={**stream_headers, "x-bench-pace-us": str(PACE_US)})
+        r = conn.getresponse()
+        data = r.read()
+        check(r.status == 200 and data.rstrip().endswith(b"data: [DONE]"), "a paced stream did not end with [DONE]")
+
+    return turn, stream, paced
 
 
 def profile(envoy: Envoy) -> dict[str, tuple[int, int]]:
@@ -170,11 +185,12 @@ def main() -> int:
         baselines = {v: baseline_cpu(upstream, judge, workdir, v) for v in ("plain", "noop")}
         envoy = Envoy(envoy_config(upstream.port, judge.port), workdir, "envoy")
         try:
-            turn, stream = workloads(envoy)
+            turn, stream, paced = workloads(envoy)
             for i in range(WARMUP):
                 turn(i)
             results = {"chat-4k": measure(envoy, judge, TURNS, turn),
-                       "stream-2k": measure(envoy, judge, STREAMS, stream)}
+                       "stream-2k": measure(envoy, judge, STREAMS, stream),
+                       "stream-2k-paced": measure(envoy, judge, PACED_STREAMS, paced)}
             stats = envoy.stats()
             version = envoy.version()
         finally:
@@ -182,7 +198,7 @@ def main() -> int:
             judge.stop()
             upstream.stop()
     passed = stats.get("wasmcustom.livecheck.bench.out-codename.passed", 0)
-    check(passed >= WARMUP + TURNS + STREAMS, f"the output checks ran on too few turns ({passed})")
+    check(passed >= WARMUP + TURNS + STREAMS + PACED_STREAMS, f"the output checks ran on too few turns ({passed})")
     for name, r in results.items():
         r["baselines"] = {v: b[name] for v, b in baselines.items()}
     write(results, version, time.monotonic() - started)

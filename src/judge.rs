@@ -2,14 +2,14 @@
 //! and reading its verdict. The judging itself happens in the sidecar (`judge/`).
 
 use livecheck_wire::{
-    JudgeRequest, JudgeVerdict, Outcome as WireOutcome, Stage as WireStage, TurnReport,
-    FILTER_TOKEN_HEADER, JUDGE_PATH, RESULTS_BATCH_PATH, RESULTS_PATH,
+    JudgeRequest, JudgeVerdict, Outcome as WireOutcome, Stage as WireStage, FILTER_TOKEN_HEADER,
+    JUDGE_PATH, RESULTS_BATCH_PATH, RESULTS_PATH,
 };
 
 use crate::config::{Check, Kind, Mode, Policy, Stage, Version};
 use crate::host::Host;
 use crate::outbox::Job;
-use crate::record::Record;
+use crate::record::{Record, Report};
 use crate::verdict::Outcome;
 
 /// A callout to send: the sidecar's path and headers, and the JSON body.
@@ -76,27 +76,21 @@ pub fn background_draws<'v>(
 /// A finished turn's report, ready for the outbox. A report with background checks goes alone
 /// to the results path with the turn's credentials (its checks are judged with them); any other
 /// carries no headers of its own and leaves in a batch ([`batch_headers`]).
-pub fn report_job(
-    policy: &Policy,
-    report: &TurnReport,
-    credentials: &[(String, String)],
-) -> Option<Job> {
-    let _span = crate::profile::span("phase.report_serialize");
-    let body = serde_json::to_vec(report).ok()?;
-    if report.background.is_empty() {
-        return Some(Job {
+pub fn report_job(policy: &Policy, report: Report, credentials: &[(String, String)]) -> Job {
+    if !report.background {
+        return Job {
             headers: Vec::new(),
-            body,
+            body: report.body,
             batchable: true,
-        });
+        };
     }
     let mut headers = base_headers(policy, RESULTS_PATH);
     headers.extend(credentials.iter().cloned());
-    Some(Job {
+    Job {
         headers,
-        body,
+        body: report.body,
         batchable: false,
-    })
+    }
 }
 
 /// The headers of a batch of reports (`POST /v1/results/batch`).
@@ -224,6 +218,7 @@ pub fn dispatch(
 mod tests {
 
     use super::*;
+    use livecheck_wire::TurnReport;
 
     fn policy(checks: &str) -> Policy {
         let json = format!(
@@ -306,21 +301,27 @@ mod tests {
         let (_, judge) = background_draws(&p, &v, &judged(Some("m"), &[]), &mut || 0)
             .pop()
             .unwrap();
-        let mut report = TurnReport {
-            turn_id: "lc_1".into(),
-            response_id: None,
-            agent: "a".into(),
-            version: "1".into(),
-            person: None,
-            results: vec![],
-            background: vec![livecheck_wire::BackgroundCheck {
-                name: "tone".into(),
-                judge,
-                alert: None,
-            }],
+        let report_of = |background: bool| {
+            let mut record = Record::new("lc_1".into());
+            record.runs(&v);
+            if background {
+                record.background(&v.checks[0], judge.clone());
+            } else {
+                record.decided(
+                    &v,
+                    &[crate::verdict::CheckResult {
+                        check: 0,
+                        outcome: Outcome::Passed,
+                        passed_on_error: false,
+                        attempt: 1,
+                    }],
+                    5,
+                );
+            }
+            record.report().unwrap()
         };
         let creds = vec![("authorization".to_owned(), "Bearer k".to_owned())];
-        let job = report_job(&p, &report, &creds).unwrap();
+        let job = report_job(&p, report_of(true), &creds);
         assert!(!job.batchable);
         assert!(job
             .headers
@@ -329,11 +330,11 @@ mod tests {
             .headers
             .contains(&("authorization".into(), "Bearer k".into())));
         let back: TurnReport = serde_json::from_slice(&job.body).unwrap();
-        assert_eq!(back, report);
+        assert_eq!(back.background.len(), 1);
+        assert_eq!(back.background[0].judge, judge);
 
         // Without background checks: no credentials, batched.
-        report.background.clear();
-        let job = report_job(&p, &report, &creds).unwrap();
+        let job = report_job(&p, report_of(false), &creds);
         assert!(job.batchable && job.headers.is_empty());
         let headers = batch_headers(&p);
         assert!(headers.contains(&(":path".into(), "/v1/results/batch".into())));

@@ -4,7 +4,7 @@
 
 use livecheck_wire::{
     Alert as WireAlert, BackgroundCheck, CheckResult as WireResult, JudgeRequest, JudgeVerdict,
-    Mode as WireMode, Outcome as WireOutcome, Stage as WireStage, TurnReport,
+    Mode as WireMode, Outcome as WireOutcome, Stage as WireStage,
 };
 
 use crate::config::{Check, Kind, Stage, Version};
@@ -33,7 +33,10 @@ pub struct Record {
     pub person: Option<String>,
     /// The upstream's own id of the answer, once one carried it.
     pub response_id: Option<String>,
-    results: Vec<WireResult>,
+    /// Every result decided so far, written as the report carries it: JSON objects joined by
+    /// commas (the fixed part of each check's written at configure time, `Check::report_head`).
+    results: Vec<u8>,
+    result_count: usize,
     background: Vec<BackgroundCheck>,
     judgements: Vec<Judgement>,
     /// The turn's credentials, forwarded with the report so background checks are judged on the
@@ -105,36 +108,34 @@ impl Record {
                 .find(|j| j.check == result.check && j.attempt == result.attempt);
             let judged = !check.kind.is_rule();
             let reason = match (result.outcome, judged, judgement) {
-                (Outcome::Errored, false, _) => COULD_NOT_DECIDE.to_owned(),
-                (_, true, Some(j)) => j.reason.clone(),
-                (_, true, None) => COULD_NOT_DECIDE.to_owned(),
-                (outcome, false, _) => rule_reason(&check.kind, outcome).to_owned(),
+                (Outcome::Errored, false, _) => COULD_NOT_DECIDE,
+                (_, true, Some(j)) => j.reason.as_str(),
+                (_, true, None) => COULD_NOT_DECIDE,
+                (outcome, false, _) => rule_reason(&check.kind, outcome),
             };
-            self.results.push(WireResult {
-                name: check.name.clone(),
-                stage: wire_stage(check.stage),
-                kind: check.kind.as_str().to_owned(),
-                mode: WireMode::Block,
+            let written = Written {
                 attempt: result.attempt,
-                outcome: wire_outcome(result.outcome),
+                outcome: result.outcome,
                 score: judgement.and_then(|j| j.score).filter(|_| judged),
                 reason,
                 judge_model: judgement
-                    .and_then(|j| j.judge_model.clone())
+                    .and_then(|j| j.judge_model.as_deref())
                     .filter(|_| judged),
                 passed_on_error: result.passed_on_error,
                 created_at_ms: now_ms,
-                alert: wire_alert(check),
-                tool: None,
-                call: None,
-            });
+            };
+            if self.result_count > 0 {
+                self.results.push(b',');
+            }
+            written.write(&check.report_head, &mut self.results);
+            self.result_count += 1;
         }
     }
 
     /// Results of tool-call checks decided now, in the order decided.
     pub fn tools_decided(&mut self, results: &[crate::tools::ToolResult], now_ms: u64) {
         for r in results {
-            self.results.push(WireResult {
+            let result = WireResult {
                 name: r.name.clone(),
                 stage: WireStage::Output,
                 kind: r.kind.to_owned(),
@@ -149,7 +150,13 @@ impl Record {
                 alert: None,
                 tool: Some(r.tool.clone()),
                 call: Some(r.call),
-            });
+            };
+            if self.result_count > 0 {
+                self.results.push(b',');
+            }
+            // Writing a struct of strings and numbers into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut self.results, &result);
+            self.result_count += 1;
         }
     }
 
@@ -164,36 +171,137 @@ impl Record {
 
     /// How many results are recorded so far.
     pub fn len(&self) -> usize {
-        self.results.len()
+        self.result_count
     }
 
     pub fn is_empty(&self) -> bool {
-        self.results.is_empty() && self.background.is_empty()
+        self.result_count == 0 && self.background.is_empty()
     }
 
-    /// The report of the finished turn; `None` when no check decided anything (a turn the filter
-    /// does not check, or one refused before a version was chosen).
-    pub fn report(self) -> Option<TurnReport> {
+    /// The report of the finished turn (a [`TurnReport`] as JSON); `None` when no check decided
+    /// anything (a turn the filter does not check, or one refused before a version was chosen).
+    pub fn report(self) -> Option<Report> {
         let _span = crate::profile::span("phase.report_build");
-        let (agent, version) = self.agent_version?;
-        if self.results.is_empty() && self.background.is_empty() {
+        let (agent, version) = self.agent_version.as_ref()?;
+        if self.is_empty() {
             return None;
         }
-        Some(TurnReport {
-            turn_id: self.turn_id,
-            response_id: self.response_id,
-            agent,
-            version,
-            person: self.person,
-            results: self.results,
-            background: self.background,
+        let mut body = Vec::with_capacity(self.results.len() + 160);
+        body.extend_from_slice(b"{\"turn_id\":");
+        push_str(&mut body, &self.turn_id);
+        if let Some(id) = &self.response_id {
+            body.extend_from_slice(b",\"response_id\":");
+            push_str(&mut body, id);
+        }
+        body.extend_from_slice(b",\"agent\":");
+        push_str(&mut body, agent);
+        body.extend_from_slice(b",\"version\":");
+        push_str(&mut body, version);
+        if let Some(person) = &self.person {
+            body.extend_from_slice(b",\"person\":");
+            push_str(&mut body, person);
+        }
+        body.extend_from_slice(b",\"results\":[");
+        body.extend_from_slice(&self.results);
+        body.push(b']');
+        if !self.background.is_empty() {
+            body.extend_from_slice(b",\"background\":");
+            let _ = serde_json::to_writer(&mut body, &self.background);
+        }
+        body.push(b'}');
+        Some(Report {
+            body,
+            background: !self.background.is_empty(),
         })
     }
 
     #[cfg(test)]
-    pub fn results(&self) -> &[WireResult] {
-        &self.results
+    pub fn results(&self) -> Vec<WireResult> {
+        let mut json = b"[".to_vec();
+        json.extend_from_slice(&self.results);
+        json.push(b']');
+        serde_json::from_slice(&json).unwrap()
     }
+}
+
+/// A finished turn's report: a [`TurnReport`] as JSON.
+#[derive(Debug)]
+pub struct Report {
+    pub body: Vec<u8>,
+    /// It carries background checks (judged with the turn's credentials).
+    pub background: bool,
+}
+
+/// What a result adds to its check's fixed part.
+struct Written<'a> {
+    attempt: u32,
+    outcome: Outcome,
+    score: Option<f64>,
+    reason: &'a str,
+    judge_model: Option<&'a str>,
+    passed_on_error: bool,
+    created_at_ms: u64,
+}
+
+impl Written<'_> {
+    /// Writes the result as one JSON object of a [`TurnReport`]'s `results`.
+    fn write(&self, head: &str, out: &mut Vec<u8>) {
+        out.extend_from_slice(head.as_bytes());
+        out.extend_from_slice(b",\"attempt\":");
+        push_number(out, u64::from(self.attempt));
+        out.extend_from_slice(match self.outcome {
+            Outcome::Passed => b",\"outcome\":\"passed\"",
+            Outcome::Failed => b",\"outcome\":\"failed\"",
+            Outcome::Errored => b",\"outcome\":\"errored\"",
+        });
+        if let Some(score) = self.score {
+            out.extend_from_slice(b",\"score\":");
+            // A non-finite score is written as null, as serde_json writes it.
+            let _ = serde_json::to_writer(&mut *out, &score);
+        }
+        out.extend_from_slice(b",\"reason\":");
+        push_str(out, self.reason);
+        if let Some(model) = self.judge_model {
+            out.extend_from_slice(b",\"judge_model\":");
+            push_str(out, model);
+        }
+        out.extend_from_slice(if self.passed_on_error {
+            b",\"passed_on_error\":true,\"created_at_ms\":"
+        } else {
+            b",\"passed_on_error\":false,\"created_at_ms\":"
+        });
+        push_number(out, self.created_at_ms);
+        out.push(b'}');
+    }
+}
+
+/// The fixed part of a check's results in a report, built once at configure time: `{`, its name,
+/// stage, kind, mode (`block`: background checks are stored by the sidecar) and alert, without the
+/// closing brace.
+pub fn result_head(check: &Check) -> String {
+    let mut head = b"{\"name\":".to_vec();
+    push_str(&mut head, &check.name);
+    head.extend_from_slice(match check.stage {
+        Stage::Input => b",\"stage\":\"input\",\"kind\":",
+        Stage::Output => b",\"stage\":\"output\",\"kind\":",
+    });
+    push_str(&mut head, check.kind.as_str());
+    head.extend_from_slice(b",\"mode\":\"block\"");
+    if let Some(alert) = wire_alert(check) {
+        head.extend_from_slice(b",\"alert\":");
+        let _ = serde_json::to_writer(&mut head, &alert);
+    }
+    String::from_utf8(head).unwrap_or_default()
+}
+
+/// Appends a JSON string literal.
+fn push_str(out: &mut Vec<u8>, text: &str) {
+    // Writing a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, text);
+}
+
+fn push_number(out: &mut Vec<u8>, n: u64) {
+    let _ = serde_json::to_writer(&mut *out, &n);
 }
 
 /// Results decided now: counted as metrics and recorded for the turn's report.
@@ -244,13 +352,6 @@ fn rule_reason(kind: &Kind, outcome: Outcome) -> &'static str {
     }
 }
 
-fn wire_stage(stage: Stage) -> WireStage {
-    match stage {
-        Stage::Input => WireStage::Input,
-        Stage::Output => WireStage::Output,
-    }
-}
-
 fn wire_outcome(outcome: Outcome) -> WireOutcome {
     match outcome {
         Outcome::Passed => WireOutcome::Passed,
@@ -271,6 +372,7 @@ mod tests {
 
     use super::*;
     use crate::config::Policy;
+    use livecheck_wire::TurnReport;
 
     fn version() -> std::rc::Rc<Version> {
         let json = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {"live_checks": [
@@ -310,7 +412,7 @@ mod tests {
             }),
         );
         r.decided(&v, &[result(1, Outcome::Passed, 2)], 6);
-        let report = r.report().unwrap();
+        let report: TurnReport = serde_json::from_slice(&r.report().unwrap().body).unwrap();
         assert_eq!(
             report.results[0].reason,
             "The answer contains text it had to avoid."
@@ -347,5 +449,91 @@ mod tests {
         assert!(Record::new("lc_2".into()).report().is_none());
         r.runs(&v);
         assert!(r.report().is_none());
+    }
+
+    #[test]
+    fn the_written_report_reads_back_as_every_field_was_recorded() {
+        let json = r#"{"default_agent": "a:b", "agents": {"a:b": {"published": "1", "versions": {"1": {"live_checks": [
+            {"name": "in.tone_1", "stage": "input", "kind": "polite_tone", "judge_model": "j",
+             "on_error": "pass", "alert": {"failure_rate": 0.25, "over_last": 4}},
+            {"name": "tone", "stage": "output", "kind": "polite_tone", "judge_model": "j"}]}}}}}"#;
+        let v = Policy::from_json(json.as_bytes())
+            .unwrap()
+            .select(None, None, None)
+            .unwrap();
+        let mut r = Record::new("lc_\u{1}".into());
+        r.runs(&v);
+        r.person = Some("p\n1".into());
+        r.response_id = Some("chatcmpl-9".into());
+        r.decided(
+            &v,
+            &[CheckResult {
+                check: 0,
+                outcome: Outcome::Errored,
+                passed_on_error: true,
+                attempt: 1,
+            }],
+            u64::MAX,
+        );
+        r.judge_model(1, 3, "j");
+        r.judged(
+            1,
+            3,
+            Some(&JudgeVerdict {
+                outcome: WireOutcome::Failed,
+                score: Some(0.125),
+                reason: "Curt \"and\" cold.\u{7}".into(),
+                usage: Default::default(),
+            }),
+        );
+        r.decided(&v, &[result(1, Outcome::Failed, 3)], 7);
+        assert_eq!(r.len(), 2);
+        let report: TurnReport = serde_json::from_slice(&r.report().unwrap().body).unwrap();
+        let expected = TurnReport {
+            turn_id: "lc_\u{1}".into(),
+            response_id: Some("chatcmpl-9".into()),
+            agent: "a:b".into(),
+            version: "1".into(),
+            person: Some("p\n1".into()),
+            results: vec![
+                WireResult {
+                    name: "in.tone_1".into(),
+                    stage: WireStage::Input,
+                    kind: "polite_tone".into(),
+                    mode: WireMode::Block,
+                    attempt: 1,
+                    outcome: WireOutcome::Errored,
+                    score: None,
+                    reason: COULD_NOT_DECIDE.into(),
+                    judge_model: None,
+                    passed_on_error: true,
+                    tool: None,
+                    call: None,
+                    created_at_ms: u64::MAX,
+                    alert: Some(WireAlert {
+                        failure_rate: 0.25,
+                        over_last: 4,
+                    }),
+                },
+                WireResult {
+                    name: "tone".into(),
+                    stage: WireStage::Output,
+                    kind: "polite_tone".into(),
+                    mode: WireMode::Block,
+                    attempt: 3,
+                    outcome: WireOutcome::Failed,
+                    score: Some(0.125),
+                    reason: "Curt \"and\" cold.\u{7}".into(),
+                    judge_model: Some("j".into()),
+                    passed_on_error: false,
+                    tool: None,
+                    call: None,
+                    created_at_ms: 7,
+                    alert: None,
+                },
+            ],
+            background: vec![],
+        };
+        assert_eq!(report, expected);
     }
 }

@@ -7,25 +7,24 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use super::json::{
-    bool_field, opt_str_field, push_event, scalars_of_text, scalars_of_value, str_field,
-};
+use super::json::{push_event, scalars_of_text, scalars_of_value};
+use super::json::{Node, Obj};
 use super::{content_texts, intent, join_lines, push_tool_call, Answer, Ids, Request, ToolCall};
 
 /// Block types whose `input` is a tool call the model makes.
 const TOOL_USE_BLOCKS: &[&str] = &["tool_use", "server_tool_use", "mcp_tool_use"];
 
-pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String> {
+pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
     let mut pieces = content_texts(body.get("system"), &["text"], "system")?;
-    let Some(Value::Array(messages)) = body.get("messages") else {
+    let Some(Node::Array(messages)) = body.get("messages") else {
         return Err("messages must be an array".into());
     };
     let mut user_texts: Vec<String> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
-        let Value::Object(message) = message else {
+        let Node::Object(message) = message else {
             return Err(format!("messages[{i}] must be an object"));
         };
-        let Some(role) = str_field(message, "role") else {
+        let Some(role) = message.str_field("role") else {
             return Err(format!("messages[{i}].role must be a string"));
         };
         let path = format!("messages[{i}].content");
@@ -44,10 +43,10 @@ pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String
         input_text: join_lines(&pieces),
         last_user_text: user_texts.last().cloned().unwrap_or_default(),
         intent: intent(user_texts),
-        stream: bool_field(body, "stream")?,
+        stream: body.bool_field("stream")?,
         background: false,
         include_usage: false,
-        model: opt_str_field(body, "model")?,
+        model: body.opt_str_field("model")?,
     })
 }
 
@@ -64,35 +63,40 @@ struct RawBlock<'a> {
     input: Option<&'a RawValue>,
 }
 
-pub(super) fn parse_answer(raw: &str, body: &Map<String, Value>) -> Result<Answer, String> {
-    let Some(Value::Array(content)) = body.get("content") else {
+pub(super) fn parse_answer(raw: &str, body: &Obj<'_>) -> Result<Answer, String> {
+    let Some(Node::Array(content)) = body.get("content") else {
         return Err("content must be an array".into());
     };
-    let raw_blocks = serde_json::from_str::<RawAnswer>(raw)
-        .map(|a| a.content)
-        .unwrap_or_default();
+    let mut raw_blocks = None;
     let mut text = String::new();
     let mut calls = Vec::new();
     let mut tool_calls = Vec::new();
     for (i, block) in content.iter().enumerate() {
-        let Value::Object(block) = block else {
+        let Node::Object(block) = block else {
             return Err(format!("content[{i}] must be an object"));
         };
-        match str_field(block, "type") {
-            Some("text") => text.push_str(str_field(block, "text").unwrap_or_default()),
+        match block.str_field("type") {
+            Some("text") => text.push_str(block.str_field("text").unwrap_or_default()),
             Some(kind) if TOOL_USE_BLOCKS.contains(&kind) => {
+                // Read again only when there is a tool use: its input as written.
+                let raw_blocks: &Vec<RawBlock> = raw_blocks.get_or_insert_with(|| {
+                    serde_json::from_str::<RawAnswer>(raw)
+                        .map(|a| a.content)
+                        .unwrap_or_default()
+                });
                 let input = raw_blocks.get(i).and_then(|b| b.input);
+                let parsed = block.get("input").map(Node::to_value);
                 let values = match input {
                     Some(input) => scalars_of_text(input.get()),
-                    None => block.get("input").map(scalars_of_value).unwrap_or_default(),
+                    None => parsed.as_ref().map(scalars_of_value).unwrap_or_default(),
                 };
                 calls.push(values);
                 // Server and MCP tool uses ran at Anthropic: only the caller's own tools are checked.
                 if kind == "tool_use" {
                     tool_calls.push(ToolCall {
-                        name: str_field(block, "name").unwrap_or_default().to_owned(),
+                        name: block.str_field("name").unwrap_or_default().to_owned(),
                         arguments: input.map_or_else(
-                            || block.get("input").map(Value::to_string).unwrap_or_default(),
+                            || parsed.as_ref().map(Value::to_string).unwrap_or_default(),
                             |i| i.get().to_owned(),
                         ),
                         json: true,
@@ -109,8 +113,8 @@ pub(super) fn parse_answer(raw: &str, body: &Map<String, Value>) -> Result<Answe
     Ok(Answer {
         text,
         rule_text,
-        asks_for_tool: str_field(body, "stop_reason") == Some("tool_use"),
-        id: str_field(body, "id").map(str::to_owned),
+        asks_for_tool: body.str_field("stop_reason") == Some("tool_use"),
+        id: body.str_field("id").map(str::to_owned),
         calls: tool_calls,
     })
 }

@@ -5,23 +5,24 @@
 
 use serde_json::{json, Map, Value};
 
-use super::json::{bool_field, opt_str_field, push_event, scalars_of_text, str_field};
+use super::json::{push_event, scalars_of_text};
+use super::json::{Node, Obj};
 use super::{content_texts, intent, join_lines, push_tool_call, Answer, Ids, Request, ToolCall};
 
 /// Roles whose text an input check does not read: the model's own, and tool results.
 const UNREAD_ROLES: &[&str] = &["assistant", "tool", "function"];
 
-pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String> {
-    let Some(Value::Array(messages)) = body.get("messages") else {
+pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
+    let Some(Node::Array(messages)) = body.get("messages") else {
         return Err("messages must be an array".into());
     };
     let mut pieces = Vec::new();
     let mut user_texts: Vec<String> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
-        let Value::Object(message) = message else {
+        let Node::Object(message) = message else {
             return Err(format!("messages[{i}] must be an object"));
         };
-        let Some(role) = str_field(message, "role") else {
+        let Some(role) = message.str_field("role") else {
             return Err(format!("messages[{i}].role must be a string"));
         };
         let path = format!("messages[{i}].content");
@@ -37,8 +38,9 @@ pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String
         pieces.extend(texts);
     }
     let include_usage = match body.get("stream_options") {
-        None | Some(Value::Null) => false,
-        Some(Value::Object(options)) => bool_field(options, "include_usage")
+        None | Some(Node::Null) => false,
+        Some(Node::Object(options)) => options
+            .bool_field("include_usage")
             .map_err(|_| "stream_options.include_usage must be a boolean".to_string())?,
         Some(_) => return Err("stream_options must be an object".into()),
     };
@@ -46,15 +48,15 @@ pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String
         input_text: join_lines(&pieces),
         last_user_text: user_texts.last().cloned().unwrap_or_default(),
         intent: intent(user_texts),
-        stream: bool_field(body, "stream")?,
+        stream: body.bool_field("stream")?,
         background: false,
         include_usage,
-        model: opt_str_field(body, "model")?,
+        model: body.opt_str_field("model")?,
     })
 }
 
-pub(super) fn parse_answer(body: &Map<String, Value>) -> Result<Answer, String> {
-    let Some(Value::Array(choices)) = body.get("choices") else {
+pub(super) fn parse_answer(body: &Obj<'_>) -> Result<Answer, String> {
+    let Some(Node::Array(choices)) = body.get("choices") else {
         return Err("choices must be an array".into());
     };
     let mut text = String::new();
@@ -62,33 +64,35 @@ pub(super) fn parse_answer(body: &Map<String, Value>) -> Result<Answer, String> 
     let mut the_calls = Vec::new();
     let mut asks_for_tool = false;
     for (i, choice) in choices.iter().enumerate() {
-        let Value::Object(choice) = choice else {
+        let Node::Object(choice) = choice else {
             return Err(format!("choices[{i}] must be an object"));
         };
         if matches!(
-            str_field(choice, "finish_reason"),
+            choice.str_field("finish_reason"),
             Some("tool_calls" | "function_call")
         ) {
             asks_for_tool = true;
         }
-        let Some(Value::Object(message)) = choice.get("message") else {
+        let Some(Node::Object(message)) = choice.get("message") else {
             continue;
         };
         let path = format!("choices[{i}].message.content");
         for piece in content_texts(message.get("content"), &["text"], &path)? {
             text.push_str(&piece);
         }
-        if let Some(Value::Array(tool_calls)) = message.get("tool_calls") {
+        if let Some(Node::Array(tool_calls)) = message.get("tool_calls") {
             asks_for_tool |= !tool_calls.is_empty();
             for call in tool_calls {
-                calls.push(tool_call_values(call));
-                the_calls.push(tool_call(call));
+                let call = call.to_value();
+                calls.push(tool_call_values(&call));
+                the_calls.push(tool_call(&call));
             }
         }
-        if let Some(call @ Value::Object(_)) = message.get("function_call") {
+        if let Some(call @ Node::Object(_)) = message.get("function_call") {
             asks_for_tool = true;
+            let call = call.to_value();
             calls.push(arguments_values(call.get("arguments")));
-            the_calls.push(function_call(call));
+            the_calls.push(function_call(&call));
         }
     }
     let mut rule_text = text.clone();
@@ -99,7 +103,7 @@ pub(super) fn parse_answer(body: &Map<String, Value>) -> Result<Answer, String> 
         text,
         rule_text,
         asks_for_tool,
-        id: str_field(body, "id").map(str::to_owned),
+        id: body.str_field("id").map(str::to_owned),
         calls: the_calls,
     })
 }

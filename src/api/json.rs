@@ -1,7 +1,9 @@
 //! JSON helpers shared by the vendors: a strict parse for request bodies, the scalar values of a
 //! tool call's arguments as written, and SSE framing.
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::borrow::Cow;
+
+use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// Parses a request body: UTF-8, one JSON value, and no object with the same key twice (after
@@ -9,8 +11,15 @@ use serde_json::{Map, Value};
 pub(crate) fn parse_strict(body: &[u8]) -> Result<Value, String> {
     let body =
         std::str::from_utf8(body).map_err(|_| "the request body is not UTF-8".to_string())?;
-    match serde_json::from_str::<Strict>(body) {
-        Ok(Strict(value)) => Ok(value),
+    parse_node(body).map(|node| node.to_value())
+}
+
+/// [`parse_strict`] without building a `serde_json::Value`: strings that hold no escape borrow
+/// the body, numbers are checked but not kept. What input checks read of a request is taken
+/// from this tree (one pass over the body, no allocation per key or string).
+pub(crate) fn parse_node(body: &str) -> Result<Node<'_>, String> {
+    match read_node::<true>(body) {
+        Ok(node) => Ok(node),
         Err(e) if e.is_data() => Err(format!(
             "the request body has a duplicate key (line {}, column {})",
             e.line(),
@@ -24,68 +33,210 @@ pub(crate) fn parse_strict(body: &[u8]) -> Result<Value, String> {
     }
 }
 
-/// A JSON value whose objects never repeat a key.
-struct Strict(Value);
+/// An answer body as a [`Node`] tree, read as serde_json reads it into a `Value`: a key written
+/// twice is allowed and its last value counts (the vendors' SDKs read it so too).
+pub(crate) fn parse_answer_node(body: &str) -> Result<Node<'_>, serde_json::Error> {
+    read_node::<false>(body)
+}
 
-impl<'de> Deserialize<'de> for Strict {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(StrictVisitor).map(Strict)
+fn read_node<const STRICT: bool>(body: &str) -> Result<Node<'_>, serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_str(body);
+    let node = NodeSeed::<STRICT>.deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(node)
+}
+
+/// A JSON value borrowing its strings from the text it was read from where they hold no escape.
+/// Read from a request ([`parse_node`]) its objects never repeat a key.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Node<'a> {
+    Null,
+    Bool(bool),
+    /// A number as serde_json reads it (the text is not kept).
+    Number(serde_json::Number),
+    Str(Cow<'a, str>),
+    Array(Vec<Node<'a>>),
+    Object(Obj<'a>),
+}
+
+/// An object's members in the order written; a key written twice (answers only) counts once, with
+/// its last value.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Obj<'a>(Vec<(Cow<'a, str>, Node<'a>)>);
+
+impl<'a> Obj<'a> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Node<'a>> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// A string field, if it is a string.
+    pub(crate) fn str_field(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(Node::as_str)
+    }
+
+    /// An optional boolean field: absent or `null` is false; any other non-boolean is an error.
+    pub(crate) fn bool_field(&self, key: &str) -> Result<bool, String> {
+        match self.get(key) {
+            None | Some(Node::Null) => Ok(false),
+            Some(Node::Bool(b)) => Ok(*b),
+            Some(_) => Err(format!("{key} must be a boolean")),
+        }
+    }
+
+    /// An optional string field: absent or `null` is `None`; any other non-string is an error.
+    pub(crate) fn opt_str_field(&self, key: &str) -> Result<Option<String>, String> {
+        match self.get(key) {
+            None | Some(Node::Null) => Ok(None),
+            Some(Node::Str(s)) => Ok(Some(s.as_ref().to_owned())),
+            Some(_) => Err(format!("{key} must be a string")),
+        }
+    }
+
+    /// The members' values in the order of their keys (as a `serde_json::Map` lists them).
+    pub(crate) fn values_by_key(&self) -> Vec<&Node<'a>> {
+        let mut members: Vec<&(Cow<'a, str>, Node<'a>)> = self.0.iter().collect();
+        members.sort_by(|a, b| a.0.cmp(&b.0));
+        members.into_iter().map(|(_, v)| v).collect()
     }
 }
 
-struct StrictVisitor;
+impl Node<'_> {
+    pub(crate) fn as_str(&self) -> Option<&str> {
+        match self {
+            Node::Str(s) => Some(s),
+            _ => None,
+        }
+    }
 
-impl<'de> Visitor<'de> for StrictVisitor {
-    type Value = Value;
+    /// The same value as a `serde_json::Value`. Iterative over arrays and objects would not need
+    /// the stack, but depth is already bounded by the parse (128).
+    pub(crate) fn to_value(&self) -> Value {
+        match self {
+            Node::Null => Value::Null,
+            Node::Bool(b) => Value::Bool(*b),
+            Node::Number(n) => Value::Number(n.clone()),
+            Node::Str(s) => Value::String(s.as_ref().to_owned()),
+            Node::Array(items) => Value::Array(items.iter().map(Node::to_value).collect()),
+            Node::Object(Obj(members)) => Value::Object(
+                members
+                    .iter()
+                    .map(|(k, v)| (k.as_ref().to_owned(), v.to_value()))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// Reads one [`Node`]; `STRICT` refuses an object that repeats a key.
+struct NodeSeed<const STRICT: bool>;
+
+impl<'de, const STRICT: bool> DeserializeSeed<'de> for NodeSeed<STRICT> {
+    type Value = Node<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Node<'de>, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de, const STRICT: bool> Visitor<'de> for NodeSeed<STRICT> {
+    type Value = Node<'de>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a JSON value")
     }
 
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
+    fn visit_bool<E>(self, v: bool) -> Result<Node<'de>, E> {
+        Ok(Node::Bool(v))
     }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
+    fn visit_i64<E>(self, v: i64) -> Result<Node<'de>, E> {
+        Ok(Node::Number(v.into()))
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
+    fn visit_u64<E>(self, v: u64) -> Result<Node<'de>, E> {
+        Ok(Node::Number(v.into()))
     }
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(Value::from(v))
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Node<'de>, E> {
+        // serde_json never hands over a non-finite number.
+        serde_json::Number::from_f64(v)
+            .map(Node::Number)
+            .ok_or_else(|| E::custom("not a JSON number"))
     }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Node<'de>, E> {
+        Ok(Node::Str(Cow::Borrowed(v)))
     }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
+    fn visit_str<E>(self, v: &str) -> Result<Node<'de>, E> {
+        Ok(Node::Str(Cow::Owned(v.to_owned())))
     }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
+    fn visit_string<E>(self, v: String) -> Result<Node<'de>, E> {
+        Ok(Node::Str(Cow::Owned(v)))
     }
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
+    fn visit_unit<E>(self) -> Result<Node<'de>, E> {
+        Ok(Node::Null)
+    }
+    fn visit_none<E>(self) -> Result<Node<'de>, E> {
+        Ok(Node::Null)
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node<'de>, A::Error> {
         let mut items = Vec::new();
-        while let Some(Strict(item)) = seq.next_element()? {
+        while let Some(item) = seq.next_element_seed(NodeSeed::<STRICT>)? {
             items.push(item);
         }
-        Ok(Value::Array(items))
+        Ok(Node::Array(items))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut object = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if object.contains_key(&key) {
-                // Never echo the key: it is body text.
-                return Err(de::Error::custom("duplicate key"));
-            }
-            let Strict(value) = map.next_value()?;
-            object.insert(key, value);
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node<'de>, A::Error> {
+        let mut members: Vec<(Cow<'de, str>, Node<'de>)> = Vec::new();
+        while let Some(Key(key)) = map.next_key::<Key>()? {
+            let value = map.next_value_seed(NodeSeed::<STRICT>)?;
+            members.push((key, value));
         }
-        Ok(Value::Object(object))
+        if STRICT && has_repeated_key(&members) {
+            // Never echo the key: it is body text.
+            return Err(de::Error::custom("duplicate key"));
+        }
+        Ok(Node::Object(Obj(members)))
+    }
+}
+
+/// Whether two members share a key: pairwise for the small objects requests are made of, sorted
+/// for large ones (so no object costs quadratic time).
+fn has_repeated_key(members: &[(Cow<'_, str>, Node<'_>)]) -> bool {
+    if members.len() <= 16 {
+        return members
+            .iter()
+            .enumerate()
+            .any(|(i, (k, _))| members.iter().skip(i + 1).any(|(other, _)| other == k));
+    }
+    let mut keys: Vec<&str> = members.iter().map(|(k, _)| k.as_ref()).collect();
+    keys.sort_unstable();
+    keys.windows(2).any(|w| w.first() == w.get(1))
+}
+
+/// An object key, borrowed from the text where it holds no escape.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+struct KeyVisitor;
+
+impl<'de> Visitor<'de> for KeyVisitor {
+    type Value = Key<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an object key")
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+        Ok(Key(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+        Ok(Key(Cow::Owned(v.to_owned())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+        Ok(Key(Cow::Owned(v)))
     }
 }
 
@@ -180,25 +331,4 @@ pub(super) fn push_event(out: &mut Vec<u8>, event: Option<&str>, data: &Value) {
 /// A string field of an object, if it is a string.
 pub(super) fn str_field<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
     object.get(key).and_then(Value::as_str)
-}
-
-/// An optional boolean field: absent or `null` is false; any other non-boolean is an error.
-pub(super) fn bool_field(object: &Map<String, Value>, key: &str) -> Result<bool, String> {
-    match object.get(key) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => Err(format!("{key} must be a boolean")),
-    }
-}
-
-/// An optional string field: absent or `null` is `None`; any other non-string is an error.
-pub(super) fn opt_str_field(
-    object: &Map<String, Value>,
-    key: &str,
-) -> Result<Option<String>, String> {
-    match object.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(format!("{key} must be a string")),
-    }
 }

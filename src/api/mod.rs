@@ -177,8 +177,10 @@ impl std::fmt::Display for BadAnswer {
 /// Reads a request body: what input checks read and how the caller wants the answer.
 pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
     let _span = crate::profile::span("phase.parse_request");
-    let body = json::parse_strict(body).map_err(BadRequest)?;
-    let Value::Object(body) = body else {
+    let body = std::str::from_utf8(body)
+        .map_err(|_| BadRequest("the request body is not UTF-8".into()))?;
+    let body = json::parse_node(body).map_err(BadRequest)?;
+    let json::Node::Object(body) = body else {
         return Err(BadRequest("the request body must be a JSON object".into()));
     };
     match api {
@@ -194,7 +196,11 @@ pub fn parse_answer(api: Api, body: &[u8]) -> Result<Answer, BadAnswer> {
     let _span = crate::profile::span("phase.parse_answer");
     let raw =
         std::str::from_utf8(body).map_err(|_| BadAnswer("the answer body is not UTF-8".into()))?;
-    let body = answer_object(raw.as_bytes())?;
+    let body = match json::parse_answer_node(raw) {
+        Ok(json::Node::Object(body)) => body,
+        Ok(_) => return Err(BadAnswer("the answer body is not a JSON object".into())),
+        Err(_) => return Err(BadAnswer("the answer body is not JSON".into())),
+    };
     match api {
         Api::AnthropicMessages => anthropic::parse_answer(raw, &body),
         Api::ChatCompletions => chat::parse_answer(&body),
@@ -281,24 +287,25 @@ fn join_lines(pieces: &[String]) -> String {
 /// is one of `text_types` (other blocks: images, files, audio, tool results, are not read).
 /// `path` names the field in errors.
 fn content_texts(
-    content: Option<&Value>,
+    content: Option<&json::Node<'_>>,
     text_types: &[&str],
     path: &str,
 ) -> Result<Vec<String>, String> {
+    use json::Node;
     match content {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::String(s)) => Ok(vec![s.clone()]),
-        Some(Value::Array(blocks)) => {
+        None | Some(Node::Null) => Ok(Vec::new()),
+        Some(Node::Str(s)) => Ok(vec![s.as_ref().to_owned()]),
+        Some(Node::Array(blocks)) => {
             let mut texts = Vec::new();
             for (i, block) in blocks.iter().enumerate() {
-                let Value::Object(block) = block else {
+                let Node::Object(block) = block else {
                     return Err(format!("{path}[{i}] must be an object"));
                 };
-                let Some(kind) = json::str_field(block, "type") else {
+                let Some(kind) = block.str_field("type") else {
                     return Err(format!("{path}[{i}].type must be a string"));
                 };
                 if text_types.contains(&kind) {
-                    match json::str_field(block, "text") {
+                    match block.str_field("text") {
                         Some(text) => texts.push(text.to_owned()),
                         None => return Err(format!("{path}[{i}].text must be a string")),
                     }

@@ -5,9 +5,8 @@
 
 use serde_json::{json, Map, Value};
 
-use super::json::{
-    bool_field, opt_str_field, push_event, scalars_of_text, scalars_of_value, str_field, to_vec,
-};
+use super::json::{push_event, scalars_of_text, scalars_of_value, str_field, to_vec};
+use super::json::{Node, Obj};
 use super::{content_texts, intent, join_lines, push_tool_call, Answer, Ids, Request, ToolCall};
 
 /// Content part types a caller's message carries text in.
@@ -29,34 +28,34 @@ pub(super) const CALLER_TOOL_CALLS: &[&str] = &[
 /// Fields of a tool-call item that carry what the model wrote for the tool.
 const CALL_VALUE_FIELDS: &[&str] = &["action", "operation", "queries", "code"];
 
-pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String> {
+pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
     let mut pieces = Vec::new();
-    if let Some(instructions) = opt_str_field(body, "instructions")? {
+    if let Some(instructions) = body.opt_str_field("instructions")? {
         pieces.push(instructions);
     }
     match body.get("prompt") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(prompt)) => pieces.extend(prompt_variables(prompt)?),
+        None | Some(Node::Null) => {}
+        Some(Node::Object(prompt)) => pieces.extend(prompt_variables(prompt)?),
         Some(_) => return Err("prompt must be an object".into()),
     }
     let mut user_texts: Vec<String> = Vec::new();
     match body.get("input") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(input)) => {
-            user_texts.push(input.clone());
-            pieces.push(input.clone());
+        None | Some(Node::Null) => {}
+        Some(Node::Str(input)) => {
+            user_texts.push(input.as_ref().to_owned());
+            pieces.push(input.as_ref().to_owned());
         }
-        Some(Value::Array(items)) => {
+        Some(Node::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
-                let Value::Object(item) = item else {
+                let Node::Object(item) = item else {
                     return Err(format!("input[{i}] must be an object"));
                 };
                 // A message item may leave out its type; every other item (tool outputs, calls,
                 // reasoning, references) is not the caller's text.
-                if !matches!(str_field(item, "type"), None | Some("message")) {
+                if !matches!(item.str_field("type"), None | Some("message")) {
                     continue;
                 }
-                let Some(role) = str_field(item, "role") else {
+                let Some(role) = item.str_field("role") else {
                     return Err(format!("input[{i}].role must be a string"));
                 };
                 let path = format!("input[{i}].content");
@@ -77,27 +76,27 @@ pub(super) fn parse_request(body: &Map<String, Value>) -> Result<Request, String
         input_text: join_lines(&pieces),
         last_user_text: user_texts.last().cloned().unwrap_or_default(),
         intent: intent(user_texts),
-        stream: bool_field(body, "stream")?,
-        background: bool_field(body, "background")?,
+        stream: body.bool_field("stream")?,
+        background: body.bool_field("background")?,
         include_usage: false,
-        model: opt_str_field(body, "model")?,
+        model: body.opt_str_field("model")?,
     })
 }
 
 /// The text values a request fills into a stored prompt: strings and `input_text` parts (images
 /// and files are not read).
-fn prompt_variables(prompt: &Map<String, Value>) -> Result<Vec<String>, String> {
+fn prompt_variables(prompt: &Obj<'_>) -> Result<Vec<String>, String> {
     let variables = match prompt.get("variables") {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Object(variables)) => variables,
+        None | Some(Node::Null) => return Ok(Vec::new()),
+        Some(Node::Object(variables)) => variables,
         Some(_) => return Err("prompt.variables must be an object".into()),
     };
     let mut texts = Vec::new();
-    for value in variables.values() {
+    for value in variables.values_by_key() {
         match value {
-            Value::String(text) => texts.push(text.clone()),
-            Value::Object(part) => match str_field(part, "type") {
-                Some("input_text") => match str_field(part, "text") {
+            Node::Str(text) => texts.push(text.as_ref().to_owned()),
+            Node::Object(part) => match part.str_field("type") {
+                Some("input_text") => match part.str_field("text") {
                     Some(text) => texts.push(text.to_owned()),
                     None => return Err("a prompt.variables input_text needs a string text".into()),
                 },
@@ -119,8 +118,8 @@ fn is_tool_call(kind: &str) -> bool {
     kind.ends_with("_call") || CALLER_TOOL_CALLS.contains(&kind)
 }
 
-pub(super) fn parse_answer(body: &Map<String, Value>) -> Result<Answer, String> {
-    let Some(Value::Array(output)) = body.get("output") else {
+pub(super) fn parse_answer(body: &Obj<'_>) -> Result<Answer, String> {
+    let Some(Node::Array(output)) = body.get("output") else {
         return Err("output must be an array".into());
     };
     let mut text = String::new();
@@ -128,22 +127,25 @@ pub(super) fn parse_answer(body: &Map<String, Value>) -> Result<Answer, String> 
     let mut the_calls = Vec::new();
     let mut asks_for_tool = false;
     for (i, item) in output.iter().enumerate() {
-        let Value::Object(item) = item else {
+        let Node::Object(fields) = item else {
             return Err(format!("output[{i}] must be an object"));
         };
-        match str_field(item, "type") {
+        match fields.str_field("type") {
             Some("message") => {
                 let path = format!("output[{i}].content");
-                for piece in content_texts(item.get("content"), &["output_text"], &path)? {
+                for piece in content_texts(fields.get("content"), &["output_text"], &path)? {
                     text.push_str(&piece);
                 }
             }
             Some(kind) if is_tool_call(kind) => {
+                let Value::Object(item) = item.to_value() else {
+                    continue;
+                };
                 let caller = CALLER_TOOL_CALLS.contains(&kind);
                 asks_for_tool |= caller;
-                calls.push(call_values(item));
+                calls.push(call_values(&item));
                 if caller {
-                    the_calls.push(tool_call(kind, item));
+                    the_calls.push(tool_call(kind, &item));
                 }
             }
             _ => {}
@@ -157,7 +159,7 @@ pub(super) fn parse_answer(body: &Map<String, Value>) -> Result<Answer, String> 
         text,
         rule_text,
         asks_for_tool,
-        id: str_field(body, "id").map(str::to_owned),
+        id: body.str_field("id").map(str::to_owned),
         calls: the_calls,
     })
 }

@@ -153,6 +153,49 @@ fn a_repeated_key_is_refused_at_any_depth() {
 }
 
 #[test]
+fn a_repeated_key_among_many_members_is_refused() {
+    let members: Vec<String> = (0..40).map(|i| format!("\"k{i}\":{i}")).collect();
+    let body = format!(
+        "{{\"messages\":[{{\"role\":\"user\",\"content\":\"hi\",\"meta\":{{{},\"k\\u0037\":1}}}}]}}",
+        members.join(",")
+    );
+    let err = parse_request(Api::ChatCompletions, body.as_bytes()).unwrap_err();
+    assert!(err.message().contains("duplicate key"), "{err}");
+}
+
+#[test]
+fn the_request_tree_reads_every_value_as_serde_json_does() {
+    let bodies = [
+        ANTHROPIC_REQUEST,
+        CHAT_REQUEST,
+        RESPONSES_REQUEST,
+        r#"{"a":"tab\there \u00e9 \ud83d\ude00 \"q\" \\","n":[-0.5e3,18446744073709551615,-9223372036854775808,1.0],"t":true,"z":null,"o":{}}"#,
+    ];
+    for body in bodies {
+        let strict = json::parse_strict(body.as_bytes()).unwrap();
+        assert_eq!(strict, serde_json::from_str::<Value>(body).unwrap());
+    }
+}
+
+#[test]
+fn an_answer_key_written_twice_counts_with_its_last_value() {
+    let body =
+        br#"{"id":"a","id":"b","choices":[{"message":{"content":"first","content":"second"}}]}"#;
+    let answer = parse_answer(Api::ChatCompletions, body).unwrap();
+    assert_eq!(
+        (answer.id.as_deref(), answer.text.as_str()),
+        (Some("b"), "second")
+    );
+}
+
+#[test]
+fn prompt_variables_are_read_in_the_order_of_their_names() {
+    let body = br#"{"input":"x","prompt":{"id":"p","variables":{"zeta":"last","alpha":"first"}}}"#;
+    let req = parse_request(Api::Responses, body).unwrap();
+    assert_eq!(req.input_text, "first\nlast\nx");
+}
+
+#[test]
 fn bad_requests_are_named_without_quoting_the_body() {
     let cases: [(Api, &[u8], &str); 10] = [
         (Api::ChatCompletions, b"\xff{\"password\"}", "not UTF-8"),

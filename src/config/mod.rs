@@ -138,6 +138,8 @@ pub struct Check {
     pub timeout_ms: u64,
     /// The metric names of its results: `livecheck.<agent>.<check>.<passed|failed|errored>`.
     pub counters: [String; 3],
+    /// The fixed part of its results as a turn report writes them (`record::result_head`).
+    pub report_head: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -672,6 +674,7 @@ impl Compiler<'_> {
         for check in &mut checks {
             check.counters = ["passed", "failed", "errored"]
                 .map(|outcome| format!("livecheck.{agent}.{}.{outcome}", check.name));
+            check.report_head = crate::record::result_head(check);
         }
         // Only the output stage is read as a stream.
         let input_rules = self.rule_set(at, RuleSet::new(&input))?;
@@ -896,6 +899,7 @@ impl Compiler<'_> {
                 judge_model: raw.judge_model,
                 timeout_ms,
                 counters: Default::default(),
+                report_head: String::new(),
             },
             rule,
         ))

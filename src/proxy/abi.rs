@@ -139,8 +139,33 @@ pub fn header(map: u32, name: &str) -> Result<Option<Vec<u8>>, Refused> {
     }
 }
 
-/// A header map as Envoy lists it: names and values as bytes, in order.
-pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+/// A header map as Envoy lists it, kept as the host wrote it: the encoded bytes and where each
+/// name and value stands in them (one allocation for the index, none per header).
+#[derive(Debug, Default)]
+pub struct Pairs {
+    bytes: Vec<u8>,
+    /// (name start, name end, value end): a value starts one byte (the name's NUL) after its name.
+    spans: Vec<(usize, usize, usize)>,
+}
+
+impl Pairs {
+    /// Every (name, value), in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.spans
+            .iter()
+            .filter_map(|&(start, name_end, value_end)| {
+                Some((
+                    self.bytes.get(start..name_end)?,
+                    self.bytes.get(name_end.checked_add(1)?..value_end)?,
+                ))
+            })
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+}
 
 /// A whole header map in one host call, in order, as (name, value) byte pairs: an empty map when
 /// the host has none. Envoy's names are lowercase.
@@ -152,45 +177,47 @@ pub fn header_pairs(map: u32) -> Result<Pairs, Refused> {
     let code = unsafe { proxy_get_header_map_pairs(map, &mut data, &mut size) };
     match code {
         // SAFETY: on Ok the host wrote `size` bytes at `data`, allocated for us.
-        OK => Ok(deserialize_pairs(&unsafe { take(data, size) })),
-        NOT_FOUND => Ok(Vec::new()),
+        OK => Ok(deserialize_pairs(unsafe { take(data, size) })),
+        NOT_FOUND => Ok(Pairs::default()),
         other => Err(Refused(other)),
     }
 }
 
-/// Reads the ABI's map encoding (see [`serialize_pairs`]); a malformed map reads as the pairs
-/// before the fault.
-fn deserialize_pairs(bytes: &[u8]) -> Pairs {
+/// Reads the ABI's map encoding (see [`serialize_pairs`]): a count, then each name's and value's
+/// size, then each name and value followed by a NUL. A malformed map reads as the pairs before
+/// the fault.
+fn deserialize_pairs(bytes: Vec<u8>) -> Pairs {
     let u32_at = |at: usize| -> Option<usize> {
         let b: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
         usize::try_from(u32::from_le_bytes(b)).ok()
     };
     let Some(count) = u32_at(0) else {
-        return Vec::new();
+        return Pairs::default();
     };
-    let mut sizes = Vec::new();
-    for i in 0..count {
-        let at = 4 + i.saturating_mul(8);
-        match (u32_at(at), u32_at(at.saturating_add(4))) {
-            (Some(k), Some(v)) => sizes.push((k, v)),
-            _ => return Vec::new(),
-        }
+    let Some(mut at) = count.checked_mul(8).and_then(|n| n.checked_add(4)) else {
+        return Pairs::default();
+    };
+    if at > bytes.len() {
+        return Pairs::default();
     }
-    let mut at = 4usize.saturating_add(count.saturating_mul(8));
-    let mut pairs = Vec::with_capacity(sizes.len());
-    for (k, v) in sizes {
-        let mut field = |len: usize| -> Option<Vec<u8>> {
-            let end = at.checked_add(len)?;
-            let value = bytes.get(at..end)?.to_vec();
-            at = end.checked_add(1)?; // the NUL after each name and value
-            Some(value)
+    let mut spans = Vec::with_capacity(count);
+    for i in 0..count {
+        let sizes = 4 + i * 8;
+        let (Some(k), Some(v)) = (u32_at(sizes), u32_at(sizes + 4)) else {
+            break;
         };
-        match (field(k), field(v)) {
-            (Some(name), Some(value)) => pairs.push((name, value)),
+        let name_end = at.checked_add(k);
+        let value_end = name_end.and_then(|e| e.checked_add(1)?.checked_add(v));
+        match (name_end, value_end) {
+            (Some(name_end), Some(value_end)) if value_end <= bytes.len() => {
+                spans.push((at, name_end, value_end));
+                // the NUL after the value
+                at = value_end.saturating_add(1);
+            }
             _ => break,
         }
     }
-    pairs
+    Pairs { bytes, spans }
 }
 
 pub fn set_header(map: u32, name: &str, value: Option<&str>) -> Result<(), Refused> {
@@ -317,7 +344,7 @@ mod tests {
     #[test]
     fn header_pairs_read_back_what_the_abi_encoding_holds() {
         let encoded = serialize_pairs(&[(":path", "/v1/messages"), ("x-a", ""), ("x-a", "2")]);
-        let pairs = deserialize_pairs(&encoded);
+        let pairs = deserialize_pairs(encoded.clone());
         let text: Vec<(&str, &str)> = pairs
             .iter()
             .map(|(k, v)| {
@@ -331,8 +358,8 @@ mod tests {
         // Every truncation reads without a panic, as the pairs whole before the cut (the last
         // value's closing NUL is not needed to read it).
         for cut in 0..encoded.len() - 1 {
-            assert!(deserialize_pairs(&encoded[..cut]).len() < 3);
+            assert!(deserialize_pairs(encoded[..cut].to_vec()).len() < 3);
         }
-        assert!(deserialize_pairs(&[0xff, 0xff, 0xff, 0xff]).is_empty());
+        assert_eq!(deserialize_pairs(vec![0xff, 0xff, 0xff, 0xff]).len(), 0);
     }
 }

@@ -434,7 +434,39 @@ impl WasmHost {
         let (_, value) = map
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name.as_bytes()))?;
-        String::from_utf8(value.clone()).ok()
+        std::str::from_utf8(value).ok().map(str::to_owned)
+    }
+
+    /// Sets (or with `None` removes) a header, unless the map as read in this callback already
+    /// says so: a write the host would make no change with is not made (one host call fewer).
+    fn write_header(&mut self, which: usize, name: &str, value: Option<&str>) {
+        let unchanged = self
+            .headers
+            .get(which)
+            .and_then(|slot| {
+                let cached = slot.borrow();
+                let map = cached.as_ref()?;
+                let mut values = map
+                    .iter()
+                    .filter(|(k, _)| k.eq_ignore_ascii_case(name.as_bytes()))
+                    .map(|(_, v)| v);
+                Some(match (value, values.next(), values.next()) {
+                    (None, None, _) => true,
+                    (Some(want), Some(only), None) => only == want.as_bytes(),
+                    _ => false,
+                })
+            })
+            .unwrap_or(false);
+        if unchanged {
+            return;
+        }
+        self.forget_headers(which);
+        let map = if which == REQUEST {
+            abi::REQUEST_HEADERS
+        } else {
+            abi::RESPONSE_HEADERS
+        };
+        let _ = abi::set_header(map, name, value);
     }
 
     fn forget_headers(&self, which: usize) {
@@ -460,8 +492,7 @@ impl Host for WasmHost {
     }
 
     fn set_request_header(&mut self, name: &str, value: Option<&str>) {
-        self.forget_headers(REQUEST);
-        let _ = abi::set_header(abi::REQUEST_HEADERS, name, value);
+        self.write_header(REQUEST, name, value);
     }
 
     fn response_header(&self, name: &str) -> Option<String> {
@@ -469,8 +500,7 @@ impl Host for WasmHost {
     }
 
     fn set_response_header(&mut self, name: &str, value: Option<&str>) {
-        self.forget_headers(RESPONSE);
-        let _ = abi::set_header(abi::RESPONSE_HEADERS, name, value);
+        self.write_header(RESPONSE, name, value);
     }
 
     fn request_body(&self, size: usize) -> Option<Vec<u8>> {

@@ -200,9 +200,7 @@ impl Turn {
         let record = std::mem::take(&mut self.record);
         let credentials = record.credentials.clone();
         if let Some(report) = record.report() {
-            if let Some(job) = judge::report_job(&self.policy, &report, &credentials) {
-                host.deliver(job);
-            }
+            host.deliver(judge::report_job(&self.policy, report, &credentials));
         }
     }
 }
