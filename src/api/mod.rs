@@ -177,8 +177,6 @@ impl std::fmt::Display for BadAnswer {
 /// Reads a request body: what input checks read and how the caller wants the answer.
 pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
     let _span = crate::profile::span("phase.parse_request");
-    let body = std::str::from_utf8(body)
-        .map_err(|_| BadRequest("the request body is not UTF-8".into()))?;
     let body = json::parse_node(body).map_err(BadRequest)?;
     let json::Node::Object(body) = body else {
         return Err(BadRequest("the request body must be a JSON object".into()));
@@ -194,12 +192,16 @@ pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
 /// Reads a non-streamed answer body.
 pub fn parse_answer(api: Api, body: &[u8]) -> Result<Answer, BadAnswer> {
     let _span = crate::profile::span("phase.parse_answer");
-    let raw =
-        std::str::from_utf8(body).map_err(|_| BadAnswer("the answer body is not UTF-8".into()))?;
+    let raw = body;
     let body = match json::parse_answer_node(raw) {
         Ok(json::Node::Object(body)) => body,
         Ok(_) => return Err(BadAnswer("the answer body is not a JSON object".into())),
-        Err(_) => return Err(BadAnswer("the answer body is not JSON".into())),
+        Err(json::AnswerFault::NotUtf8) => {
+            return Err(BadAnswer("the answer body is not UTF-8".into()))
+        }
+        Err(json::AnswerFault::NotJson) => {
+            return Err(BadAnswer("the answer body is not JSON".into()))
+        }
     };
     match api {
         Api::AnthropicMessages => anthropic::parse_answer(raw, &body),

@@ -122,7 +122,12 @@ impl Turn {
             decided(host, &mut self.record, &asked.version, &rules.results);
             return self.refuse_question(host, &asked, rules.stop.as_ref());
         }
-        let text = asked.request.input_text.clone();
+        // The judge reads the question only for a judged input check: no copy otherwise.
+        let text = if judge::blocking_judged(&asked.version, Stage::Input).is_empty() {
+            String::new()
+        } else {
+            asked.request.input_text.clone()
+        };
         let judging = self.ask_judge(host, asked, Stage::Input, text, None);
         self.settle(host, judging, false)
     }
