@@ -205,6 +205,16 @@ bench-profile: venv
 	cargo build --release --locked -p livecheck-judge
 	$(PYTHON) benches/v8_profile.py
 
+# Two livecheck builds side by side (benches/ab_cpu.py, ~3 minutes; not part of `make bench`): Envoy CPU
+# per checked 4 KiB request with AB_BASE (a livecheck.wasm built from another commit, e.g. in a git
+# worktree) against this tree's, interleaved rounds; bench/results-ab.md.
+.PHONY: bench-ab
+bench-ab: wasm venv $(OHA) $(BENCH_VENV)/.installed
+	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib
+	touch $(WASM_DIR)/noop_filter.wasm
+	cargo build --release --locked -p upstream-double -p livecheck-judge
+	AB_BASE="$(AB_BASE)" $(BENCH_VENV)/bin/python benches/ab_cpu.py
+
 # How fast the sidecar stores turn reports (benches/sidecar_ingest.py, ~1 minute): CPU per report and
 # reports per second through POST /v1/results/batch on SQLite. INGEST_BINARIES compares builds.
 bench-ingest: venv
