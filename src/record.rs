@@ -33,10 +33,8 @@ pub struct Record {
     pub person: Option<String>,
     /// The upstream's own id of the answer, once one carried it.
     pub response_id: Option<String>,
-    /// Every result decided so far, written as the report carries it: JSON objects joined by
-    /// commas (the fixed part of each check's written at configure time, `Check::report_head`).
-    results: Vec<u8>,
-    result_count: usize,
+    /// Every result decided so far, written as the report carries it.
+    results: Written,
     background: Vec<BackgroundCheck>,
     judgements: Vec<Judgement>,
     /// The turn's credentials, forwarded with the report so background checks are judged on the
@@ -113,7 +111,7 @@ impl Record {
                 (_, true, None) => COULD_NOT_DECIDE,
                 (outcome, false, _) => rule_reason(&check.kind, outcome),
             };
-            let written = Written {
+            let part = ResultPart {
                 attempt: result.attempt,
                 outcome: result.outcome,
                 score: judgement.and_then(|j| j.score).filter(|_| judged),
@@ -124,11 +122,7 @@ impl Record {
                 passed_on_error: result.passed_on_error,
                 created_at_ms: now_ms,
             };
-            if self.result_count > 0 {
-                self.results.push(b',');
-            }
-            written.write(&check.report_head, &mut self.results);
-            self.result_count += 1;
+            part.write(&check.report_head, self.results.next());
         }
     }
 
@@ -151,12 +145,8 @@ impl Record {
                 tool: Some(r.tool.clone()),
                 call: Some(r.call),
             };
-            if self.result_count > 0 {
-                self.results.push(b',');
-            }
             // Writing a struct of strings and numbers into a Vec cannot fail.
-            let _ = serde_json::to_writer(&mut self.results, &result);
-            self.result_count += 1;
+            let _ = serde_json::to_writer(self.results.next(), &result);
         }
     }
 
@@ -171,14 +161,14 @@ impl Record {
 
     /// How many results are recorded so far.
     pub fn len(&self) -> usize {
-        self.result_count
+        self.results.count
     }
 
     pub fn is_empty(&self) -> bool {
-        self.result_count == 0 && self.background.is_empty()
+        self.results.count == 0 && self.background.is_empty()
     }
 
-    /// The report of the finished turn (a [`TurnReport`] as JSON); `None` when no check decided
+    /// The report of the finished turn (a [`livecheck_wire::TurnReport`] as JSON); `None` when no check decided
     /// anything (a turn the filter does not check, or one refused before a version was chosen).
     pub fn report(self) -> Option<Report> {
         let _span = crate::profile::span("phase.report_build");
@@ -186,7 +176,7 @@ impl Record {
         if self.is_empty() {
             return None;
         }
-        let mut body = Vec::with_capacity(self.results.len() + 160);
+        let mut body = Vec::with_capacity(self.results.json.len() + 160);
         body.extend_from_slice(b"{\"turn_id\":");
         push_str(&mut body, &self.turn_id);
         if let Some(id) = &self.response_id {
@@ -202,7 +192,7 @@ impl Record {
             push_str(&mut body, person);
         }
         body.extend_from_slice(b",\"results\":[");
-        body.extend_from_slice(&self.results);
+        body.extend_from_slice(&self.results.json);
         body.push(b']');
         if !self.background.is_empty() {
             body.extend_from_slice(b",\"background\":");
@@ -218,13 +208,13 @@ impl Record {
     #[cfg(test)]
     pub fn results(&self) -> Vec<WireResult> {
         let mut json = b"[".to_vec();
-        json.extend_from_slice(&self.results);
+        json.extend_from_slice(&self.results.json);
         json.push(b']');
         serde_json::from_slice(&json).unwrap()
     }
 }
 
-/// A finished turn's report: a [`TurnReport`] as JSON.
+/// A finished turn's report: a [`livecheck_wire::TurnReport`] as JSON.
 #[derive(Debug)]
 pub struct Report {
     pub body: Vec<u8>,
@@ -232,8 +222,27 @@ pub struct Report {
     pub background: bool,
 }
 
+/// A turn's results as its report carries them: JSON objects joined by commas, each a check's
+/// fixed part (written at configure time, `Check::report_head`) and what the result adds.
+#[derive(Debug, Default)]
+struct Written {
+    json: Vec<u8>,
+    count: usize,
+}
+
+impl Written {
+    /// Where the next result is written: after a comma unless it is the first.
+    fn next(&mut self) -> &mut Vec<u8> {
+        if self.count > 0 {
+            self.json.push(b',');
+        }
+        self.count += 1;
+        &mut self.json
+    }
+}
+
 /// What a result adds to its check's fixed part.
-struct Written<'a> {
+struct ResultPart<'a> {
     attempt: u32,
     outcome: Outcome,
     score: Option<f64>,
@@ -243,8 +252,8 @@ struct Written<'a> {
     created_at_ms: u64,
 }
 
-impl Written<'_> {
-    /// Writes the result as one JSON object of a [`TurnReport`]'s `results`.
+impl ResultPart<'_> {
+    /// Writes the result as one JSON object of a [`livecheck_wire::TurnReport`]'s `results`.
     fn write(&self, head: &str, out: &mut Vec<u8>) {
         out.extend_from_slice(head.as_bytes());
         out.extend_from_slice(b",\"attempt\":");

@@ -84,21 +84,20 @@ pub(super) fn parse_answer(raw: &[u8], body: &Obj<'_>) -> Result<Answer, String>
                         .map(|a| a.content)
                         .unwrap_or_default()
                 });
-                let input = raw_blocks.get(i).and_then(|b| b.input);
-                let parsed = block.get("input").map(Node::to_value);
-                let values = match input {
-                    Some(input) => scalars_of_text(input.get()),
-                    None => parsed.as_ref().map(scalars_of_value).unwrap_or_default(),
+                // The input as written; as parsed only where the raw read found none.
+                let (values, arguments) = match raw_blocks.get(i).and_then(|b| b.input) {
+                    Some(input) => (scalars_of_text(input.get()), input.get().to_owned()),
+                    None => block.get("input").map(Node::to_value).map_or_else(
+                        || (Vec::new(), String::new()),
+                        |v| (scalars_of_value(&v), v.to_string()),
+                    ),
                 };
                 calls.push(values);
                 // Server and MCP tool uses ran at Anthropic: only the caller's own tools are checked.
                 if kind == "tool_use" {
                     tool_calls.push(ToolCall {
                         name: block.str_field("name").unwrap_or_default().to_owned(),
-                        arguments: input.map_or_else(
-                            || parsed.as_ref().map(Value::to_string).unwrap_or_default(),
-                            |i| i.get().to_owned(),
-                        ),
+                        arguments,
                         json: true,
                     });
                 }

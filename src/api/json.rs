@@ -123,8 +123,7 @@ impl Node<'_> {
         }
     }
 
-    /// The same value as a `serde_json::Value`. Iterative over arrays and objects would not need
-    /// the stack, but depth is already bounded by the parse (128).
+    /// The same value as a `serde_json::Value` (recursive: the parse bounds the depth at 128).
     pub(crate) fn to_value(&self) -> Value {
         match self {
             Node::Null => Value::Null,

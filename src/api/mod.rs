@@ -190,9 +190,8 @@ pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
 }
 
 /// Reads a non-streamed answer body.
-pub fn parse_answer(api: Api, body: &[u8]) -> Result<Answer, BadAnswer> {
+pub fn parse_answer(api: Api, raw: &[u8]) -> Result<Answer, BadAnswer> {
     let _span = crate::profile::span("phase.parse_answer");
-    let raw = body;
     let body = match json::parse_answer_node(raw) {
         Ok(json::Node::Object(body)) => body,
         Ok(_) => return Err(BadAnswer("the answer body is not a JSON object".into())),

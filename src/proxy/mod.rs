@@ -393,6 +393,15 @@ type HeaderMap = abi::Pairs;
 const REQUEST: usize = 0;
 const RESPONSE: usize = 1;
 
+/// The ABI's header map for one of the two maps a stream reads.
+fn abi_map(which: usize) -> u32 {
+    if which == REQUEST {
+        abi::REQUEST_HEADERS
+    } else {
+        abi::RESPONSE_HEADERS
+    }
+}
+
 impl WasmHost {
     fn new(
         context_id: u32,
@@ -423,14 +432,8 @@ impl WasmHost {
     fn header(&self, which: usize, name: &str) -> Option<String> {
         let slot = self.headers.get(which)?;
         let mut cached = slot.borrow_mut();
-        let map = cached.get_or_insert_with(|| {
-            let abi_map = if which == REQUEST {
-                abi::REQUEST_HEADERS
-            } else {
-                abi::RESPONSE_HEADERS
-            };
-            abi::header_pairs(abi_map).unwrap_or_default()
-        });
+        let map =
+            cached.get_or_insert_with(|| abi::header_pairs(abi_map(which)).unwrap_or_default());
         let (_, value) = map
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name.as_bytes()))?;
@@ -461,12 +464,7 @@ impl WasmHost {
             return;
         }
         self.forget_headers(which);
-        let map = if which == REQUEST {
-            abi::REQUEST_HEADERS
-        } else {
-            abi::RESPONSE_HEADERS
-        };
-        let _ = abi::set_header(map, name, value);
+        let _ = abi::set_header(abi_map(which), name, value);
     }
 
     fn forget_headers(&self, which: usize) {
