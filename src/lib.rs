@@ -6,6 +6,7 @@
 pub mod api;
 pub mod build_info;
 pub mod config;
+pub mod fold;
 pub mod frame;
 pub mod host;
 pub mod judge;

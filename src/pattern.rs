@@ -33,6 +33,7 @@ pub enum PatternError {
     MaxMatchOutOfRange { max_match: usize },
     EmptyText,
     TextTooLong { len: usize },
+    Unfolded,
 }
 
 impl std::fmt::Display for PatternError {
@@ -57,7 +58,16 @@ impl std::fmt::Display for PatternError {
                 f,
                 "max_match {max_match} is out of range: it must be 1 to {MAX_MATCH_LIMIT}"
             ),
-            Self::EmptyText => write!(f, "is empty"),
+            Self::EmptyText => write!(
+                f,
+                "is empty (invisible characters do not count: rule checks never see them)"
+            ),
+            Self::Unfolded => write!(
+                f,
+                "holds a character that rule checks never see as written: they read text folded \
+                 (invisible characters removed; full-width letters, ligatures and other \
+                 compatibility forms as their plain form), so write its folded form"
+            ),
             Self::TextTooLong { len } => write!(
                 f,
                 "is {len} characters long; forbidden text may be at most {MAX_MATCH_LIMIT}"
@@ -86,6 +96,9 @@ pub fn compile_pattern(source: &str, max_match: usize) -> Result<Rule, PatternEr
         Some(0) => return Err(PatternError::MatchesEmpty),
         Some(_) => {}
     }
+    if !literals_are_folded(&hir) {
+        return Err(PatternError::Unfolded);
+    }
     let longest = longest_match(&hir).ok_or(PatternError::Unbounded)?;
     if longest > max_match {
         return Err(PatternError::LongerThanMaxMatch { longest, max_match });
@@ -96,18 +109,21 @@ pub fn compile_pattern(source: &str, max_match: usize) -> Result<Rule, PatternEr
     })
 }
 
-/// A `not_contains` text as a rule: matched literally, ignoring case.
+/// A `not_contains` text as a rule: matched literally, ignoring case, folded as the text it is
+/// matched against is ([`crate::fold`]), so `ｐａｓｓ` forbids what `pass` forbids.
 pub fn compile_forbidden_text(text: &str) -> Result<Rule, PatternError> {
     let len = text.chars().count();
-    if len == 0 {
-        return Err(PatternError::EmptyText);
-    }
     if len > MAX_MATCH_LIMIT {
         return Err(PatternError::TextTooLong { len });
     }
+    let folded = crate::fold::fold(text);
+    let longest = folded.chars().count();
+    if longest == 0 {
+        return Err(PatternError::EmptyText);
+    }
     Ok(Rule {
-        regex: format!("(?i:{})", regex_syntax::escape(text)),
-        longest: len,
+        regex: format!("(?i:{})", regex_syntax::escape(&folded)),
+        longest,
     })
 }
 
@@ -131,6 +147,22 @@ fn longest_match(hir: &Hir) -> Option<usize> {
         HirKind::Alternation(alts) => alts
             .iter()
             .try_fold(0usize, |max, alt| Some(max.max(longest_match(alt)?))),
+    }
+}
+
+/// Whether every literal of `hir` is text as rule checks read it: a literal that folds to something
+/// else ([`crate::fold`]) could never match.
+fn literals_are_folded(hir: &Hir) -> bool {
+    match hir.kind() {
+        HirKind::Literal(lit) => String::from_utf8_lossy(&lit.0)
+            .chars()
+            .all(crate::fold::folds_to_itself),
+        HirKind::Empty | HirKind::Look(_) | HirKind::Class(_) => true,
+        HirKind::Repetition(rep) => literals_are_folded(&rep.sub),
+        HirKind::Capture(cap) => literals_are_folded(&cap.sub),
+        HirKind::Concat(parts) | HirKind::Alternation(parts) => {
+            parts.iter().all(literals_are_folded)
+        }
     }
 }
 
@@ -245,8 +277,39 @@ mod tests {
     }
 
     #[test]
+    fn a_pattern_literal_rule_checks_never_see_is_refused() {
+        for p in [
+            "ｐａｓｓ",
+            "\u{FB01}le",
+            "pass\u{200B}word",
+            r"\x{200B}",
+            "a|x\u{00AD}",
+        ] {
+            assert_eq!(compile_pattern(p, 20), Err(PatternError::Unfolded), "{p:?}");
+        }
+        assert!(
+            compile_pattern("[ａ-ｚ]x", 2).is_ok(),
+            "classes may hold anything"
+        );
+        assert!(compile_pattern("café", 4).is_ok());
+    }
+
+    #[test]
+    fn forbidden_text_is_folded_as_the_text_it_reads() {
+        let rule = compile_forbidden_text("ｐａｓｓ\u{200B}word").unwrap();
+        assert_eq!(rule.longest, 8);
+        let re = regex_automata::meta::Regex::new(&rule.regex).unwrap();
+        assert!(re.is_match("the PASSWORD"));
+    }
+
+    #[test]
     fn forbidden_text_must_be_short_and_non_empty() {
         assert_eq!(compile_forbidden_text(""), Err(PatternError::EmptyText));
+        assert_eq!(
+            compile_forbidden_text("\u{200B}\u{00AD}"),
+            Err(PatternError::EmptyText),
+            "only invisible characters"
+        );
         assert_eq!(
             compile_forbidden_text(&"x".repeat(201)),
             Err(PatternError::TextTooLong { len: 201 })

@@ -1,6 +1,7 @@
 //! Streaming properties over random texts and random chunkings, for the three vendors: the text
 //! the caller decodes never contains a match, equals the unfiltered text up to where the first
 //! match starts (all of it without one), and does not depend on how the upstream body was split.
+//! Texts mix in characters that rules read folded (invisible ones, full-width letters, a ligature).
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
@@ -184,6 +185,12 @@ fn text() -> impl Strategy<Value = String> {
         Just("日本".to_owned()),
         Just("😀".to_owned()),
         Just("\"\\\n\t".to_owned()),
+        // Folded before rules read them (docs/normalization.md): removed, or read as plain.
+        Just("\u{200B}".to_owned()),
+        Just("\u{00AD}".to_owned()),
+        Just("ｐａｓｓ".to_owned()),
+        Just("ＮＬ".to_owned()),
+        Just("\u{FB01}".to_owned()),
     ];
     prop::collection::vec(atom, 0..24).prop_map(|atoms| atoms.concat())
 }
@@ -233,7 +240,13 @@ proptest! {
     fn a_text_with_an_inserted_match_stops_at_or_before_it(
         before in text(),
         after in text(),
-        forbidden in prop_oneof![Just(" NL91ABNA0417164300 "), Just("PASSWORD"), Just("pass\u{77}ord")],
+        forbidden in prop_oneof![
+            Just(" NL91ABNA0417164300 "),
+            Just("PASSWORD"),
+            Just("pass\u{77}ord"),
+            Just("pa\u{200B}ssｗｏｒｄ"),
+            Just(" ＮＬ91ABNA0417164300 "),
+        ],
         sizes in prop::collection::vec(0usize..100, 1..8),
         cuts in prop::collection::vec(any::<usize>(), 0..12),
     ) {

@@ -1,9 +1,12 @@
 //! The checked text of one channel, scanned as it grows, holding back only what could still
 //! become the start of a match.
 //!
-//! Positions count characters of the channel's checked text. Every character is a possible start
-//! of a match: a thread follows it through the stage's anchored automaton one byte at a time and
-//! dies as soon as no match can begin there. The text from the earliest live start on is held
+//! Positions count characters of the channel's checked text. The automaton reads that text folded
+//! ([`crate::fold`], a character at a time, so the splits do not matter), and every folded
+//! character is a possible start of a match: a thread follows it through the stage's anchored
+//! automaton one byte at a time and dies as soon as no match can begin there. A thread's position
+//! is the original character its folded character came from, so held text and cuts are counted
+//! in the text as written. The text from the earliest live start on is held
 //! back (none on most text: "word word" can never begin an IBAN); everything before it is
 //! confirmed. Each byte is read once per live thread, whose states carry across pushes; threads
 //! in the same state have the same future, so only the earliest is kept. A match found at some
@@ -26,8 +29,12 @@ use crate::scan::{RuleSet, Step};
 pub(crate) struct Holdback {
     /// Characters pushed so far.
     len: usize,
-    /// One character of context, then the held text.
+    /// Characters the pushed text folds to, so far: how far past a start the automaton has read.
+    folded: usize,
+    /// The held text, as written.
     window: String,
+    /// The folded character before `window`: context for a search's assertions (`\b`, `^`).
+    context: Option<char>,
     /// Bytes and characters of `window` the threads have read.
     read: usize,
     read_pos: usize,
@@ -35,8 +42,10 @@ pub(crate) struct Holdback {
     last: Option<u8>,
     /// Live starts, earliest first.
     threads: Vec<Thread>,
-    /// The earliest match found so far (not yet certain while an earlier start is alive).
+    /// The earliest match found so far (not yet certain while an earlier start is alive), and the
+    /// folded position of its start.
     found: Option<Found>,
+    found_folded: usize,
     /// The automaton's clear count when the threads' states were taken.
     clears: usize,
     /// Scratch for merging threads (kept to reuse its allocation).
@@ -52,6 +61,10 @@ struct Thread {
     /// Where the match would start: a character position, and its byte offset in `window`.
     pos: usize,
     at: usize,
+    /// Where in the folded text: the byte in the folded form of that character (a ligature folds
+    /// to several), and the folded character position.
+    sub: usize,
+    folded: usize,
     /// Its automaton state; `None`: decided by a search instead.
     state: Option<LazyStateID>,
 }
@@ -121,7 +134,7 @@ impl Holdback {
             Some(t) => {
                 t.pos == f.pos
                     && (Some(f.check) == rules.first_check()
-                        || self.len.saturating_sub(f.pos) > rules.longest())
+                        || self.folded.saturating_sub(self.found_folded) > rules.longest())
             }
         });
         if certain.is_none() {
@@ -130,38 +143,53 @@ impl Holdback {
         certain
     }
 
-    /// Every new character starts a thread (until a match was found: nothing after it matters),
-    /// and every live thread reads every new byte.
+    /// Every new folded character starts a thread (until a match was found: nothing after it
+    /// matters), and every live thread reads every new byte of the folded text.
     fn read_new(&mut self, rules: &RuleSet) {
         let window = std::mem::take(&mut self.window);
         let mut at = self.read;
         for c in window.get(self.read..).unwrap_or_default().chars() {
-            if self.found.is_none() {
-                if self.threads.iter().all(|t| t.state.is_none()) {
-                    self.clears = rules.clears();
-                }
-                let state = match rules.start(self.last) {
-                    Step::Dead => None,
-                    Step::Live { state, .. } => Some(Some(state)),
-                    Step::Unknown => Some(None),
-                };
-                if let Some(state) = state {
-                    let pos = self.read_pos;
-                    self.threads.push(Thread { pos, at, state });
-                }
-                self.forget_if_cleared(rules);
-            }
-            let mut bytes = [0; 4];
-            for &b in c.encode_utf8(&mut bytes).as_bytes() {
-                self.step_all(rules, |rules, state| rules.step(state, b));
-                self.last = Some(b);
-            }
+            let mut sub = 0;
+            crate::fold::fold_char(c, |f| {
+                self.read_folded(rules, f, at, sub);
+                sub += f.len_utf8();
+            });
             at += c.len_utf8();
             self.read_pos += 1;
-            self.merge();
         }
         self.read = at;
         self.window = window;
+    }
+
+    /// One folded character `f`, byte `sub` of the folded form of the character at byte `at`.
+    fn read_folded(&mut self, rules: &RuleSet, f: char, at: usize, sub: usize) {
+        if self.found.is_none() {
+            if self.threads.iter().all(|t| t.state.is_none()) {
+                self.clears = rules.clears();
+            }
+            let state = match rules.start(self.last) {
+                Step::Dead => None,
+                Step::Live { state, .. } => Some(Some(state)),
+                Step::Unknown => Some(None),
+            };
+            if let Some(state) = state {
+                self.threads.push(Thread {
+                    pos: self.read_pos,
+                    at,
+                    sub,
+                    folded: self.folded,
+                    state,
+                });
+            }
+            self.forget_if_cleared(rules);
+        }
+        let mut bytes = [0; 4];
+        for &b in f.encode_utf8(&mut bytes).as_bytes() {
+            self.step_all(rules, |rules, state| rules.step(state, b));
+            self.last = Some(b);
+        }
+        self.folded += 1;
+        self.merge();
     }
 
     /// The end of the text: assertions at the end are decided, and no thread reads further.
@@ -186,7 +214,7 @@ impl Holdback {
                 Step::Dead => false,
                 Step::Live { state, matched: m } => {
                     t.state = Some(state);
-                    matched.extend(m.map(|check| Found { pos: t.pos, check }));
+                    matched.extend(m.map(|check| (Found { pos: t.pos, check }, t.folded)));
                     true
                 }
                 Step::Unknown => {
@@ -196,8 +224,8 @@ impl Holdback {
             }
         });
         self.forget_if_cleared(rules);
-        for found in matched {
-            self.record(found);
+        for (found, folded) in matched {
+            self.record(found, folded);
         }
     }
 
@@ -212,32 +240,46 @@ impl Holdback {
 
     /// Starts that only a search can decide, decided once the longest match after them was read.
     fn search_undecided(&mut self, rules: &RuleSet) {
-        let (len, ended, longest) = (self.len, self.ended, rules.longest());
-        let window = &self.window;
+        let (folded, ended, longest) = (self.folded, self.ended, rules.longest());
+        let ready =
+            |t: &Thread| t.state.is_none() && (ended || folded.saturating_sub(t.folded) > longest);
+        if !self.threads.iter().any(ready) {
+            return;
+        }
+        // The search reads the folded text too: the context character, then the window folded.
+        let mut haystack = String::new();
+        haystack.extend(self.context);
+        let mut offsets = Vec::new();
+        for (at, c) in self.window.char_indices() {
+            offsets.push((at, haystack.len()));
+            crate::fold::fold_char(c, |f| haystack.push(f));
+        }
         let mut decided = Vec::new();
         self.threads.retain(|t| {
-            let ready = t.state.is_none() && (ended || len.saturating_sub(t.pos) > longest);
-            if ready {
-                decided.extend(
-                    rules
-                        .match_at(window, t.at)
-                        .map(|check| Found { pos: t.pos, check }),
-                );
+            if !ready(t) {
+                return true;
             }
-            !ready
+            let found = offsets
+                .iter()
+                .find(|(at, _)| *at == t.at)
+                .and_then(|(_, start)| rules.match_at(&haystack, start + t.sub));
+            decided.extend(found.map(|check| (Found { pos: t.pos, check }, t.folded)));
+            false
         });
-        for found in decided {
-            self.record(found);
+        for (found, folded) in decided {
+            self.record(found, folded);
         }
     }
 
-    /// A match begins at `found.pos`: the earliest such start wins, and there the earliest check.
-    fn record(&mut self, found: Found) {
+    /// A match begins at `found.pos` (folded position `folded`): the earliest such start wins,
+    /// and there the earliest check.
+    fn record(&mut self, found: Found, folded: usize) {
         let better = self
             .found
             .is_none_or(|f| (found.pos, found.check) < (f.pos, f.check));
         if better {
             self.found = Some(found);
+            self.found_folded = folded;
         }
         // Later starts cannot come before it.
         self.threads.retain(|t| t.pos <= found.pos);
@@ -254,20 +296,24 @@ impl Holdback {
             .retain(|t| t.state.is_none_or(|state| states.insert(state)));
     }
 
-    /// Drops text no thread needs, keeping one character of context before the held text.
+    /// Drops text no thread needs; the last folded character dropped is kept as context.
     fn trim(&mut self) {
         let keep = self.threads.first().map_or(self.read, |t| t.at);
-        let head = self.window.get(..keep).unwrap_or_default();
-        let Some((from, _)) = head.char_indices().next_back() else {
+        let Some(head) = self.window.get(..keep).filter(|h| !h.is_empty()) else {
             return;
         };
-        if from == 0 {
-            return;
+        // Folded backwards from the end, the first character that folds to something.
+        if let Some(last) = head.chars().rev().find_map(|c| {
+            let mut last = None;
+            crate::fold::fold_char(c, |f| last = Some(f));
+            last
+        }) {
+            self.context = Some(last);
         }
-        self.window.drain(..from);
-        self.read -= from;
+        self.window.drain(..keep);
+        self.read -= keep;
         for t in &mut self.threads {
-            t.at -= from;
+            t.at -= keep;
         }
     }
 }
@@ -437,10 +483,14 @@ mod tests {
 
     /// Every text of exactly `len` characters of the alphabet.
     fn texts(len: usize) -> Vec<String> {
+        texts_of(&ALPHABET, len)
+    }
+
+    fn texts_of(alphabet: &[char], len: usize) -> Vec<String> {
         (0..len).fold(vec![String::new()], |texts, _| {
             texts
                 .iter()
-                .flat_map(|t| ALPHABET.iter().map(move |c| format!("{t}{c}")))
+                .flat_map(|t| alphabet.iter().map(move |c| format!("{t}{c}")))
                 .collect()
         })
     }
@@ -503,5 +553,59 @@ mod tests {
             at_once.end();
             assert_eq!(first.or(at_once.scan(&rules)), expected, "{text:?} at once");
         }
+    }
+
+    #[test]
+    fn exhaustively_folded_text_is_read_as_the_whole_text_is_searched() {
+        // A ligature that folds to two letters, a full-width letter and a zero-width space, around
+        // rules that begin inside the ligature, span it, and need a word boundary.
+        let rules = RuleSet::streamed(&[
+            (0, compile_pattern("ffa", 3).unwrap()),
+            (1, compile_pattern(r"(?-u:\b)if(?-u:\b)", 2).unwrap()),
+            (2, compile_forbidden_text("ia").unwrap()),
+        ])
+        .unwrap();
+        let alphabet = ['f', 'a', 'i', ' ', '\u{FB01}', '\u{200B}', '\u{FF46}'];
+        for text in texts_of(&alphabet, 5) {
+            let whole = rules.first_hit(&text).map(|h| Found {
+                pos: text[..h.start].chars().count(),
+                check: h.check,
+            });
+            let mut hb = Holdback::default();
+            let mut found = None;
+            for c in text.chars() {
+                hb.push(&c.to_string());
+                found = found.or(hb.scan(&rules));
+                if let Some(hit) = whole {
+                    assert!(hb.confirmed() <= hit.pos, "{text:?} released a match");
+                }
+            }
+            hb.end();
+            found = found.or(hb.scan(&rules));
+            assert_eq!(found, whole, "{text:?} read a character at a time");
+            let mut at_once = Holdback::default();
+            at_once.push(&text);
+            let first = at_once.scan(&rules);
+            at_once.end();
+            assert_eq!(first.or(at_once.scan(&rules)), whole, "{text:?} at once");
+        }
+    }
+
+    #[test]
+    fn invisible_characters_inside_forbidden_text_do_not_hide_it_from_a_stream() {
+        let rules = rules();
+        let (_, found) = pushed(&rules, &["the se", "\u{200B}", "c\u{00AD}r", "ｅt is out"]);
+        assert_eq!(found, Some(Found { pos: 4, check: 2 }));
+        // However many invisible characters follow a start, it is held, never released early.
+        let mut hb = Holdback::default();
+        hb.push("a sec");
+        for _ in 0..500 {
+            hb.push("\u{200B}");
+            assert_eq!(hb.scan(&rules), None);
+            assert_eq!(hb.confirmed(), 2);
+        }
+        hb.push("ret");
+        hb.push(" more");
+        assert_eq!(hb.scan(&rules), Some(Found { pos: 2, check: 2 }));
     }
 }

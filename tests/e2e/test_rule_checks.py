@@ -235,6 +235,25 @@ def test_a_refused_streamed_question_streams_the_blocked_reply(livecheck_envoy, 
     assert double.requests() == [], "a refused question reached upstream"
 
 
+@vendors
+@pytest.mark.parametrize(
+    "disguise",
+    ["pass\u200bword", "\uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44", "pass\u00adw\U000e0041ord"],
+    ids=["zero-width-space", "full-width", "soft-hyphen-and-tag"],
+)
+def test_a_disguised_forbidden_question_is_refused_too(livecheck_envoy, double, vendor, disguise):
+    # Rule checks read text folded (docs/normalization.md): what reads as "password" is refused.
+    double.script(default=_json_answer(vendor.answer(CLEAN_ANSWER)))
+
+    raw = vendor.create(livecheck_envoy, FORBIDDEN_QUESTION.replace("password", disguise), False)
+    stop, text, _usage = vendor.read(raw.parse())
+
+    assert stop == vendor.refused
+    assert text == BLOCKED_REPLY
+    assert _x_core_check(raw)["check"] == ("str", "no-passwords")
+    assert double.requests() == [], "a refused question reached upstream"
+
+
 # --- (b) a withheld answer ---------------------------------------------------------------------------
 
 
