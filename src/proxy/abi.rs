@@ -82,6 +82,20 @@ extern "C" {
     ) -> u32;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
     fn proxy_close_stream(stream_type: u32) -> u32;
+    fn proxy_get_shared_data(
+        key_data: *const u8,
+        key_size: usize,
+        return_value_data: *mut *mut u8,
+        return_value_size: *mut usize,
+        return_cas: *mut u32,
+    ) -> u32;
+    fn proxy_set_shared_data(
+        key_data: *const u8,
+        key_size: usize,
+        value_data: *const u8,
+        value_size: usize,
+        cas: u32,
+    ) -> u32;
     fn proxy_continue_stream(stream_type: u32) -> u32;
     fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
     fn proxy_set_effective_context(context_id: u32) -> u32;
@@ -273,6 +287,30 @@ pub fn send_local_response(
             -1,
         )
     })
+}
+
+/// A shared-data value and its compare-and-swap token: `Ok(None)` when the key was never set.
+pub fn shared_data(key: &str) -> Result<Option<(Vec<u8>, u32)>, Refused> {
+    let _span = crate::profile::span("host.get_shared_data");
+    let mut data = null_mut();
+    let mut size = 0usize;
+    let mut cas = 0u32;
+    // SAFETY: the key pointer/length describe `key`; the out-pointers are valid places.
+    let code =
+        unsafe { proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas) };
+    match code {
+        // SAFETY: on Ok the host wrote `size` bytes at `data`, allocated for us.
+        OK => Ok(Some((unsafe { take(data, size) }, cas))),
+        NOT_FOUND => Ok(None),
+        other => Err(Refused(other)),
+    }
+}
+
+/// Sets a shared-data value if `cas` is 0 or still the key's token (else CasMismatch).
+pub fn set_shared_data(key: &str, value: &[u8], cas: u32) -> Result<(), Refused> {
+    let _span = crate::profile::span("host.set_shared_data");
+    // SAFETY: the pointer/length pairs describe `key` and `value`.
+    ok(unsafe { proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas) })
 }
 
 pub fn define_counter(name: &str) -> Result<u32, Refused> {

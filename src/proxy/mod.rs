@@ -8,7 +8,7 @@
 
 mod abi;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -21,6 +21,7 @@ use crate::build_info;
 use crate::config::Policy;
 use crate::host::{Flow, Host, LogLevel};
 use crate::judge;
+use crate::lost_reports::{self, SharedStore};
 use crate::outbox::{Callout, Delivery, Job, Outbox};
 use crate::turn::Turn;
 
@@ -53,6 +54,44 @@ type Counters = Rc<RefCell<HashMap<String, u32>>>;
 /// Streams to reset from the root's tick: (context id, when, in ms since the epoch).
 type Closing = Rc<RefCell<Vec<(u32, u64)>>>;
 
+/// The request header that makes a fault-injection build trap (`--features faults`, never shipped).
+#[cfg(feature = "faults")]
+const FAULT_HEADER: &str = "x-livecheck-fault";
+
+/// This root's entry in the shared count of undelivered reports (`lost_reports`), shared with its
+/// streams: its id (0 until configured) and when the root last ticked, the time a count written
+/// between ticks carries.
+#[derive(Debug, Default)]
+struct Ledger {
+    id: Cell<u64>,
+    tick_ms: Cell<u64>,
+}
+
+type SharedLedger = Rc<Ledger>;
+
+impl Ledger {
+    /// Writes the outbox's count of undelivered reports to Envoy's shared data.
+    fn publish(&self, pending: usize) {
+        let id = self.id.get();
+        if id != 0 {
+            lost_reports::publish(&mut EnvoyShared, id, pending, self.tick_ms.get());
+        }
+    }
+}
+
+/// Envoy's shared data of this plugin's VMs.
+struct EnvoyShared;
+
+impl SharedStore for EnvoyShared {
+    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+        abi::shared_data(key).ok().flatten()
+    }
+
+    fn set(&mut self, key: &str, value: &[u8], cas: u32) -> bool {
+        abi::set_shared_data(key, value, cas).is_ok()
+    }
+}
+
 /// How often the root context sends waiting turn reports and closes cut streams.
 const TICK_MS: u32 = 200;
 /// How long a cut stream's closing events have to reach the caller before a timer resets it.
@@ -62,6 +101,8 @@ const REPORT_TIMEOUT_MS: u64 = 5_000;
 
 struct Root {
     policy: Option<Rc<Policy>>,
+    /// When to look next for VMs that stopped with reports undelivered.
+    next_sweep_ms: u64,
     /// The root's own door to the host, sharing counters, the outbox and the streams to close
     /// with every stream.
     host: WasmHost,
@@ -71,11 +112,13 @@ impl Root {
     fn new(context_id: u32) -> Self {
         Self {
             policy: None,
+            next_sweep_ms: 0,
             host: WasmHost::new(
                 context_id,
                 Counters::default(),
                 Rc::new(RefCell::new(Outbox::default())),
                 Closing::default(),
+                SharedLedger::default(),
             ),
         }
     }
@@ -121,6 +164,35 @@ impl Root {
                     let _ = abi::increment_untimed(id, i64::try_from(by).unwrap_or(i64::MAX));
                 }
             }
+        }
+    }
+
+    /// Writes this root's count of undelivered reports, and every [`lost_reports::SWEEP_EVERY_MS`]
+    /// counts the reports of VMs that stopped ticking as lost.
+    fn keep_ledger(&mut self, now: u64) {
+        let ledger = Rc::clone(&self.host.ledger);
+        let id = ledger.id.get();
+        if id == 0 {
+            return;
+        }
+        ledger.tick_ms.set(now);
+        ledger.publish(self.host.outbox.borrow().len());
+        if now < self.next_sweep_ms {
+            return;
+        }
+        self.next_sweep_ms = now.saturating_add(lost_reports::SWEEP_EVERY_MS);
+        let lost = lost_reports::sweep(&mut EnvoyShared, id, now);
+        if lost > 0 {
+            self.host.count(
+                "livecheck.reports.lost",
+                i64::try_from(lost).unwrap_or(i64::MAX),
+            );
+            self.host.log(
+                LogLevel::Error,
+                &format!(
+                    "livecheck: {lost} turn report(s) of a VM that stopped (a trap or a replaced configuration) were never delivered; counted in livecheck.reports.lost"
+                ),
+            );
         }
     }
 
@@ -192,6 +264,7 @@ impl Context for Root {
         let Some(delivery) = delivery else {
             return;
         };
+        self.host.ledger.publish(self.host.outbox.borrow().len());
         match delivery {
             Delivery::Stored => {}
             Delivery::NoBatches => self.host.log(
@@ -239,6 +312,11 @@ impl RootContext for Root {
             Ok(policy) => {
                 let agents = policy.agents.len();
                 self.policy = Some(Rc::new(policy));
+                // Nonzero: 0 means "not configured".
+                let id = self.host.random().max(1);
+                self.host.ledger.id.set(id);
+                self.host.ledger.tick_ms.set(self.host.now_unix_millis());
+                lost_reports::register(&mut EnvoyShared, id);
                 if abi::set_tick_period_ms(TICK_MS).is_err() {
                     abi::log(
                         level(LogLevel::Warn),
@@ -270,6 +348,7 @@ impl RootContext for Root {
         let _span = crate::profile::span("cb.tick");
         let now = self.host.now_unix_millis();
         self.send_reports(now);
+        self.keep_ledger(now);
         self.close_due_streams(now);
         #[cfg(feature = "profile")]
         self.flush_profile();
@@ -290,6 +369,7 @@ impl RootContext for Root {
                 Rc::clone(&self.host.counters),
                 Rc::clone(&self.host.outbox),
                 Rc::clone(&self.host.closing),
+                Rc::clone(&self.host.ledger),
             ),
         }))
     }
@@ -320,6 +400,10 @@ impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let _span = crate::profile::span("cb.request_headers");
         self.host.new_callback();
+        #[cfg(feature = "faults")]
+        if self.host.request_header(FAULT_HEADER).as_deref() == Some("trap") {
+            core::arch::wasm32::unreachable();
+        }
         match &mut self.turn {
             Some(turn) => action(turn.on_request_headers(&mut self.host, end_of_stream)),
             None => {
@@ -381,6 +465,7 @@ struct WasmHost {
     counters: Counters,
     outbox: Rc<RefCell<Outbox>>,
     closing: Closing,
+    ledger: SharedLedger,
     random: RandomState,
     /// The request and response header maps as read in the current callback (one host call per
     /// map instead of one per header); emptied whenever a callback starts or the map is written.
@@ -403,17 +488,35 @@ fn abi_map(which: usize) -> u32 {
 }
 
 impl WasmHost {
+    /// Adds `by` to the counter `name`, defined on first use.
+    fn count(&mut self, name: &str, by: i64) {
+        let id = {
+            let known = self.counters.borrow().get(name).copied();
+            match known {
+                Some(id) => Some(id),
+                None => abi::define_counter(name).ok().inspect(|id| {
+                    self.counters.borrow_mut().insert(name.to_owned(), *id);
+                }),
+            }
+        };
+        if let Some(id) = id {
+            let _ = abi::increment(id, by);
+        }
+    }
+
     fn new(
         context_id: u32,
         counters: Counters,
         outbox: Rc<RefCell<Outbox>>,
         closing: Closing,
+        ledger: SharedLedger,
     ) -> Self {
         Self {
             context_id,
             counters,
             outbox,
             closing,
+            ledger,
             random: RandomState::new(),
             headers: Default::default(),
         }
@@ -556,7 +659,9 @@ impl Host for WasmHost {
 
     fn deliver(&mut self, job: Job) {
         let queued = self.outbox.borrow_mut().push(job);
-        if !queued {
+        if queued {
+            self.ledger.publish(self.outbox.borrow().len());
+        } else {
             self.increment_counter("livecheck.reports.dropped");
         }
     }
@@ -584,18 +689,7 @@ impl Host for WasmHost {
     }
 
     fn increment_counter(&mut self, name: &str) {
-        let id = {
-            let known = self.counters.borrow().get(name).copied();
-            match known {
-                Some(id) => Some(id),
-                None => abi::define_counter(name).ok().inspect(|id| {
-                    self.counters.borrow_mut().insert(name.to_owned(), *id);
-                }),
-            }
-        };
-        if let Some(id) = id {
-            let _ = abi::increment(id, 1);
-        }
+        self.count(name, 1);
     }
 
     fn log(&mut self, level_: LogLevel, message: &str) {
