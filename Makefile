@@ -11,7 +11,7 @@ WASM        := $(WASM_DIR)/livecheck.wasm
 
 export LIVECHECK_WASM_DIR := $(abspath $(WASM_DIR))
 
-.PHONY: test bench bench-tools bench-profile bench-ingest toolchain wasm bins fmt-check clippy native-tests postgres-tools wasm-unit envoy-validate e2e deploy-validate kubectl venv clean
+.PHONY: test bench bench-tools bench-profile bench-ingest soak toolchain wasm bins fmt-check clippy native-tests postgres-tools wasm-unit envoy-validate e2e deploy-validate kubectl venv clean
 .PHONY: image judge-static image-tools image-check image-tests
 
 test: fmt-check clippy native-tests wasm-unit envoy-validate deploy-validate image-tests e2e
@@ -203,6 +203,15 @@ bench-tools: wasm venv
 	cargo build --release --locked -p upstream-double
 	cargo build --release --locked -p livecheck-judge
 	$(PYTHON) benches/tool_checks.py
+
+# The soak (issue 18; not part of `make test`): SOAK_CALLERS (1,000) callers for SOAK_SECONDS (600) through
+# real Envoy, the release sidecar on a throwaway PostgreSQL and the doubles, while the judge backend fails,
+# the sidecar is killed and PostgreSQL restarted; asserts no leak, designed outcomes only, results stored
+# exactly once, flat memory; bench/results-soak.md (benches/soak.py). Loopback only, bounded in time.
+.PHONY: soak
+soak: wasm venv postgres-tools
+	cargo build --release --locked -p upstream-double -p livecheck-judge
+	$(PYTHON) benches/soak.py
 
 # Where a turn's time goes inside Envoy's V8 (issue 16): livecheck.wasm built with `--features profile`
 # into target/profile/ (never the shipped .wasm), timed per callback, host call and phase;

@@ -4,6 +4,7 @@
 #
 #   postgres.sh start DIR    initdb + start in DIR; prints the server's URL
 #   postgres.sh stop DIR     stops it (immediate)
+#   postgres.sh restart DIR  stops it (fast) and starts it again on its port (the soak's restart)
 #   postgres.sh run CMD...   starts one in a temp dir, runs CMD with LIVECHECK_TEST_POSTGRES_URL set,
 #                            stops it and removes the dir afterwards, whatever CMD's exit
 set -euo pipefail
@@ -57,9 +58,17 @@ stop() {
     fi
 }
 
+restart() {
+    local dir=$1 bin
+    bin=$(bin_dir)
+    # pg_ctl restart starts the server with the options it was started with (postmaster.opts).
+    as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m fast -w -t 30 restart >/dev/null
+}
+
 case "${1:-}" in
     start) start "$2" ;;
     stop) stop "$2" ;;
+    restart) restart "$2" ;;
     run)
         shift
         dir=$(mktemp -d /tmp/livecheck-pg.XXXXXX)
@@ -73,5 +82,5 @@ case "${1:-}" in
         status=$?
         exit "$status"
         ;;
-    *) echo "usage: postgres.sh start DIR | stop DIR | run CMD..." >&2; exit 2 ;;
+    *) echo "usage: postgres.sh start DIR | stop DIR | restart DIR | run CMD..." >&2; exit 2 ;;
 esac

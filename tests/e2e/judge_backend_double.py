@@ -130,9 +130,14 @@ def _tool_decision(seen: ToolCheckSeen) -> str:
 
 
 class JudgeBackendDouble:
-    def __init__(self, delay: float = 0.0, slow_seconds: float = 3.0) -> None:
+    """`chaos` (set while it runs, for the soak) makes every answer fail one way: "5xx" (HTTP 503),
+    "garbage" (a 200 whose body is not the API's JSON) or "late" (held `late_seconds` first)."""
+
+    def __init__(self, delay: float = 0.0, slow_seconds: float = 3.0, late_seconds: float = 5.0) -> None:
         self.delay = delay
         self.slow_seconds = slow_seconds
+        self.late_seconds = late_seconds
+        self.chaos: Optional[str] = None
         self.calls: list[JudgeCall] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -174,6 +179,18 @@ class JudgeBackendDouble:
                 if wait and double._stopping.wait(wait):
                     self.close_connection = True
                     return
+                chaos = double.chaos
+                if chaos == "late":
+                    # Past the sidecar's timeout: the caller is gone, so nothing is written.
+                    double._stopping.wait(double.late_seconds)
+                    self.close_connection = True
+                    return
+                if chaos == "5xx":
+                    self._send(503, b"upstream overloaded")
+                    return
+                if chaos == "garbage":
+                    self._send(200, b'{"choices": "not a list", "content": 7')
+                    return
                 if self.path not in ("/v1/chat/completions", "/v1/messages"):
                     status, answer = 404, {"error": {"message": f"no route {self.path}"}}
                 elif tool is not None and tool.answered == "broken":
@@ -187,14 +204,16 @@ class JudgeBackendDouble:
                     status, answer = 200, _openai_answer(body, passed)
                 else:
                     status, answer = 200, _anthropic_answer(body, passed)
-                data = json.dumps(answer).encode()
+                self._send(status, json.dumps(answer).encode())
+                call.handled_s = time.perf_counter() - started
+
+            def _send(self, status: int, data: bytes) -> None:
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
                 self.wfile.flush()
-                call.handled_s = time.perf_counter() - started
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

@@ -4,12 +4,15 @@
 //! standard input closes (so it never outlives the benchmark that started it).
 //!
 //! - Any POST: reads the whole request body, answers a fixed `chat.completion` (about 600 bytes). A
-//!   body containing `leak-the-codename` gets an answer that contains `project-bluebird`.
+//!   body containing `leak-the-codename` gets an answer that contains `project-bluebird`, unless it
+//!   also holds the sidecar's retry instruction (`was not shown to the user`): a model that keeps the
+//!   rule once told (the soak's recovered turns).
 //! - A POST with `x-bench-stream-tokens: N`: streams Chat Completions SSE chunks instead, N tokens of
 //!   text in events of `x-bench-event-chars` characters (default 4, about one token), `x-bench-group`
 //!   events per write (default 1) with `x-bench-pace-us` between writes (default 0). With
 //!   `x-bench-hold: 1` the closing events wait until the client goes away (at most 300 s), so a
-//!   benchmark can hold many answers open mid-stream.
+//!   benchmark can hold many answers open mid-stream. A body containing `leak-the-codename` gets a
+//!   stream whose text says `project-bluebird` halfway (the soak's cut streams).
 //! - A POST with `x-bench-tool-call: NAME` (and `x-bench-tool-arguments: JSON`, default `{}`): a
 //!   non-streamed `chat.completion` whose message calls that one function with those arguments
 //!   (`finish_reason: "tool_calls"`), for the tool-call checks bench (`benches/tool_checks.py`).
@@ -47,6 +50,8 @@ mod native {
 
     const MAX_BODY: usize = 64 << 20;
     const LEAK_MARKER: &[u8] = b"leak-the-codename";
+    /// In the instruction `livecheck-judge` adds when it asks again (`judge/src/retry.rs`).
+    const RETRY_MARKER: &[u8] = b"was not shown to the user";
     const ANSWER: &str =
         "Your order left our depot near the station this morning and should arrive \
         within three to five days. The invoice lists two items, a lamp and a chair, both in stock. \
@@ -131,9 +136,11 @@ mod native {
         counters
             .body_bytes
             .fetch_add(body.len() as u64, Ordering::Relaxed);
+        let holds = |marker: &[u8]| body.windows(marker.len()).any(|w| w == marker);
+        let leak = body.len() < 1 << 16 && holds(LEAK_MARKER) && !holds(RETRY_MARKER);
         if headers.contains_key("x-bench-stream-tokens") {
             counters.streams.fetch_add(1, Ordering::Relaxed);
-            return stream(&headers, counters);
+            return stream(&headers, leak, counters);
         }
         if let Some(name) = headers
             .get("x-bench-tool-call")
@@ -145,8 +152,6 @@ mod native {
                 .unwrap_or("{}");
             return tool_call(name, arguments);
         }
-        let leak =
-            body.len() < 1 << 16 && body.windows(LEAK_MARKER.len()).any(|w| w == LEAK_MARKER);
         let text = if leak {
             format!("{ANSWER} The internal name is project-bluebird.")
         } else {
@@ -213,18 +218,22 @@ mod native {
     /// A stream's writes (each `group` events) and its closing events, built once per shape: 1,000
     /// concurrent streams must not each spend the double's one thread building the same answer.
     type Script = Arc<(Vec<Bytes>, Bytes)>;
-    /// (tokens, characters per event, events per write).
-    type Shape = (u64, u64, u64);
+    /// (tokens, characters per event, events per write, leak).
+    type Shape = (u64, u64, u64, bool);
 
-    fn script(tokens: u64, event_chars: u64, group: u64) -> Script {
+    fn script(tokens: u64, event_chars: u64, group: u64, leak: bool) -> Script {
         static CACHE: Mutex<Vec<(Shape, Script)>> = Mutex::new(Vec::new());
-        let key = (tokens, event_chars, group);
+        let key = (tokens, event_chars, group, leak);
         let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, s)) = cache.iter().find(|(k, _)| *k == key) {
             return Arc::clone(s);
         }
         // A token is about 4 characters.
-        let all = text(usize::try_from(tokens.saturating_mul(4)).unwrap_or(usize::MAX));
+        let mut all = text(usize::try_from(tokens.saturating_mul(4)).unwrap_or(usize::MAX));
+        if leak {
+            let half = all.len() / 2;
+            all.insert_str(half, " project-bluebird ");
+        }
         let chars: Vec<char> = all.chars().collect();
         let mut events = vec![chunk_event(r#"{"role":"assistant","content":""}"#, None)];
         for piece in chars.chunks(usize::try_from(event_chars).unwrap_or(4)) {
@@ -241,13 +250,13 @@ mod native {
         script
     }
 
-    fn stream(headers: &HeaderMap, counters: Arc<Counters>) -> Response {
+    fn stream(headers: &HeaderMap, leak: bool, counters: Arc<Counters>) -> Response {
         let tokens = header_u64(headers, "x-bench-stream-tokens", 0);
         let event_chars = header_u64(headers, "x-bench-event-chars", 4).max(1);
         let group = header_u64(headers, "x-bench-group", 1).max(1);
         let pace = Duration::from_micros(header_u64(headers, "x-bench-pace-us", 0));
         let hold = header_u64(headers, "x-bench-hold", 0) == 1;
-        let script = script(tokens, event_chars, group);
+        let script = script(tokens, event_chars, group, leak);
         let (tx, rx) = mpsc::channel::<Bytes>(4);
         tokio::spawn(async move {
             let (writes, tail) = &*script;
