@@ -106,7 +106,8 @@ e2e: venv wasm bins
 # Grafana dashboard (deploy/grafana/) against the stats that Envoy emits; screenshots in
 # target/ui-screenshots/. Debian's chromium (installed only when missing), Playwright for Python
 # (requirements-ui.txt, into the venv; it drives that Chromium, no browser download), axe-core from
-# npm (pinned in tests/ui/package-lock.json).
+# npm (pinned in tests/ui/package-lock.json). Measured on the shared 2-core machine: the suite 17-28 s,
+# `make ui-tests` 25 s with the pip and npm installs; on a fresh machine apt adds ~40-60 s for chromium.
 UI_NODE := tests/ui/node_modules
 
 chromium:

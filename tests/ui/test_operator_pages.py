@@ -34,7 +34,7 @@ import urllib.request
 import openai
 import pytest
 
-from envoy_process import Envoy, JudgeSidecar, render_config, wasm_path
+from envoy_process import JudgeSidecar, envoy_for_judge
 from upstream_double import Answer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -67,13 +67,7 @@ class Stack:
             tables={"api": {"token_env": TOKEN_ENV}},
             env={TOKEN_ENV: TOKEN},
         )
-        try:
-            config = render_config(wasm_path("livecheck.wasm"), double.port, plugin_configuration=json.dumps(CONFIG),
-                                   extra_clusters={"livecheck-judge": self.judge.port})
-            self.envoy = Envoy(config, workdir / "envoy")
-        except BaseException:
-            self.judge.close()
-            raise
+        self.envoy = envoy_for_judge(self.judge, double.port, CONFIG, workdir)
         self.texts: list[str] = []  # every question and answer sent
         self.turns: dict[str, list[str]] = {}  # what each turn was -> its x-core-response-id
 
