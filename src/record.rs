@@ -3,8 +3,8 @@
 //! a fixed sentence, a judged check's is the judge's own.
 
 use livecheck_wire::{
-    Alert as WireAlert, BackgroundCheck, CheckResult as WireResult, JudgeRequest, JudgeVerdict,
-    Mode as WireMode, Outcome as WireOutcome, Stage as WireStage,
+    reasons, Alert as WireAlert, BackgroundCheck, CheckResult as WireResult, JudgeRequest,
+    JudgeVerdict, Mode as WireMode, Outcome as WireOutcome, Stage as WireStage,
 };
 
 use crate::config::{Check, Kind, Stage, Version};
@@ -12,7 +12,7 @@ use crate::host::Host;
 use crate::verdict::{CheckResult, Outcome};
 
 /// The reason of a check that could not decide.
-pub const COULD_NOT_DECIDE: &str = "The check could not decide.";
+pub use livecheck_wire::reasons::COULD_NOT_DECIDE;
 
 /// What the judge said of one judged check on one answer, kept until the check's result is recorded.
 #[derive(Debug, Clone, PartialEq)]
@@ -352,12 +352,10 @@ pub fn tools_decided(
 fn rule_reason(kind: &Kind, outcome: Outcome) -> &'static str {
     match (kind, outcome) {
         (_, Outcome::Errored) => COULD_NOT_DECIDE,
-        (Kind::NotContains, Outcome::Failed) => "The answer contains text it had to avoid.",
-        (Kind::NotContains, Outcome::Passed) => {
-            "The answer does not contain the text it had to avoid."
-        }
-        (_, Outcome::Failed) => "The answer matches a pattern it had to avoid.",
-        (_, Outcome::Passed) => "The answer does not match the pattern it had to avoid.",
+        (Kind::NotContains, Outcome::Failed) => reasons::CONTAINS,
+        (Kind::NotContains, Outcome::Passed) => reasons::DOES_NOT_CONTAIN,
+        (_, Outcome::Failed) => reasons::MATCHES,
+        (_, Outcome::Passed) => reasons::DOES_NOT_MATCH,
     }
 }
 

@@ -6,6 +6,10 @@
 //! (`POST /v1/tool-check` on the sidecar); the first verdict that the condition holds, or that the
 //! judge could not decide, denies, and the rest are not waited for. One result per row and call.
 
+use livecheck_wire::reasons::{
+    ARGS_FORBIDDEN, ARGS_PASSED, ARGS_UNREADABLE, TOOL_ALLOWED as ALLOWED,
+    TOOL_COULD_NOT_CHECK as COULD_NOT_CHECK, TOOL_NOT_ALLOWED as NOT_ALLOWED,
+};
 use livecheck_wire::{JudgeVerdict, ToolCheckRequest, TOOL_CHECK_PATH};
 use serde_json::Value;
 
@@ -79,13 +83,6 @@ pub enum Next {
     /// Verdicts are pending.
     Waiting,
 }
-
-const NOT_ALLOWED: &str = "The tool is not one this agent may call.";
-const ARGS_FORBIDDEN: &str = "The call's arguments hold something a rule forbids.";
-const ARGS_PASSED: &str = "The call's arguments hold nothing a rule forbids.";
-const ARGS_UNREADABLE: &str = "The call's arguments could not be read as JSON.";
-const ALLOWED: &str = "The tool is one the agent may call.";
-const COULD_NOT_CHECK: &str = "The tool call could not be checked.";
 
 /// The tool calls of one answer being checked.
 #[derive(Debug)]

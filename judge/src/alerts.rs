@@ -68,7 +68,7 @@ pub async fn evaluate(app: &Arc<App>, store: &Store, checks: Vec<AlertCheck>) ->
             continue;
         }
         match store
-            .claim_alert(&check.agent, &check.check, ids::utc_day(ids::now_ms()))
+            .claim_alert(&check.agent, &check.check, ids::now_ms())
             .await
         {
             Ok(true) => {}

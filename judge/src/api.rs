@@ -382,13 +382,7 @@ fn authorize(app: &App, headers: &HeaderMap) -> Result<Store, Box<Response>> {
             "no operator token configured",
         )));
     };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, t)| t.trim())
-        .unwrap_or_default();
+    let given = auth::bearer(headers).unwrap_or_default();
     if !auth::same_token(token, given.as_bytes()) {
         return Err(Box::new(
             (

@@ -24,6 +24,16 @@ pub fn same_token(token: &Secret, given: &[u8]) -> bool {
     expected.ct_eq(&given).into()
 }
 
+/// The token of an `Authorization: Bearer …` header (the operator's), if the request has one.
+pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim())
+}
+
 /// Middleware of the filter's routes: without a configured token every caller passes (the config
 /// allows that on loopback only); with one, a request without it is answered 401 before its body
 /// is read.

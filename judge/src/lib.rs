@@ -7,7 +7,7 @@
 //!
 //! It also keeps the results: the filter reports each finished turn (`POST /v1/results`); results,
 //! pending background checks, alert state and the event outbox live in SQLite or PostgreSQL
-//! ([`store`]); operators read them through [`api`]; [`alerts`] and [`events`] tell people and
+//! ([`store`]); operators read them through [`api`] and the pages of [`pages`]; [`alerts`] and [`events`] tell people and
 //! systems when checks fail.
 //!
 //! Native only: on wasm targets this crate compiles to nothing.
@@ -21,6 +21,7 @@ pub mod backend;
 pub mod config;
 pub mod events;
 pub mod ids;
+pub mod pages;
 pub mod pending;
 pub mod prompt;
 pub mod retry;

@@ -1,6 +1,7 @@
 //! The HTTP side: `POST /v1/judge`, `POST /v1/tool-check`, `POST /v1/retry` (behind the filter
-//! token, [`crate::auth`]), the probes `GET /healthz` and `GET /readyz`, and the results routes of
-//! [`crate::api`]; the running service's state and its background workers.
+//! token, [`crate::auth`]), the probes `GET /healthz` and `GET /readyz`, the results routes of
+//! [`crate::api`] and the operator pages of [`crate::pages`]; the running service's state and its
+//! background workers.
 //!
 //! Logs name the stage, kind, judge model, backend, outcome, failure and token counts of each call;
 //! never a judged text, a rule, a condition, a tool's name or arguments, a reason, a body or a key.
@@ -32,7 +33,7 @@ use crate::prompt::{self, Kind, Prompt};
 use crate::store::{self, Store};
 use crate::tool_prompt;
 use crate::verdict::{Failure, Reply};
-use crate::{api, auth, events, ids, pending};
+use crate::{api, auth, events, ids, pages, pending};
 
 /// The running service's state, shared by every request.
 pub struct App {
@@ -46,6 +47,8 @@ pub struct App {
     events_wake: Notify,
     pending_wake: Notify,
     stop: watch::Sender<bool>,
+    /// The operator pages' login sessions: memory only.
+    sessions: pages::Sessions,
 }
 
 /// Why the service could not start.
@@ -104,6 +107,7 @@ impl App {
             events_wake: Notify::new(),
             pending_wake: Notify::new(),
             stop: watch::Sender::new(false),
+            sessions: pages::Sessions::default(),
         }))
     }
 
@@ -122,6 +126,10 @@ impl App {
 
     pub(crate) fn stopped(&self) -> watch::Receiver<bool> {
         self.stop.subscribe()
+    }
+
+    pub(crate) fn sessions(&self) -> &pages::Sessions {
+        &self.sessions
     }
 
     pub(crate) fn client(&self) -> &reqwest::Client {
@@ -282,6 +290,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(api::operator_routes())
+        .merge(pages::routes())
         .with_state(app)
 }
 

@@ -137,6 +137,9 @@ fn cut(reason: &str) -> String {
     reason.trim().chars().take(MAX_REASON_CHARS).collect()
 }
 
+/// The start of the reason of a backend's HTTP error status (the code and a full stop follow).
+const STATUS_REASON: &str = "The judge backend answered with HTTP status ";
+
 /// Why no verdict came back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
@@ -191,13 +194,40 @@ impl Failure {
             Self::Busy => "The judge sidecar was at capacity until the timeout.".into(),
             Self::Timeout => "The judge model did not answer in time.".into(),
             Self::Unreachable => "The judge backend could not be reached.".into(),
-            Self::Status(code) => format!("The judge backend answered with HTTP status {code}."),
+            Self::Status(code) => format!("{STATUS_REASON}{code}."),
             Self::ErrorInAnswer => "The judge backend answered with an error.".into(),
             Self::NotJson => "The judge backend's answer was not JSON.".into(),
             Self::Empty => "The judge model gave no verdict.".into(),
             Self::Refused => "The judge model refused to judge.".into(),
             Self::Malformed => "The judge model's verdict was malformed.".into(),
         }
+    }
+
+    /// Whether `reason` is one of the sentences [`Failure::reason`] writes (any HTTP status).
+    pub fn is_fixed_reason(reason: &str) -> bool {
+        let status = reason
+            .strip_prefix(STATUS_REASON)
+            .and_then(|rest| rest.strip_suffix('.'))
+            .is_some_and(|code| code.parse::<u16>().is_ok_and(|c| c.to_string() == code));
+        status
+            || [
+                Self::UnknownModel,
+                Self::UnknownKind,
+                Self::NoRule,
+                Self::NoCondition,
+                Self::Nonce,
+                Self::BadKey,
+                Self::Busy,
+                Self::Timeout,
+                Self::Unreachable,
+                Self::ErrorInAnswer,
+                Self::NotJson,
+                Self::Empty,
+                Self::Refused,
+                Self::Malformed,
+            ]
+            .iter()
+            .any(|f| f.reason() == reason)
     }
 }
 
@@ -240,6 +270,24 @@ impl Reply {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_the_sidecars_own_sentences_are_fixed_reasons() {
+        assert!(super::Failure::is_fixed_reason(
+            &super::Failure::Status(503).reason()
+        ));
+        assert!(super::Failure::is_fixed_reason(
+            &super::Failure::Timeout.reason()
+        ));
+        for other in [
+            "The judge backend answered with HTTP status 5x.",
+            "The judge backend answered with HTTP status 0503.",
+            "The answer says: my card is 4111.",
+            "",
+        ] {
+            assert!(!super::Failure::is_fixed_reason(other), "{other}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -19,22 +19,6 @@ use livecheck_wire::Outcome::{Errored, Failed, Passed};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-/// Runs a test body once on SQLite and once on PostgreSQL, as `<name>::sqlite` and `<name>::postgres`.
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$name(super::Db::sqlite().await).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                super::$name(super::Db::postgres().await).await
-            }
-        }
-    )*};
-}
-
 on_both!(
     a_report_is_stored_and_read_back_by_either_id,
     a_report_sent_again_is_stored_and_evented_once,
@@ -991,7 +975,11 @@ async fn a_database_of_the_first_release_is_migrated_with_every_row(db: Db) {
     assert_eq!(
         db.rows("SELECT version, name FROM livecheck_migrations ORDER BY version")
             .await,
-        [["Some(1)", "results"], ["Some(2)", "tool_calls"]]
+        [
+            ["Some(1)", "results"],
+            ["Some(2)", "tool_calls"],
+            ["Some(3)", "alert_rules"]
+        ]
     );
     // Every row kept, as it was, with no tool and call 0.
     let after = db
@@ -1053,7 +1041,7 @@ async fn a_database_of_the_first_release_is_migrated_with_every_row(db: Db) {
         db.rows("SELECT version FROM livecheck_migrations")
             .await
             .len(),
-        2
+        3
     );
     restarted.stop().await;
 }

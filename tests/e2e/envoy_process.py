@@ -441,3 +441,15 @@ class JudgeSidecar:
     def close(self) -> None:
         self.stop()
         self._log.close()
+
+
+def envoy_for_judge(judge: "JudgeSidecar", upstream_port: int, plugin_config: dict, workdir: pathlib.Path) -> Envoy:
+    """Envoy running livecheck.wasm with `plugin_config`, its `livecheck-judge` cluster pointing at
+    `judge`; the judge is closed when Envoy does not start."""
+    try:
+        config = render_config(wasm_path("livecheck.wasm"), upstream_port, plugin_configuration=json.dumps(plugin_config),
+                               extra_clusters={"livecheck-judge": judge.port})
+        return Envoy(config, workdir / "envoy")
+    except BaseException:
+        judge.close()
+        raise

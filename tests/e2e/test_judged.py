@@ -28,7 +28,7 @@ import openai
 import pytest
 
 from cut_support import VENDOR_EVENTS, VENDOR_PATH, Tee, anthropic_final, anthropic_iter, chat_iter, responses_iter, x_core_check
-from envoy_process import Envoy, JudgeSidecar, render_config, wasm_path
+from envoy_process import Envoy, JudgeSidecar, envoy_for_judge
 from judge_backend_double import FAIL_MARKER, SLOW_MARKER, JudgeBackendDouble
 from upstream_double import Answer
 
@@ -95,13 +95,7 @@ class Stack:
 
     def __init__(self, double, judge_backend, workdir) -> None:
         self.judge = JudgeSidecar(workdir / "judge", _backends(judge_backend))
-        try:
-            config = render_config(wasm_path("livecheck.wasm"), double.port, plugin_configuration=json.dumps(CONFIG),
-                                   extra_clusters={"livecheck-judge": self.judge.port})
-            self.envoy = Envoy(config, workdir / "envoy")
-        except BaseException:
-            self.judge.close()
-            raise
+        self.envoy = envoy_for_judge(self.judge, double.port, CONFIG, workdir)
 
     def close(self) -> None:
         self.envoy.stop()

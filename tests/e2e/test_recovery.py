@@ -17,7 +17,7 @@ import anthropic
 import openai
 import pytest
 
-from envoy_process import Envoy, JudgeSidecar, render_config, wasm_path
+from envoy_process import Envoy, JudgeSidecar, envoy_for_judge
 from upstream_double import Answer
 
 RULE = "Never state a bank account number."
@@ -55,13 +55,7 @@ class Stack:
             arrays={"upstreams": [{"name": "double", "authority": "127.0.0.1",
                                    "base_url": f"http://127.0.0.1:{double.port}", "timeout_ms": 5000}]},
         )
-        try:
-            config = render_config(wasm_path("livecheck.wasm"), double.port, plugin_configuration=json.dumps(CONFIG),
-                                   extra_clusters={"livecheck-judge": self.judge.port})
-            self.envoy = Envoy(config, workdir / "envoy")
-        except BaseException:
-            self.judge.close()
-            raise
+        self.envoy = envoy_for_judge(self.judge, double.port, CONFIG, workdir)
 
     def close(self) -> None:
         self.envoy.stop()

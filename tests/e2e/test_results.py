@@ -45,7 +45,7 @@ import anthropic
 import openai
 import pytest
 
-from envoy_process import Envoy, JudgeSidecar, render_config, wasm_path
+from envoy_process import Envoy, JudgeSidecar, envoy_for_judge
 from judge_backend_double import FAIL_MARKER
 from upstream_double import Answer
 
@@ -160,13 +160,7 @@ class Stack:
             arrays={"webhooks": [{"url": receiver.url, "secret_env": WEBHOOK_SECRET_ENV}]},
             env={TOKEN_ENV: TOKEN, WEBHOOK_SECRET_ENV: WEBHOOK_SECRET},
         )
-        try:
-            config = render_config(wasm_path("livecheck.wasm"), double.port, plugin_configuration=json.dumps(CONFIG),
-                                   extra_clusters={"livecheck-judge": self.judge.port})
-            self.envoy = Envoy(config, workdir / "envoy")
-        except BaseException:
-            self.judge.close()
-            raise
+        self.envoy = envoy_for_judge(self.judge, double.port, CONFIG, workdir)
 
     def close(self) -> None:
         self.envoy.stop()

@@ -280,6 +280,39 @@ pub struct RetryAnswer {
     pub reason: Option<String>,
 }
 
+/// The fixed sentences the filter records as a result's reason (a rule check's, a tool check's
+/// without a judge, a check that could not decide). They carry nothing of the turn, so the
+/// sidecar's operator pages may show them; any other reason (a judge's own sentence) may quote the
+/// turn and is never shown there.
+pub mod reasons {
+    pub const COULD_NOT_DECIDE: &str = "The check could not decide.";
+    pub const CONTAINS: &str = "The answer contains text it had to avoid.";
+    pub const DOES_NOT_CONTAIN: &str = "The answer does not contain the text it had to avoid.";
+    pub const MATCHES: &str = "The answer matches a pattern it had to avoid.";
+    pub const DOES_NOT_MATCH: &str = "The answer does not match the pattern it had to avoid.";
+    pub const TOOL_NOT_ALLOWED: &str = "The tool is not one this agent may call.";
+    pub const TOOL_ALLOWED: &str = "The tool is one the agent may call.";
+    pub const ARGS_FORBIDDEN: &str = "The call's arguments hold something a rule forbids.";
+    pub const ARGS_PASSED: &str = "The call's arguments hold nothing a rule forbids.";
+    pub const ARGS_UNREADABLE: &str = "The call's arguments could not be read as JSON.";
+    pub const TOOL_COULD_NOT_CHECK: &str = "The tool call could not be checked.";
+
+    /// Every sentence above.
+    pub const FILTER: [&str; 11] = [
+        COULD_NOT_DECIDE,
+        CONTAINS,
+        DOES_NOT_CONTAIN,
+        MATCHES,
+        DOES_NOT_MATCH,
+        TOOL_NOT_ALLOWED,
+        TOOL_ALLOWED,
+        ARGS_FORBIDDEN,
+        ARGS_PASSED,
+        ARGS_UNREADABLE,
+        TOOL_COULD_NOT_CHECK,
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "tool_calls",
         include_str!("../../migrations/0002_tool_calls.sql"),
     ),
+    (
+        3,
+        "alert_rules",
+        include_str!("../../migrations/0003_alert_rules.sql"),
+    ),
 ];
 
 /// An arbitrary constant naming livecheck's migration lock.

@@ -8,6 +8,7 @@
 //! other, so `seq` stays the order decided; SQLite writes through one connection anyway.
 
 mod migrate;
+mod overview;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use sqlx::{Any, AnyPool, Row, Transaction};
 use crate::events;
 use crate::ids;
 
+pub use overview::{AgentCounts, AlertView, Bucket, FailedResult};
 pub use sqlx::Error as StoreError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,6 +297,9 @@ impl Store {
                     check: result.name.clone(),
                     alert,
                 });
+                if let Some(alert) = &out.alert {
+                    remember_alert_rule(&mut tx, alert, now_ms).await?;
+                }
             }
         }
         sqlx::query("DELETE FROM pending_checks WHERE turn_id = $1 AND name = $2")
@@ -473,22 +478,26 @@ impl Store {
         Ok((row.try_get(0)?, row.try_get(1)?))
     }
 
-    /// Claims the day's alert of an agent's check: true for exactly one caller per UTC day, across
-    /// processes and restarts (one conditional upsert, atomic on both databases).
+    /// Claims the day's alert of an agent's check (the UTC day of `now_ms`, which is kept as when it
+    /// last fired): true for exactly one caller per UTC day, across processes and restarts (one
+    /// conditional upsert, atomic on both databases).
     pub async fn claim_alert(
         &self,
         agent: &str,
         check: &str,
-        day: i64,
+        now_ms: i64,
     ) -> Result<bool, StoreError> {
         let claimed = sqlx::query(
-            "INSERT INTO alert_state (agent, check_name, last_fired_day) VALUES ($1, $2, $3) \
-             ON CONFLICT (agent, check_name) DO UPDATE SET last_fired_day = excluded.last_fired_day \
+            "INSERT INTO alert_state (agent, check_name, last_fired_day, last_fired_at) \
+             VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (agent, check_name) DO UPDATE SET last_fired_day = excluded.last_fired_day, \
+             last_fired_at = excluded.last_fired_at \
              WHERE alert_state.last_fired_day < excluded.last_fired_day",
         )
         .bind(agent)
         .bind(check)
-        .bind(day)
+        .bind(ids::utc_day(now_ms))
+        .bind(now_ms)
         .execute(&self.pool)
         .await?
         .rows_affected();
@@ -657,6 +666,9 @@ async fn ingest_in(
             }
         }
     }
+    for alert in &out.alerts {
+        remember_alert_rule(tx, alert, now_ms).await?;
+    }
     for check in &report.background {
         if result_exists(tx, &turn.turn_id, &check.name).await? {
             continue;
@@ -679,6 +691,27 @@ async fn ingest_in(
         out.pending.push(check.name.clone());
     }
     Ok(out)
+}
+
+/// Keeps the alert rule a check's new result carried, for the operator pages (the latest wins).
+async fn remember_alert_rule(
+    tx: &mut Transaction<'_, Any>,
+    alert: &AlertCheck,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO alert_rules (agent, check_name, failure_rate, over_last, seen_at) \
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (agent, check_name) DO UPDATE SET \
+         failure_rate = excluded.failure_rate, over_last = excluded.over_last, seen_at = excluded.seen_at",
+    )
+    .bind(&alert.agent)
+    .bind(&alert.check)
+    .bind(alert.alert.failure_rate)
+    .bind(i64::from(alert.alert.over_last))
+    .bind(now_ms)
+    .execute(&mut **tx)
+    .await
+    .map(|_| ())
 }
 
 async fn turn_in(tx: &mut Transaction<'_, Any>, turn_id: &str) -> Result<Option<Turn>, StoreError> {

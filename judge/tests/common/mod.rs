@@ -6,6 +6,23 @@
 pub mod doubles;
 pub mod results;
 
+/// Runs a test body once on SQLite and once on PostgreSQL, as `<name>::sqlite` and `<name>::postgres`.
+#[macro_export]
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name(super::Db::sqlite().await).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$name(super::Db::postgres().await).await
+            }
+        }
+    )*};
+}
+
 use std::sync::Arc;
 
 use livecheck_judge::{serve, App, Settings};

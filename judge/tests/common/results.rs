@@ -122,6 +122,7 @@ impl Db {
             "results",
             "pending_checks",
             "alert_state",
+            "alert_rules",
             "event_outbox",
         ] {
             for row in self.rows(&format!("SELECT * FROM {table}")).await {
