@@ -149,6 +149,7 @@ pub enum Failure {
     Busy,
     Timeout,
     Unreachable,
+    TooLarge,
     Status(u16),
     ErrorInAnswer,
     NotJson,
@@ -170,6 +171,7 @@ impl Failure {
             Self::Busy => "busy",
             Self::Timeout => "timeout",
             Self::Unreachable => "unreachable",
+            Self::TooLarge => "too_large",
             Self::Status(_) => "status",
             Self::ErrorInAnswer => "error_in_answer",
             Self::NotJson => "not_json",
@@ -191,6 +193,9 @@ impl Failure {
             Self::Busy => "The judge sidecar was at capacity until the timeout.".into(),
             Self::Timeout => "The judge model did not answer in time.".into(),
             Self::Unreachable => "The judge backend could not be reached.".into(),
+            Self::TooLarge => {
+                "The judge backend's answer was larger than the sidecar's limit.".into()
+            }
             Self::Status(code) => format!("The judge backend answered with HTTP status {code}."),
             Self::ErrorInAnswer => "The judge backend answered with an error.".into(),
             Self::NotJson => "The judge backend's answer was not JSON.".into(),

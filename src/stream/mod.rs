@@ -20,6 +20,7 @@
 
 mod anthropic;
 mod args;
+pub mod caller;
 mod chat;
 mod holdback;
 mod responses;
