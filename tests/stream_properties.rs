@@ -168,3 +168,33 @@ proptest! {
         }
     }
 }
+
+/// Found by the `stream_rewriter` fuzz target (its oracle, not the filter, was wrong): cut before
+/// "password", the caller's text ends in an IBAN that is a whole-word match on its own, though in
+/// the answer a letter follows it, so it is none. The caller gets exactly the text before the
+/// answer's first match, for every vendor.
+#[test]
+fn a_cut_may_leave_text_that_looks_like_a_match_only_on_its_own() {
+    let version = version_of(POLICY_WORDS);
+    let text = "Your IBAN NL91 is \u{e9}\nNL91ABNA0417164300passwordNL91ABNA0417164300";
+    let before = "Your IBAN NL91 is \u{e9}\nNL91ABNA0417164300";
+    assert_eq!(
+        version.output_rules.first_hit(text).map(|h| h.start),
+        Some(before.len())
+    );
+    for api in APIS {
+        let pieces: Vec<String> = text
+            .chars()
+            .collect::<Vec<_>>()
+            .chunks(4)
+            .map(|c| c.iter().collect())
+            .collect();
+        let body = caller::upstream(api, &pieces);
+        let seen = caller_text(api, &run(api, &version, &body, &[5, 99, 200]));
+        assert_eq!(seen, before, "{api:?}");
+        assert!(
+            version.output_rules.first_hit(&seen).is_some(),
+            "alone, it reads as a match"
+        );
+    }
+}
