@@ -304,6 +304,21 @@ fn anthropic_tool_use_blocks_are_read_whatever_the_stop_reason() {
     assert!(answer.rule_text.contains("NL91ABNA0417164300"));
 }
 
+/// Found by the `tool_calls` fuzz target: a `tool_use` block without `input` gave the call empty
+/// arguments (not JSON, though the call says it is); it is a call with no arguments, `{}`.
+#[test]
+fn an_anthropic_tool_use_without_input_has_no_arguments() {
+    let mut body: Value = serde_json::from_str(ANTHROPIC_ANSWER_TOOL).unwrap();
+    body["content"][1].as_object_mut().unwrap().remove("input");
+    let answer = parse_answer(Api::AnthropicMessages, body.to_string().as_bytes()).unwrap();
+    let call = &answer.calls[0];
+    assert_eq!(
+        (call.name.as_str(), call.arguments.as_str(), call.json),
+        ("pay", "{}", true)
+    );
+    assert!(answer.asks_for_tool);
+}
+
 #[test]
 fn chat_answer_reads_every_choice_and_every_tool_call() {
     let answer = parse_answer(Api::ChatCompletions, CHAT_ANSWER_TOOL.as_bytes()).unwrap();
