@@ -258,6 +258,30 @@ bench-ab: wasm venv $(OHA) $(BENCH_VENV)/.installed
 	cargo build --release --locked -p upstream-double -p livecheck-judge
 	AB_BASE="$(AB_BASE)" $(BENCH_VENV)/bin/python benches/ab_cpu.py
 
+# Coverage-guided fuzzing (issue 18; not part of `make test`): cargo-fuzz (libFuzzer) on the nightly
+# toolchain runs each target of fuzz/fuzz_targets/ for FUZZ_SECONDS at `nice -n 10`, from the checked-in
+# seeds in fuzz/corpus/<target>/ and a working corpus in fuzz/target/corpus/<target>/, and prints a table
+# per target (executions, exec/s, coverage, corpus, crashes; also target/fuzz/summary.md). A crash stops
+# that target, leaves its input in fuzz/artifacts/<target>/ and fails the run. fuzz/ is its own cargo
+# workspace: the stable build, clippy and `make test` never see it. `make fuzz-cmin` merges the working
+# corpus back into fuzz/corpus/ (a smallest set of inputs with the same coverage).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= sse_decoder stream_rewriter request_text policy tool_calls sidecar_wire
+CARGO_FUZZ   := $(TOOLS)/bin/cargo-fuzz
+.PHONY: fuzz fuzz-cmin fuzz-toolchain
+
+$(CARGO_FUZZ):
+	cargo install --root $(TOOLS) cargo-fuzz --locked || cargo install --root $(TOOLS) cargo-fuzz
+
+fuzz-toolchain:
+	@rustup toolchain list | grep -q '^nightly-' || rustup toolchain install nightly --profile minimal
+
+fuzz: $(CARGO_FUZZ) fuzz-toolchain
+	python3 scripts/fuzz_run.py --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-cmin: $(CARGO_FUZZ) fuzz-toolchain
+	python3 scripts/fuzz_run.py --cmin $(FUZZ_TARGETS)
+
 # How fast the sidecar stores turn reports (benches/sidecar_ingest.py, ~1 minute): CPU per report and
 # reports per second through POST /v1/results/batch on SQLite. INGEST_BINARIES compares builds.
 bench-ingest: venv

@@ -232,6 +232,8 @@ async fn after_ingest(
             "turn report stored (in a batch)"
         );
     }
+    app.dropped()
+        .note(ingested.refused_checks, ingested.dropped_events);
     if ingested.events > 0 {
         app.events_wake().notify_one();
     }

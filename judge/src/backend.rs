@@ -9,6 +9,7 @@ use livecheck_wire::Usage;
 use serde_json::Value;
 
 use crate::config::{Api, Backend};
+use crate::limits::{read_capped, Unread};
 use crate::prompt::Prompt;
 use crate::verdict::{Failure, Reply};
 
@@ -59,13 +60,15 @@ impl TurnKey {
     }
 }
 
-/// Sends one judge call and reads the answer. The caller bounds it with the request timeout.
+/// Sends one judge call and reads the answer, at most `max_answer_bytes` of it (a larger answer is
+/// [`Failure::TooLarge`]). The caller bounds it with the request timeout.
 pub async fn ask(
     client: &reqwest::Client,
     backend: &Backend,
     model: &str,
     prompt: &Prompt,
     key: &TurnKey,
+    max_answer_bytes: usize,
 ) -> Reply {
     let (body, auth) = match backend.api {
         Api::Openai => (
@@ -100,8 +103,10 @@ pub async fn ask(
         Err(_) => return Reply::failed(Failure::Unreachable),
     };
     let status = response.status().as_u16();
-    let Ok(bytes) = response.bytes().await else {
-        return Reply::failed(Failure::Unreachable);
+    let bytes = match read_capped(response, max_answer_bytes).await {
+        Ok(bytes) => bytes,
+        Err(Unread::TooLarge) => return Reply::failed(Failure::TooLarge),
+        Err(Unread::Broken) => return Reply::failed(Failure::Unreachable),
     };
     match backend.api {
         Api::Openai => openai::read_answer(prompt.form, status, &bytes),

@@ -44,6 +44,17 @@ struct RawConfig {
     alerts: Option<RawAlerts>,
     #[serde(default)]
     webhooks: Vec<RawWebhook>,
+    limits: Option<RawLimits>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_request_bytes: Option<usize>,
+    max_backend_answer_bytes: Option<usize>,
+    max_retry_answer_bytes: Option<usize>,
+    max_pending_checks: Option<u64>,
+    max_queued_events: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -156,8 +167,102 @@ pub struct Settings {
     pub filter_token: Option<Secret>,
     pub alerts: AlertSettings,
     pub webhooks: Vec<Webhook>,
+    /// How much the sidecar reads and keeps (`[limits]`).
+    pub limits: Limits,
     /// Intervals and retry delays of the background workers: not in the config file, tests shorten them.
     pub timing: Timing,
+}
+
+/// How much the sidecar reads and keeps, so that no caller, backend or burst of traffic grows its
+/// memory or its store without bound (`[limits]`; every field has a default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest request body of any route (the filter's callouts and reports, the operator API):
+    /// a larger one is answered 413 with a JSON error, unread.
+    pub max_request_bytes: usize,
+    /// The largest answer read from a judge backend: a larger one is an `errored` verdict.
+    pub max_backend_answer_bytes: usize,
+    /// The largest answer read from an upstream model on recovery: a larger one is no retry.
+    pub max_retry_answer_bytes: usize,
+    /// Background checks waiting for their verdict: a report's check beyond is stored `errored`.
+    pub max_pending_checks: u64,
+    /// Webhook events waiting for delivery: an event beyond is dropped (counted and logged).
+    pub max_queued_events: u64,
+}
+
+/// A judge request holds a question and an answer of up to the filter's `max_body_bytes` (1 MiB by
+/// default) each, a report the texts of its background checks: 8 MiB leaves room for both.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 8 << 20;
+/// A verdict is a few hundred bytes of JSON; an answer is bounded by the backend's `max_tokens`.
+pub const DEFAULT_MAX_BACKEND_ANSWER_BYTES: usize = 1 << 20;
+pub const DEFAULT_MAX_RETRY_ANSWER_BYTES: usize = 4 << 20;
+pub const DEFAULT_MAX_PENDING_CHECKS: u64 = 10_000;
+pub const DEFAULT_MAX_QUEUED_EVENTS: u64 = 100_000;
+/// The smallest byte limit accepted: a judge request or a verdict needs more than this.
+const MIN_BYTES_LIMIT: usize = 1024;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            max_backend_answer_bytes: DEFAULT_MAX_BACKEND_ANSWER_BYTES,
+            max_retry_answer_bytes: DEFAULT_MAX_RETRY_ANSWER_BYTES,
+            max_pending_checks: DEFAULT_MAX_PENDING_CHECKS,
+            max_queued_events: DEFAULT_MAX_QUEUED_EVENTS,
+        }
+    }
+}
+
+fn compile_limits(raw: RawLimits, problems: &mut Vec<String>) -> Limits {
+    let d = Limits::default();
+    let mut bytes = |name: &str, value: Option<usize>, default: usize| match value {
+        Some(n) if n < MIN_BYTES_LIMIT => {
+            problems.push(format!(
+                "limits: {name} must be at least {MIN_BYTES_LIMIT} bytes, not {n}"
+            ));
+            default
+        }
+        Some(n) => n,
+        None => default,
+    };
+    let max_request_bytes = bytes(
+        "max_request_bytes",
+        raw.max_request_bytes,
+        d.max_request_bytes,
+    );
+    let max_backend_answer_bytes = bytes(
+        "max_backend_answer_bytes",
+        raw.max_backend_answer_bytes,
+        d.max_backend_answer_bytes,
+    );
+    let max_retry_answer_bytes = bytes(
+        "max_retry_answer_bytes",
+        raw.max_retry_answer_bytes,
+        d.max_retry_answer_bytes,
+    );
+    let mut count = |name: &str, value: Option<u64>, default: u64| match value {
+        Some(0) => {
+            problems.push(format!("limits: {name} must be at least 1"));
+            default
+        }
+        Some(n) => n,
+        None => default,
+    };
+    Limits {
+        max_request_bytes,
+        max_backend_answer_bytes,
+        max_retry_answer_bytes,
+        max_pending_checks: count(
+            "max_pending_checks",
+            raw.max_pending_checks,
+            d.max_pending_checks,
+        ),
+        max_queued_events: count(
+            "max_queued_events",
+            raw.max_queued_events,
+            d.max_queued_events,
+        ),
+    }
 }
 
 /// A value read from an env var that must never be printed.
@@ -410,6 +515,7 @@ fn compile(
         .map(|a| compile_alerts(a, env, &mut problems))
         .unwrap_or_default();
     let webhooks = compile_webhooks(raw.webhooks, env, &mut problems);
+    let limits = compile_limits(raw.limits.unwrap_or_default(), &mut problems);
 
     match (listen, store) {
         (Some(listen), Some(store)) if problems.is_empty() => Ok(Settings {
@@ -423,6 +529,7 @@ fn compile(
             filter_token,
             alerts,
             webhooks,
+            limits,
             timing: Timing::default(),
         }),
         _ => Err(ConfigError(problems)),
@@ -941,6 +1048,39 @@ mod tests {
         assert_eq!(s.listen, "127.0.0.1:8181".parse().unwrap());
         assert_eq!(s.timeout, Duration::from_millis(8_000));
         assert_eq!(s.max_concurrent, 32);
+        assert_eq!(s.limits, Limits::default());
+        assert_eq!(s.limits.max_request_bytes, 8 << 20);
+        assert_eq!(s.limits.max_backend_answer_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn limits_are_read_and_checked() {
+        let set = format!(
+            "[limits]\nmax_request_bytes = 4096\nmax_backend_answer_bytes = 2048\n\
+             max_retry_answer_bytes = 8192\nmax_pending_checks = 3\nmax_queued_events = 5\n{TWO}"
+        );
+        let s = Settings::from_toml(&set, &no_env).unwrap();
+        let want = Limits {
+            max_request_bytes: 4096,
+            max_backend_answer_bytes: 2048,
+            max_retry_answer_bytes: 8192,
+            max_pending_checks: 3,
+            max_queued_events: 5,
+        };
+        assert_eq!(s.limits, want);
+        let bad = format!(
+            "[limits]\nmax_request_bytes = 10\nmax_pending_checks = 0\nmax_queued_events = 0\n{TWO}"
+        );
+        let all = Settings::from_toml(&bad, &no_env).unwrap_err().to_string();
+        for needle in [
+            "limits: max_request_bytes must be at least 1024 bytes, not 10",
+            "limits: max_pending_checks must be at least 1",
+            "limits: max_queued_events must be at least 1",
+        ] {
+            assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+        }
+        let unknown = format!("[limits]\nmax_bytes = 10\n{TWO}");
+        assert!(Settings::from_toml(&unknown, &no_env).is_err());
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod backend;
 pub mod config;
 pub mod events;
 pub mod ids;
+pub mod limits;
 pub mod pages;
 pub mod pending;
 pub mod prompt;

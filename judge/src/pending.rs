@@ -122,6 +122,7 @@ async fn judge_one(app: &Arc<App>, store: &Store, check: PendingCheck) {
     {
         Ok(stored) => {
             app.forget_turn_key(&check.turn_id, &check.name);
+            app.dropped().note(0, stored.dropped_events);
             tracing::info!(
                 check = %check.name,
                 outcome = store::outcome_str(result.outcome),

@@ -20,9 +20,7 @@ use reqwest::Url;
 use serde_json::{json, Map, Value};
 
 use crate::config::{Upstream, Upstreams};
-
-/// The largest answer read from an upstream.
-pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+use crate::limits::{read_capped, Unread};
 
 /// The callout's headers that are the turn's credentials and vendor options, sent upstream as they
 /// came (one list, shared with the filter).
@@ -309,20 +307,31 @@ fn target(upstream: &Upstream, api: Api, path: &str) -> Result<Url, Failure> {
     Ok(url)
 }
 
-/// Asks the upstream named for the turn's authority again. Never fails: whatever goes wrong is an
-/// `errored` answer with a fixed reason.
+/// Asks the upstream named for the turn's authority again, reading at most `max_answer_bytes` of
+/// its answer. Never fails: whatever goes wrong is an `errored` answer with a fixed reason.
 pub async fn ask_again(
     client: &reqwest::Client,
     upstreams: &Upstreams,
     req: &RetryRequest,
     headers: &HeaderMap,
+    max_answer_bytes: usize,
 ) -> RetryAnswer {
     let started = Instant::now();
     let upstream = upstreams.for_authority(&req.authority);
     let mut status = None;
     let result = match upstream {
         None => Err(Failure::UnknownUpstream),
-        Some(upstream) => send(client, upstream, req, headers, &mut status).await,
+        Some(upstream) => {
+            send(
+                client,
+                upstream,
+                req,
+                headers,
+                max_answer_bytes,
+                &mut status,
+            )
+            .await
+        }
     };
     let failure = result.as_ref().err().copied();
     tracing::info!(
@@ -358,6 +367,7 @@ async fn send(
     upstream: &Upstream,
     req: &RetryRequest,
     headers: &HeaderMap,
+    max_answer_bytes: usize,
     status: &mut Option<u16>,
 ) -> Result<String, Failure> {
     let url = target(upstream, req.api, &req.path)?;
@@ -377,24 +387,18 @@ async fn send(
         }
     }
     let call = async {
-        let mut response = request.send().await.map_err(|_| Failure::Unreachable)?;
+        let response = request.send().await.map_err(|_| Failure::Unreachable)?;
         let code = response.status().as_u16();
         *status = Some(code);
         if code != 200 {
             return Err(Failure::Status(code));
         }
-        let limit = u64::try_from(MAX_ANSWER_BYTES).unwrap_or(u64::MAX);
-        if response.content_length().is_some_and(|n| n > limit) {
-            return Err(Failure::TooLarge);
-        }
-        let mut bytes = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|_| Failure::Unreachable)? {
-            if bytes.len().saturating_add(chunk.len()) > MAX_ANSWER_BYTES {
-                return Err(Failure::TooLarge);
-            }
-            bytes.extend_from_slice(&chunk);
-        }
-        Ok(bytes)
+        read_capped(response, max_answer_bytes)
+            .await
+            .map_err(|unread| match unread {
+                Unread::TooLarge => Failure::TooLarge,
+                Unread::Broken => Failure::Unreachable,
+            })
     };
     let bytes = tokio::time::timeout(upstream.timeout, call)
         .await

@@ -33,7 +33,7 @@ use crate::prompt::{self, Kind, Prompt};
 use crate::store::{self, Store};
 use crate::tool_prompt;
 use crate::verdict::{Failure, Reply};
-use crate::{api, auth, events, ids, pages, pending};
+use crate::{api, auth, events, ids, limits, pages, pending};
 
 /// The running service's state, shared by every request.
 pub struct App {
@@ -49,6 +49,8 @@ pub struct App {
     stop: watch::Sender<bool>,
     /// The operator pages' login sessions: memory only.
     sessions: pages::Sessions,
+    /// What full queues refused since start.
+    dropped: limits::Dropped,
 }
 
 /// Why the service could not start.
@@ -80,9 +82,14 @@ impl App {
     /// judge pending background checks, deliver events and sweep old results (once now, then
     /// every `timing.sweep_every`). [`App::stop`] ends them.
     pub async fn start(settings: Settings) -> Result<Arc<Self>, StartError> {
+        let queues = store::QueueLimits {
+            pending_checks: settings.limits.max_pending_checks,
+            events: settings.limits.max_queued_events,
+        };
         let store = Store::open(settings.store.url.expose())
             .await
-            .map_err(StartError::Store)?;
+            .map_err(StartError::Store)?
+            .with_queue_limits(queues);
         let app = Self::build(settings, Some(store)).map_err(StartError::Client)?;
         tokio::spawn(pending::judge_loop(Arc::clone(&app)));
         tokio::spawn(events::deliver_loop(Arc::clone(&app)));
@@ -108,6 +115,7 @@ impl App {
             pending_wake: Notify::new(),
             stop: watch::Sender::new(false),
             sessions: pages::Sessions::default(),
+            dropped: limits::Dropped::default(),
         }))
     }
 
@@ -117,6 +125,10 @@ impl App {
 
     pub fn store(&self) -> Option<&Store> {
         self.store.as_ref()
+    }
+
+    pub fn dropped(&self) -> &limits::Dropped {
+        &self.dropped
     }
 
     /// Stops the background workers (the HTTP server stops with its own shutdown signal).
@@ -257,7 +269,8 @@ impl App {
         match timeout_at(deadline, self.permits.acquire()).await {
             Err(_) | Ok(Err(_)) => Reply::failed(Failure::Busy),
             Ok(Ok(_permit)) => {
-                let call = backend::ask(&self.client, backend, model, &prompt, key);
+                let max = self.settings.limits.max_backend_answer_bytes;
+                let call = backend::ask(&self.client, backend, model, &prompt, key, max);
                 timeout_at(deadline, call)
                     .await
                     .unwrap_or_else(|_| Reply::failed(Failure::Timeout))
@@ -276,6 +289,7 @@ fn outcome_name(outcome: Outcome) -> &'static str {
 
 pub fn router(app: Arc<App>) -> Router {
     let filter_token = app.settings().filter_token.clone();
+    let max_request_bytes = app.settings().limits.max_request_bytes;
     let filter = Router::new()
         .route(JUDGE_PATH, post(post_judge))
         .route(TOOL_CHECK_PATH, post(post_tool_check))
@@ -285,13 +299,14 @@ pub fn router(app: Arc<App>) -> Router {
             filter_token,
             auth::filter_token,
         ));
-    Router::new()
+    let routes = Router::new()
         .merge(filter)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(api::operator_routes())
         .merge(pages::routes())
-        .with_state(app)
+        .with_state(app);
+    limits::bound_requests(routes, max_request_bytes)
 }
 
 /// Deletes turns older than the retention, at start and then periodically, until the app stops.
@@ -351,8 +366,9 @@ async fn post_retry(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes
         Ok(r) => r,
         Err(response) => return *response,
     };
+    let max = app.settings.limits.max_retry_answer_bytes;
     let answer =
-        crate::retry::ask_again(&app.client, &app.settings.upstreams, &req, &headers).await;
+        crate::retry::ask_again(&app.client, &app.settings.upstreams, &req, &headers, max).await;
     Json(answer).into_response()
 }
 
@@ -387,9 +403,9 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Box<Response>
     }
 }
 
-/// Liveness: the process serves.
-async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
+/// Liveness: the process serves; with what full queues refused since start.
+async fn healthz(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+    Json(json!({"status": "ok", "dropped": app.dropped.as_json()}))
 }
 
 /// How long readiness waits for the store: a Kubernetes probe's default timeout is 1 s.

@@ -152,6 +152,7 @@ pub enum Failure {
     Busy,
     Timeout,
     Unreachable,
+    TooLarge,
     Status(u16),
     ErrorInAnswer,
     NotJson,
@@ -173,6 +174,7 @@ impl Failure {
             Self::Busy => "busy",
             Self::Timeout => "timeout",
             Self::Unreachable => "unreachable",
+            Self::TooLarge => "too_large",
             Self::Status(_) => "status",
             Self::ErrorInAnswer => "error_in_answer",
             Self::NotJson => "not_json",
@@ -194,6 +196,9 @@ impl Failure {
             Self::Busy => "The judge sidecar was at capacity until the timeout.".into(),
             Self::Timeout => "The judge model did not answer in time.".into(),
             Self::Unreachable => "The judge backend could not be reached.".into(),
+            Self::TooLarge => {
+                "The judge backend's answer was larger than the sidecar's limit.".into()
+            }
             Self::Status(code) => format!("{STATUS_REASON}{code}."),
             Self::ErrorInAnswer => "The judge backend answered with an error.".into(),
             Self::NotJson => "The judge backend's answer was not JSON.".into(),
@@ -221,6 +226,7 @@ impl Failure {
                 Self::Timeout,
                 Self::Unreachable,
                 Self::ErrorInAnswer,
+                Self::TooLarge,
                 Self::NotJson,
                 Self::Empty,
                 Self::Refused,

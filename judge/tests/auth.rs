@@ -266,7 +266,10 @@ async fn probe(url: &str, path: &str) -> (u16, Value) {
 async fn the_probes_need_no_token_and_readiness_follows_the_store() {
     let s = stack().await;
     let url = s.sidecar.url.clone();
-    let live = (200, json!({"status": "ok"}));
+    let live = (
+        200,
+        json!({"status": "ok", "dropped": {"background_checks": 0, "events": 0}}),
+    );
     assert_eq!(probe(&url, "/healthz").await, live);
     let ready = probe(&url, "/readyz").await;
     assert_eq!(ready, (200, json!({"status": "ready"})));

@@ -429,7 +429,7 @@ async fn every_unusable_upstream_answer_is_errored() {
             "the upstream answered with an error",
         ),
         (
-            Reply::Big(livecheck_judge::retry::MAX_ANSWER_BYTES + 1),
+            Reply::Big(livecheck_judge::config::DEFAULT_MAX_RETRY_ANSWER_BYTES + 1),
             "the upstream's answer is too large",
         ),
         (
@@ -449,7 +449,10 @@ async fn every_unusable_upstream_answer_is_errored() {
         assert_eq!(upstream.received().len(), 1, "{reason}");
     }
     // An answer just within the limit is read.
-    let big = UpstreamDouble::start(Reply::Big(livecheck_judge::retry::MAX_ANSWER_BYTES)).await;
+    let big = UpstreamDouble::start(Reply::Big(
+        livecheck_judge::config::DEFAULT_MAX_RETRY_ANSWER_BYTES,
+    ))
+    .await;
     let judge = judge_for(&big).await;
     let req = retry_request(Api::ChatCompletions, "/v1/chat/completions", &original);
     errored(

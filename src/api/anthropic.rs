@@ -84,11 +84,13 @@ pub(super) fn parse_answer(raw: &[u8], body: &Obj<'_>) -> Result<Answer, String>
                         .map(|a| a.content)
                         .unwrap_or_default()
                 });
-                // The input as written; as parsed only where the raw read found none.
+                // The input as written; as parsed only where the raw read found none. A tool use
+                // without one calls the tool with no arguments: `{}`, as an MCP `tools/call` without
+                // `arguments` reads, so its arguments are always JSON.
                 let (values, arguments) = match raw_blocks.get(i).and_then(|b| b.input) {
                     Some(input) => (scalars_of_text(input.get()), input.get().to_owned()),
                     None => block.get("input").map(Node::to_value).map_or_else(
-                        || (Vec::new(), String::new()),
+                        || (Vec::new(), "{}".to_owned()),
                         |v| (scalars_of_value(&v), v.to_string()),
                     ),
                 };

@@ -152,6 +152,18 @@ fn a_repeated_key_is_refused_at_any_depth() {
     }
 }
 
+/// Found by the `request_text` fuzz target (its oracle, not the filter, was wrong): a body that
+/// repeats a key and is broken JSON after it is refused for the first fault read, the repeated key.
+#[test]
+fn a_repeated_key_before_broken_json_is_refused_as_repeated() {
+    let body = br#"{"metadata":{"a":1,"a":2},"messages":[}"#;
+    assert!(serde_json::from_slice::<Value>(body).is_err());
+    for api in ALL {
+        let err = parse_request(api, body).unwrap_err();
+        assert!(err.message().contains("duplicate key"), "{api:?}: {err}");
+    }
+}
+
 #[test]
 fn a_repeated_key_among_many_members_is_refused() {
     let members: Vec<String> = (0..40).map(|i| format!("\"k{i}\":{i}")).collect();
@@ -274,6 +286,35 @@ fn anthropic_rule_text_carries_tool_input_values_as_written() {
     assert_eq!(
         answer.rule_text,
         "Sending it now.\nNL91ABNA0417164300\n12345678901234567890123\ntrue\na\nb\n1.50\n"
+    );
+    assert!(answer.asks_for_tool);
+}
+
+/// Found by the `tool_calls` fuzz target (its oracle expected `asks_for_tool` beside every call): an
+/// Anthropic answer without `stop_reason` does not ask for a tool, yet its `tool_use` blocks are still
+/// read as calls, so tool-call checks see every call an SDK could run.
+#[test]
+fn anthropic_tool_use_blocks_are_read_whatever_the_stop_reason() {
+    let mut body: Value = serde_json::from_str(ANTHROPIC_ANSWER_TOOL).unwrap();
+    body.as_object_mut().unwrap().remove("stop_reason");
+    let answer = parse_answer(Api::AnthropicMessages, body.to_string().as_bytes()).unwrap();
+    assert!(!answer.asks_for_tool);
+    let names: Vec<&str> = answer.calls.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["pay", "noop"]);
+    assert!(answer.rule_text.contains("NL91ABNA0417164300"));
+}
+
+/// Found by the `tool_calls` fuzz target: a `tool_use` block without `input` gave the call empty
+/// arguments (not JSON, though the call says it is); it is a call with no arguments, `{}`.
+#[test]
+fn an_anthropic_tool_use_without_input_has_no_arguments() {
+    let mut body: Value = serde_json::from_str(ANTHROPIC_ANSWER_TOOL).unwrap();
+    body["content"][1].as_object_mut().unwrap().remove("input");
+    let answer = parse_answer(Api::AnthropicMessages, body.to_string().as_bytes()).unwrap();
+    let call = &answer.calls[0];
+    assert_eq!(
+        (call.name.as_str(), call.arguments.as_str(), call.json),
+        ("pay", "{}", true)
     );
     assert!(answer.asks_for_tool);
 }

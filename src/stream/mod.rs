@@ -20,6 +20,7 @@
 
 mod anthropic;
 mod args;
+pub mod caller;
 mod chat;
 mod holdback;
 mod responses;
@@ -392,7 +393,9 @@ impl Rewriter {
 
     fn events(&mut self, events: Vec<sse::Event>, step: &mut Step) {
         for event in events {
-            if self.phase == Phase::Done {
+            // A round ended early reads nothing more, not even the rest of this chunk: what the
+            // caller gets must not depend on how the upstream was split.
+            if self.phase == Phase::Done || self.abandoned.is_some() {
                 return;
             }
             if self.event(event, step).is_err() {

@@ -624,6 +624,38 @@ fn everything_shows_nothing_and_ends_the_round_once_its_text_holds_a_match() {
     }
 }
 
+/// Found by the `stream_rewriter` fuzz target: a round that ended early on a match read the rest of
+/// the chunk it came in (here the upstream's `message_delta` and its usage), so the blocked reply's
+/// usage depended on how the upstream was split. The rest of a doomed answer is never read.
+#[test]
+fn a_round_ended_early_reads_nothing_more_of_its_chunk() {
+    let version = version(POLICY);
+    for (api, stream) in [
+        (Api::AnthropicMessages, ANTHROPIC_IBAN_ACROSS_EVENTS),
+        (Api::ChatCompletions, CHAT_IBAN_ACROSS_EVENTS),
+        (Api::Responses, RESPONSES_IBAN_ACROSS_EVENTS),
+    ] {
+        let cut_after = |size: usize| {
+            let mut rw = Rewriter::new(
+                api,
+                Rc::clone(&version),
+                &request(true),
+                Hold::Everything,
+                4096,
+            );
+            let mut round = None;
+            for chunk in stream.as_bytes().chunks(size) {
+                round = round.or(rw.feed(chunk).round_end);
+            }
+            assert_eq!(round.and_then(|r| r.early), Some(IBAN), "{api:?}");
+            rw.cut(IBAN)
+        };
+        let whole = cut_after(stream.len());
+        assert_eq!(whole, cut_after(12), "{api:?}");
+        assert_eq!(whole, cut_after(1), "{api:?}");
+    }
+}
+
 #[test]
 fn everything_reads_a_clean_round_to_its_end() {
     let version = version(POLICY);

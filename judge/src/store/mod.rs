@@ -13,7 +13,7 @@ mod overview;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use livecheck_wire::{Alert, CheckResult, Mode, Outcome, Stage, TurnReport};
+use livecheck_wire::{Alert, BackgroundCheck, CheckResult, Mode, Outcome, Stage, TurnReport};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyPool, Row, Transaction};
 
@@ -34,6 +34,90 @@ pub enum Flavor {
 pub struct Store {
     pool: AnyPool,
     flavor: Flavor,
+    queues: QueueLimits,
+}
+
+/// How many rows the store's queues take (`[limits]`): pending background checks, and webhook
+/// deliveries waiting in the outbox (one per event and webhook). Each count is read once per
+/// transaction; transactions running at once may each fill the last room, so a queue can pass
+/// its limit by at most the reports stored concurrently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueLimits {
+    pub pending_checks: u64,
+    pub events: u64,
+}
+
+impl Default for QueueLimits {
+    fn default() -> Self {
+        Self {
+            pending_checks: crate::config::DEFAULT_MAX_PENDING_CHECKS,
+            events: crate::config::DEFAULT_MAX_QUEUED_EVENTS,
+        }
+    }
+}
+
+/// The reason stored for a background check that found the pending queue full.
+pub const QUEUE_FULL_REASON: &str =
+    "The judge sidecar's queue of background checks was full: this check was not judged.";
+
+/// The room left in the queues within one transaction.
+struct Room {
+    limits: QueueLimits,
+    pending: Option<u64>,
+    events: Option<u64>,
+    /// Outbox rows not written for want of room, in this transaction so far.
+    dropped_events: usize,
+}
+
+impl Room {
+    fn new(limits: QueueLimits) -> Self {
+        Self {
+            limits,
+            pending: None,
+            events: None,
+            dropped_events: 0,
+        }
+    }
+
+    /// Takes one pending check's room; `false` when the queue is full.
+    async fn take_pending(&mut self, tx: &mut Transaction<'_, Any>) -> Result<bool, StoreError> {
+        let used = match self.pending {
+            Some(n) => n,
+            None => count_rows(tx, "pending_checks").await?,
+        };
+        let room = used < self.limits.pending_checks;
+        self.pending = Some(used + u64::from(room));
+        Ok(room)
+    }
+
+    /// Takes room for `n` outbox rows; `false` (and counted) when they do not fit.
+    async fn take_events(
+        &mut self,
+        tx: &mut Transaction<'_, Any>,
+        n: usize,
+    ) -> Result<bool, StoreError> {
+        let used = match self.events {
+            Some(n) => n,
+            None => count_rows(tx, "event_outbox").await?,
+        };
+        let n64 = u64::try_from(n).unwrap_or(u64::MAX);
+        let room = used.saturating_add(n64) <= self.limits.events;
+        if room {
+            self.events = Some(used.saturating_add(n64));
+        } else {
+            self.events = Some(used);
+            self.dropped_events += n;
+        }
+        Ok(room)
+    }
+}
+
+/// `table` is one of the store's own table names, never input.
+async fn count_rows(tx: &mut Transaction<'_, Any>, table: &str) -> Result<u64, StoreError> {
+    let n: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
+        .fetch_one(&mut **tx)
+        .await?;
+    Ok(u64::try_from(n).unwrap_or(0))
 }
 
 /// A check that got new results and carries an alert rule.
@@ -54,6 +138,10 @@ pub struct Ingested {
     pub alerts: Vec<AlertCheck>,
     /// Background checks of the report still to judge (new, or pending from an earlier delivery).
     pub pending: Vec<String>,
+    /// Background checks stored `errored` ([`QUEUE_FULL_REASON`]): the pending queue was full.
+    pub refused_checks: usize,
+    /// Webhook deliveries not queued: the outbox was full.
+    pub dropped_events: usize,
 }
 
 /// A stored turn.
@@ -127,6 +215,8 @@ pub struct StoredBackground {
     pub stored: bool,
     pub events: usize,
     pub alert: Option<AlertCheck>,
+    /// Webhook deliveries not queued: the outbox was full.
+    pub dropped_events: usize,
 }
 
 pub fn stage_str(stage: Stage) -> &'static str {
@@ -226,7 +316,16 @@ impl Store {
                 .await?;
         }
         migrate::run(&pool, flavor).await?;
-        Ok(Self { pool, flavor })
+        Ok(Self {
+            pool,
+            flavor,
+            queues: QueueLimits::default(),
+        })
+    }
+
+    /// The same store with other queue limits.
+    pub fn with_queue_limits(self, queues: QueueLimits) -> Self {
+        Self { queues, ..self }
     }
 
     pub fn flavor(&self) -> Flavor {
@@ -242,7 +341,8 @@ impl Store {
         now_ms: i64,
     ) -> Result<Ingested, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let out = ingest_in(&mut tx, report, webhooks, now_ms).await?;
+        let mut room = Room::new(self.queues);
+        let out = ingest_in(&mut tx, report, webhooks, now_ms, &mut room).await?;
         tx.commit().await?;
         Ok(out)
     }
@@ -257,8 +357,9 @@ impl Store {
     ) -> Result<Vec<Ingested>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let mut out = Vec::with_capacity(reports.len());
+        let mut room = Room::new(self.queues);
         for report in reports {
-            out.push(ingest_in(&mut tx, report, webhooks, now_ms).await?);
+            out.push(ingest_in(&mut tx, report, webhooks, now_ms, &mut room).await?);
         }
         tx.commit().await?;
         Ok(out)
@@ -280,6 +381,7 @@ impl Store {
             .await?
             .rows_affected();
         let mut out = StoredBackground::default();
+        let mut room = Room::new(self.queues);
         if touched == 1 {
             let turn = turn_in(&mut tx, turn_id)
                 .await?
@@ -291,7 +393,9 @@ impl Store {
                     .await?;
             if insert_result(&mut tx, &turn, &version, result, &mut None).await? {
                 out.stored = true;
-                out.events = queue_event(&mut tx, &turn, result, webhooks, now_ms).await?;
+                out.events =
+                    queue_event(&mut tx, &turn, result, webhooks, now_ms, &mut room).await?;
+                out.dropped_events = room.dropped_events;
                 out.alert = result.alert.map(|alert| AlertCheck {
                     agent: turn.agent.clone(),
                     check: result.name.clone(),
@@ -626,7 +730,9 @@ async fn ingest_in(
     report: &TurnReport,
     webhooks: &[String],
     now_ms: i64,
+    room: &mut Room,
 ) -> Result<Ingested, StoreError> {
+    let dropped_before = room.dropped_events;
     sqlx::query(
         "INSERT INTO turns (turn_id, response_id, agent, version, person, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6) \
@@ -654,7 +760,7 @@ async fn ingest_in(
     for result in &report.results {
         if insert_result(tx, &turn, &version, result, &mut seq).await? {
             out.stored += 1;
-            out.events += queue_event(tx, &turn, result, webhooks, now_ms).await?;
+            out.events += queue_event(tx, &turn, result, webhooks, now_ms, room).await?;
             if let Some(alert) = result.alert {
                 if alerting.insert(result.name.clone()) {
                     out.alerts.push(AlertCheck {
@@ -671,6 +777,15 @@ async fn ingest_in(
     }
     for check in &report.background {
         if result_exists(tx, &turn.turn_id, &check.name).await? {
+            continue;
+        }
+        if !pending_exists(tx, &turn.turn_id, &check.name).await? && !room.take_pending(tx).await? {
+            let result = queue_full_result(check, now_ms);
+            if insert_result(tx, &turn, &version, &result, &mut seq).await? {
+                out.stored += 1;
+                out.refused_checks += 1;
+                out.events += queue_event(tx, &turn, &result, webhooks, now_ms, room).await?;
+            }
             continue;
         }
         let request =
@@ -690,6 +805,7 @@ async fn ingest_in(
         .await?;
         out.pending.push(check.name.clone());
     }
+    out.dropped_events = room.dropped_events - dropped_before;
     Ok(out)
 }
 
@@ -712,6 +828,41 @@ async fn remember_alert_rule(
     .execute(&mut **tx)
     .await
     .map(|_| ())
+}
+
+/// A background check the full queue refused, as its result: `errored`, never judged.
+fn queue_full_result(check: &BackgroundCheck, now_ms: i64) -> CheckResult {
+    CheckResult {
+        name: check.name.clone(),
+        stage: check.judge.stage,
+        kind: check.judge.kind.clone(),
+        mode: Mode::Background,
+        attempt: 1,
+        outcome: Outcome::Errored,
+        score: None,
+        reason: QUEUE_FULL_REASON.to_owned(),
+        judge_model: Some(check.judge.judge_model.clone()),
+        passed_on_error: false,
+        created_at_ms: u64::try_from(now_ms).unwrap_or(0),
+        alert: check.alert,
+        tool: None,
+        call: None,
+    }
+}
+
+/// A redelivered report's check already waits: it takes no new room.
+async fn pending_exists(
+    tx: &mut Transaction<'_, Any>,
+    turn_id: &str,
+    name: &str,
+) -> Result<bool, StoreError> {
+    let n: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM pending_checks WHERE turn_id = $1 AND name = $2")
+            .bind(turn_id)
+            .bind(name)
+            .fetch_one(&mut **tx)
+            .await?;
+    Ok(n > 0)
 }
 
 async fn turn_in(tx: &mut Transaction<'_, Any>, turn_id: &str) -> Result<Option<Turn>, StoreError> {
@@ -803,8 +954,12 @@ async fn queue_event(
     result: &CheckResult,
     webhooks: &[String],
     now_ms: i64,
+    room: &mut Room,
 ) -> Result<usize, StoreError> {
     if result.outcome == Outcome::Passed || webhooks.is_empty() {
+        return Ok(0);
+    }
+    if !room.take_events(tx, webhooks.len()).await? {
         return Ok(0);
     }
     let id = ids::random("evt_");

@@ -202,6 +202,8 @@ pub struct Extras {
     pub webhooks: Vec<String>,
     /// The backend's own key (`api_key_env`).
     pub fallback_key: Option<String>,
+    /// The body of a `[limits]` section.
+    pub limits: Option<String>,
 }
 
 /// The whole sidecar (store, workers, HTTP) in process, with short worker intervals.
@@ -258,6 +260,9 @@ impl Sidecar {
         config.push_str(extras.backend.as_deref().unwrap_or(
             "[[backends]]\napi = \"openai\"\nbase_url = \"http://127.0.0.1:9\"\nmodels = [\"*\"]\n",
         ));
+        if let Some(limits) = &extras.limits {
+            config.push_str(&format!("[limits]\n{limits}\n"));
+        }
         let extras = extras.clone();
         let env = move |var: &str| match var {
             "LC_TEST_TOKEN" => Some(TOKEN.to_owned()),

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Writes the fuzz targets' seed inputs into corpus/<target>/ from the repository's own fixtures
+(the stream and API fixtures of the unit tests, the example policies, the sidecar's example config):
+each seed is the target's mode bytes, then a body. `make fuzz` grows a working copy of the corpus in
+fuzz/target/; `make fuzz-cmin` minimizes that back into corpus/. Run from the repository root."""
+import hashlib
+import json
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+OUT = ROOT / "fuzz" / "corpus"
+
+
+def consts(path):
+    text = (ROOT / path).read_text()
+    return dict(re.findall(r'pub const ([A-Z_]+): &str = r#"(.*?)"#;', text, re.S))
+
+
+def seed(target, head, body):
+    data = bytes(head) + (body.encode() if isinstance(body, str) else body)
+    d = OUT / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / ("seed-" + hashlib.sha1(data).hexdigest()[:16])).write_bytes(data)
+
+
+streams = consts("src/stream/fixtures.rs")
+api = consts("src/api/fixtures.rs")
+vendor = {"ANTHROPIC": 0, "CHAT": 1, "RESPONSES": 2}
+
+for name, body in streams.items():
+    v = next((i for k, i in vendor.items() if name.startswith(k)), None)
+    if v is None:
+        continue
+    seed("sse_decoder", [255, 7], body)
+    for hold in range(3):
+        seed("stream_rewriter", [9 + v + 3 * hold, 11], body)  # raw upstream bytes
+    seed("tool_calls", [4 + v, 5], body)
+for v in range(3):
+    seed("stream_rewriter", [v, 3], "Pay to NL91ABNA0417164300 now, password \xff")
+seed("sse_decoder", [2, 0], "\ufeffdata: a\r\ndata:b\r\rid: 1\nevent: x\n: keep-alive\n\n")
+
+for name, body in api.items():
+    v = next((i for k, i in vendor.items() if name.startswith(k)), None)
+    if v is None:
+        continue
+    if "REQUEST" in name:
+        seed("request_text", [v], body)
+    else:
+        seed("tool_calls", [1 + v, 0], body)
+seed("request_text", [0], '{"messages":[{"role":"user","content":"a"}],"messages":[]}')
+seed("request_text", [2], '{"prompt":{"variables":{"b":"x","a":{"type":"input_text","text":"y"}}},"input":"z"}')
+
+seed("tool_calls", [0, 0], '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"to":"NL91ABNA0417164300"}}}')
+seed("tool_calls", [0, 0], '[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]')
+
+for example in sorted((ROOT / "examples").glob("*.json")):
+    seed("policy", [0, 0], example.read_text())
+for pattern, hay in [("NL\\d{2}[A-Z]{4}\\d{10}", "Pay NL91ABNA0417164300"), ("\\bpass(word)?\\b", "a password"),
+                     ("(?i)secret-[a-f0-9]{8}", "SECRET-deadbeef"), ("^hi", "hi there"), ("x$", "box")]:
+    seed("policy", [1, 18], pattern + "\0" + hay)
+
+wire = [
+    {"stage": "output", "kind": "polite_tone", "text": "Go away.", "question": "Where?", "judge_model": "judge"},
+    {"condition": "pays abroad", "tool": "pay", "arguments": "{\"to\":\"x\"}", "intent": ["pay"], "judge_model": "judge"},
+    {"outcome": "passed", "score": 0.9, "reason": "ok", "usage": {"input_tokens": 1, "output_tokens": 2}},
+]
+for mode, value in enumerate(wire):
+    seed("sidecar_wire", [mode, 0], json.dumps(value))
+seed("sidecar_wire", [7, 200], json.dumps({"choices": [{"message": {"content": json.dumps({"passed": True, "score": 1, "reason": "fine"})}}], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}))
+seed("sidecar_wire", [9, 200], json.dumps({"content": [{"type": "tool_use", "name": "verdict", "input": {"passed": False, "score": 0.1, "reason": "rude"}}], "usage": {"input_tokens": 3, "output_tokens": 4}}))
+seed("sidecar_wire", [11, 0], (ROOT / "judge" / "example.toml").read_text())

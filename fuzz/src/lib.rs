@@ -1,0 +1,60 @@
+//! What several fuzz targets share: a compiled policy, and one streamed answer through the rewriter.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use livecheck::api::{Api, Request};
+use livecheck::config::{Policy, Version};
+use livecheck::stream::{Hold, Rewriter};
+
+/// The published version of a policy the target itself wrote, compiled once per thread (`Rc` is
+/// not `Sync`; libFuzzer runs a target on one thread). A refusal is the target's own bug.
+pub fn version_of(policy: &'static str) -> Rc<Version> {
+    thread_local! {
+        static COMPILED: RefCell<HashMap<&'static str, Rc<Version>>> = RefCell::default();
+    }
+    COMPILED.with(|compiled| {
+        let mut compiled = compiled.borrow_mut();
+        let version = compiled.entry(policy).or_insert_with(|| {
+            Policy::from_json(policy.as_bytes())
+                .ok()
+                .and_then(|p| p.select(None, None, None).ok())
+                .unwrap_or_else(|| panic!("the target's policy is refused"))
+        });
+        Rc::clone(version)
+    })
+}
+
+/// The bytes a caller receives for an upstream `body` fed in `size`-byte chunks: a held round is
+/// released, or cut when a rule of the version matches its text (as the turn decides it).
+pub fn rewrite(api: Api, hold: Hold, version: &Rc<Version>, body: &[u8], size: usize) -> Vec<u8> {
+    let request = Request {
+        stream: true,
+        ..Request::default()
+    };
+    let mut rw = Rewriter::new(api, Rc::clone(version), &request, hold, 1 << 16);
+    let mut out = Vec::new();
+    let mut round = None;
+    for chunk in body.chunks(size.max(1)) {
+        let step = rw.feed(chunk);
+        out.extend(step.out);
+        round = round.or(step.round_end);
+    }
+    let step = rw.finish();
+    out.extend(step.out);
+    round = round.or(step.round_end);
+    if let Some(round) = round {
+        let hit = round.early.or_else(|| {
+            version
+                .output_rules
+                .first_hit(&round.rule_text)
+                .map(|h| h.check)
+        });
+        match hit {
+            Some(check) => out.extend(rw.cut(check)),
+            None => out.extend(rw.release()),
+        }
+    }
+    out
+}

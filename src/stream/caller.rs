@@ -1,0 +1,157 @@
+//! A stream seen from both ends, for the properties the rewriter must keep (tests/stream_properties.rs
+//! and the fuzz targets in `fuzz/` read streams through here, so both judge the rewriter the same
+//! way): [`upstream`] writes an answer whose text arrives in given deltas, in each vendor's
+//! documented event shape; [`decode`] reads back what a caller's SDK would show from the bytes it
+//! received, and refuses bytes that are not valid in the vendor's format.
+//!
+//! Not used by the filter itself: the shipped `.wasm` links none of it.
+
+use serde_json::{json, Value};
+
+use crate::api::Api;
+use crate::sse;
+
+/// An upstream stream whose answer text arrives in `deltas`, one text event per delta, then the
+/// vendor's end of the answer (Anthropic's `message_stop`, Chat's `[DONE]`, Responses'
+/// `response.completed`).
+pub fn upstream(api: Api, deltas: &[String]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut event = |data: Value| {
+        let name = data.get("type").and_then(Value::as_str).map(str::to_owned);
+        sse::encode(&mut out, name.as_deref(), &data.to_string());
+    };
+    match api {
+        Api::AnthropicMessages => {
+            event(json!({"type": "message_start", "message": {"id": "msg_1",
+                "type": "message", "role": "assistant", "model": "m", "content": [],
+                "usage": {"input_tokens": 1, "output_tokens": 1}}}));
+            event(json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}}));
+            for d in deltas {
+                event(json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": d}}));
+                event(json!({"type": "ping"}));
+            }
+            event(json!({"type": "content_block_stop", "index": 0}));
+            event(json!({"type": "message_delta",
+                "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}}));
+            event(json!({"type": "message_stop"}));
+        }
+        Api::ChatCompletions => {
+            let chunk = |delta: Value, finish: Value| {
+                json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                       "choices": [{"index": 0, "delta": delta, "logprobs": null,
+                                    "finish_reason": finish}]})
+            };
+            for d in deltas {
+                event(chunk(json!({"content": d}), Value::Null));
+            }
+            event(chunk(json!({}), json!("stop")));
+            sse::encode(&mut out, None, "[DONE]");
+        }
+        Api::Responses => {
+            let response = json!({"id": "resp_1", "object": "response", "status": "in_progress",
+                                  "model": "m", "output": []});
+            event(json!({"type": "response.created", "sequence_number": 0,
+                "response": response}));
+            event(
+                json!({"type": "response.output_item.added", "sequence_number": 1,
+                "output_index": 0, "item": {"id": "msg_1", "type": "message",
+                "status": "in_progress", "role": "assistant", "content": []}}),
+            );
+            for (i, d) in deltas.iter().enumerate() {
+                event(json!({"type": "response.output_text.delta",
+                    "sequence_number": i + 2, "item_id": "msg_1", "output_index": 0,
+                    "content_index": 0, "delta": d}));
+            }
+            event(json!({"type": "response.completed",
+                "sequence_number": deltas.len() + 2, "response": response}));
+        }
+    }
+    out
+}
+
+/// What a caller read from a stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decoded {
+    /// The answer text, as the vendor's SDK shows it: every text delta, in order.
+    pub text: String,
+    /// How many events arrived.
+    pub events: usize,
+}
+
+/// Reads the bytes a caller received as the vendor's SDK would. An error says what is not valid in
+/// the vendor's format: not SSE, an event whose data is not a JSON object (Chat's `[DONE]` aside),
+/// an event named other than its `type`, a text delta that is not a string.
+pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, String> {
+    let mut decoder = sse::Decoder::new(usize::MAX);
+    let mut events = Vec::new();
+    decoder
+        .push(bytes, &mut events)
+        .and_then(|()| decoder.finish(&mut events))
+        .map_err(|e| e.to_string())?;
+    let mut out = Decoded {
+        events: events.len(),
+        ..Decoded::default()
+    };
+    for (i, e) in events.iter().enumerate() {
+        if api == Api::ChatCompletions && e.data == "[DONE]" {
+            continue;
+        }
+        let data: Value = serde_json::from_str(&e.data)
+            .map_err(|_| format!("event {i}: its data is not JSON"))?;
+        if !data.is_object() {
+            return Err(format!("event {i}: its data is not a JSON object"));
+        }
+        let kind = data.get("type").and_then(Value::as_str);
+        if let Some(name) = &e.event {
+            if kind != Some(name.as_str()) {
+                return Err(format!("event {i}: named other than its type"));
+            }
+        }
+        let piece = match api {
+            Api::AnthropicMessages if kind == Some("content_block_delta") => data
+                .pointer("/delta/type")
+                .filter(|t| *t == "text_delta")
+                .and_then(|_| data.pointer("/delta/text")),
+            Api::AnthropicMessages => None,
+            Api::ChatCompletions => data.pointer("/choices/0/delta/content"),
+            Api::Responses if kind == Some("response.output_text.delta") => data.get("delta"),
+            Api::Responses => None,
+        };
+        match piece {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => out.text.push_str(s),
+            Some(_) => return Err(format!("event {i}: its text is not a string")),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_written_upstream_decodes_to_its_deltas() {
+        let deltas = ["Pay é".to_owned(), "日本 \"now\"\n".to_owned()];
+        for api in [Api::AnthropicMessages, Api::ChatCompletions, Api::Responses] {
+            let decoded = decode(api, &upstream(api, &deltas));
+            assert_eq!(
+                decoded.map(|d| d.text),
+                Ok("Pay é日本 \"now\"\n".to_owned())
+            );
+        }
+    }
+
+    #[test]
+    fn bytes_out_of_the_vendor_format_are_refused() {
+        let api = Api::AnthropicMessages;
+        assert!(decode(api, b"data: {\"type\":\"ping\"\n\n").is_err());
+        assert!(decode(api, b"event: ping\ndata: {\"type\":\"pong\"}\n\n").is_err());
+        assert!(decode(api, b"data: [DONE]\n\n").is_err());
+        assert!(decode(Api::ChatCompletions, b"data: [DONE]\n\n").is_ok());
+        let bad_text = br#"data: {"choices":[{"delta":{"content":7}}]}"#;
+        assert!(decode(Api::ChatCompletions, bad_text).is_err());
+    }
+}
