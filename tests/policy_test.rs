@@ -64,7 +64,7 @@ fn the_example_cases_pass() {
 fn a_case_that_does_not_hold_names_the_expectation_and_what_happened() {
     let cases = format!(
         "cases:\n  - name: wrongly expected to pass\n{}    expect: {{outcome: passed, text: \"hello\"}}\n",
-        PASSWORD_QUESTION.replace("\n    ", "\n    ")
+        PASSWORD_QUESTION
     );
     let (code, out, _) = livecheck_test(
         &root("examples/seed.json"),
