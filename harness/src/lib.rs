@@ -23,6 +23,7 @@
 // Native only: on wasm targets (the filter's own builds list this crate as a dev-dependency)
 // the crate is empty.
 #![cfg(not(target_family = "wasm"))]
+#![deny(missing_docs)]
 
 mod abi;
 mod buffers;

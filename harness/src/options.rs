@@ -19,12 +19,18 @@ pub enum FailurePolicy {
 /// A proxy-wasm log level (same numbers as Envoy's spdlog levels).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LogLevel {
+    /// 0.
     Trace,
+    /// 1.
     Debug,
+    /// 2, Envoy's default for the wasm logger.
     #[default]
     Info,
+    /// 3.
     Warn,
+    /// 4.
     Error,
+    /// 5.
     Critical,
 }
 

@@ -13,7 +13,9 @@ use crate::stream::{Stream, StreamId};
 /// A line the guest logged (or, for failures, the host logged about the guest).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogRecord {
+    /// The level it was logged at.
     pub level: LogLevel,
+    /// The message, as the guest wrote it.
     pub message: String,
 }
 

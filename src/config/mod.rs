@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 
 use crate::pattern::{compile_forbidden_text, compile_pattern, Rule, MAX_MATCH_LIMIT};
 use crate::scan::RuleSet;
-pub use raw::json_schema;
+pub use raw::{json_schema, schema_for};
 use raw::{RawAgent, RawCheck, RawMode, RawOnError, RawPolicy, RawStage, RawVersion};
 pub use tools::{
     ArgRule, Glob, ToolChecks, ToolRow, ToolTest, ALLOWED_TOOLS, DEFAULT_TOOL_TIMEOUT_MS,

@@ -275,10 +275,16 @@ pub struct RawArgRule {
 
 /// The configuration's JSON Schema (draft-07, which editors' JSON and YAML language servers read).
 pub fn json_schema() -> Schema {
+    schema_for::<RawPolicy>()
+}
+
+/// A type's JSON Schema as livecheck writes its schemas: draft-07, descriptions on one line. Also
+/// the schema of `livecheck test`'s case files.
+pub fn schema_for<T: JsonSchema>() -> Schema {
     SchemaSettings::draft07()
         .with_transform(RecursiveTransform(unwrap_description))
         .into_generator()
-        .into_root_schema_for::<RawPolicy>()
+        .into_root_schema_for::<T>()
 }
 
 /// A description is a doc comment, wrapped at 100 columns: editors show it as one line.

@@ -1,6 +1,28 @@
 //! `livecheck lint CONFIG`: checks a plugin configuration offline, with the same errors the filter
 //! logs when Envoy loads it, so operators can check configs in their own CI. `livecheck schema`:
-//! prints the configuration's JSON Schema, for editors (`schema/livecheck-config.schema.json`).
+//! prints the configuration's JSON Schema, for editors (`schema/livecheck-config.schema.json`);
+//! `livecheck schema cases` the one of `livecheck test`'s case files. `livecheck test` runs cases
+//! through the built `livecheck.wasm` (`test_cmd`), `livecheck eval` a suite through two versions
+//! (`eval`); both in the wasmtime harness, so native builds only.
+
+#[cfg(not(target_family = "wasm"))]
+mod args;
+#[cfg(not(target_family = "wasm"))]
+mod caller;
+#[cfg(not(target_family = "wasm"))]
+mod cases;
+#[cfg(not(target_family = "wasm"))]
+mod drive;
+#[cfg(not(target_family = "wasm"))]
+mod eval;
+#[cfg(not(target_family = "wasm"))]
+mod expect;
+#[cfg(not(target_family = "wasm"))]
+mod http;
+#[cfg(not(target_family = "wasm"))]
+mod junit;
+#[cfg(not(target_family = "wasm"))]
+mod test_cmd;
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -8,10 +30,19 @@ use std::process::ExitCode;
 use livecheck::config::Policy;
 
 const USAGE: &str = "usage: livecheck lint CONFIG.json   (- reads standard input)
-       livecheck schema             (the configuration's JSON Schema)";
+       livecheck schema [cases]     (the configuration's JSON Schema, or the case files')
+       livecheck test POLICY.json CASES... --wasm livecheck.wasm [--judge URL] [--format text|junit]
+       livecheck eval POLICY.json --version V [--against V2] SUITE.jsonl --wasm livecheck.wasm
+                      [--upstream URL] [--judge URL] [--show-text] [--format text|json]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    #[cfg(not(target_family = "wasm"))]
+    match args.first().map(String::as_str) {
+        Some("test") => return test_cmd::main(args.get(1..).unwrap_or_default()),
+        Some("eval") => return eval::main(args.get(1..).unwrap_or_default()),
+        _ => {}
+    }
     match args
         .iter()
         .map(String::as_str)
@@ -19,7 +50,9 @@ fn main() -> ExitCode {
         .as_slice()
     {
         ["lint", path] => lint(path),
-        ["schema"] => schema(),
+        ["schema"] => print_schema(livecheck::config::json_schema()),
+        #[cfg(not(target_family = "wasm"))]
+        ["schema", "cases"] => print_schema(livecheck::config::schema_for::<cases::CaseFile>()),
         ["--version"] => {
             println!("{}", livecheck::build_info::banner());
             ExitCode::SUCCESS
@@ -31,8 +64,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn schema() -> ExitCode {
-    match serde_json::to_string_pretty(&livecheck::config::json_schema()) {
+fn print_schema(schema: schemars::Schema) -> ExitCode {
+    match serde_json::to_string_pretty(&schema) {
         Ok(text) => {
             println!("{text}");
             ExitCode::SUCCESS

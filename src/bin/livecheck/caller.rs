@@ -1,0 +1,147 @@
+//! What a caller got, read the way a client reads it: the answer text and whether the vendor's
+//! shape says it was stopped (Anthropic `refusal`, Chat `content_filter`, Responses `incomplete`
+//! with `content_filter`), from a JSON body or an SSE stream. Written apart from the filter's own
+//! readers, so a case checks the filter's output rather than trusting it.
+
+use serde_json::Value;
+
+use crate::cases::Api;
+
+/// The answer as the caller's client would show it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Shown {
+    /// The answer text, in order.
+    pub text: String,
+    /// The vendor's marker says the answer was stopped by a content filter or refused.
+    pub stopped: bool,
+    /// The body was an SSE stream.
+    pub streamed: bool,
+}
+
+/// Reads a body the caller got for `api`.
+pub fn read(api: Api, body: &[u8]) -> Shown {
+    let text = String::from_utf8_lossy(body);
+    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        return read_json(api, &v);
+    }
+    let mut shown = Shown {
+        streamed: true,
+        ..Shown::default()
+    };
+    for block in text.split("\n\n") {
+        let data: Vec<&str> = block
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:").map(|d| d.trim_start()))
+            .collect();
+        if data.is_empty() {
+            continue;
+        }
+        if let Ok(v) = serde_json::from_str::<Value>(&data.join("\n")) {
+            read_event(api, &v, &mut shown);
+        }
+    }
+    shown
+}
+
+/// The value at a JSON pointer, `null` when there is none.
+fn at<'a>(v: &'a Value, pointer: &str) -> &'a Value {
+    v.pointer(pointer).unwrap_or(&Value::Null)
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn read_json(api: Api, v: &Value) -> Shown {
+    let mut shown = Shown::default();
+    match api {
+        Api::Anthropic => {
+            for block in at(v, "/content").as_array().into_iter().flatten() {
+                if at(block, "/type") == "text" {
+                    shown.text.push_str(str_at(block, "/text"));
+                }
+            }
+            shown.stopped = at(v, "/stop_reason") == "refusal";
+        }
+        Api::Chat => {
+            shown.text = str_at(v, "/choices/0/message/content").to_owned();
+            shown.stopped = v.pointer("/choices/0/finish_reason") == Some(&"content_filter".into());
+        }
+        Api::Responses => {
+            for item in at(v, "/output").as_array().into_iter().flatten() {
+                for part in at(item, "/content").as_array().into_iter().flatten() {
+                    if at(part, "/type") == "output_text" {
+                        shown.text.push_str(str_at(part, "/text"));
+                    }
+                }
+            }
+            shown.stopped = responses_stopped(v);
+        }
+    }
+    shown
+}
+
+fn responses_stopped(response: &Value) -> bool {
+    at(response, "/status") == "incomplete"
+        && response.pointer("/incomplete_details/reason") == Some(&"content_filter".into())
+}
+
+fn read_event(api: Api, v: &Value, shown: &mut Shown) {
+    match api {
+        Api::Anthropic => match at(v, "/type").as_str() {
+            Some("content_block_delta") if at(v, "/delta/type") == "text_delta" => {
+                shown.text.push_str(str_at(v, "/delta/text"));
+            }
+            Some("message_delta") if at(v, "/delta/stop_reason") == "refusal" => {
+                shown.stopped = true;
+            }
+            _ => {}
+        },
+        Api::Chat => {
+            shown.text.push_str(str_at(v, "/choices/0/delta/content"));
+            if v.pointer("/choices/0/finish_reason") == Some(&"content_filter".into()) {
+                shown.stopped = true;
+            }
+        }
+        Api::Responses => match at(v, "/type").as_str() {
+            Some("response.output_text.delta") => shown.text.push_str(str_at(v, "/delta")),
+            Some("response.incomplete") if responses_stopped(at(v, "/response")) => {
+                shown.stopped = true;
+            }
+            _ => {}
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chat_stream_cut_by_content_filter_reads_as_stopped_with_its_text() {
+        let body = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Pay \"}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"to \"}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"content_filter\"}]}\n\n",
+            "data: [DONE]\n\n"
+        );
+        let shown = read(Api::Chat, body.as_bytes());
+        assert_eq!(
+            shown,
+            Shown {
+                text: "Pay to ".into(),
+                stopped: true,
+                streamed: true
+            }
+        );
+    }
+
+    #[test]
+    fn an_anthropic_answer_reads_its_text_blocks_and_stop_reason() {
+        let body = r#"{"content":[{"type":"text","text":"No."},{"type":"tool_use","id":"t"}],"stop_reason":"end_turn"}"#;
+        let shown = read(Api::Anthropic, body.as_bytes());
+        assert_eq!((shown.text.as_str(), shown.stopped), ("No.", false));
+    }
+}
