@@ -312,7 +312,7 @@ def test_grafana_dashboard_names_only_metrics_the_filter_emits(stack):
     assert "livecheck_orders_no_passwords" in per_check_prefixes and "livecheck_support_polite" in per_check_prefixes
     proxy_source = (REPO / "src" / "proxy" / "mod.rs").read_text()
     reports = {n.replace(".", "_")
-               for n in re.findall(r'(?:increment_counter|\.count)\("(livecheck\.[a-z.]+)"', proxy_source)}
+               for n in re.findall(r'(?:increment_counter|\.count)\(\s*"(livecheck\.[a-z.]+)"', proxy_source)}
     assert reports >= {"livecheck_reports_retried", "livecheck_reports_refused", "livecheck_reports_dropped",
                        "livecheck_reports_lost"}
     names = emitted | reports | {f"{p}_{o}" for p in per_check_prefixes for o in outcomes}
