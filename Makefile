@@ -15,7 +15,7 @@ export LIVECHECK_WASM_DIR := $(abspath $(WASM_DIR))
 .PHONY: ui-tests chromium
 .PHONY: image judge-static image-tools image-check image-tests
 
-test: fmt-check clippy native-tests wasm-unit envoy-validate deploy-validate image-tests policy-tests cli-tests e2e ui-tests
+test: fmt-check clippy native-tests wasm-unit envoy-validate deploy-validate image-tests policy-tests cli-tests harness-package-check e2e ui-tests
 	@echo "make test: all green"
 
 # rust-toolchain.toml pins the toolchain and its targets; `rustup show` installs whatever is missing.
@@ -72,10 +72,19 @@ schema:
 
 # The example policies' own cases (examples/tests/), run by `livecheck test` through the built .wasm
 # as an operator's CI runs theirs (README: Test your policy in CI).
-.PHONY: policy-tests cli-tests
+.PHONY: policy-tests cli-tests harness-package-check harness-package
 policy-tests: wasm bins
-	for p in seed every-kind tools; do \
+	for p in seed every-kind tools mesh; do \
 	  target/debug/livecheck test examples/$$p.json examples/tests/$$p.yaml --wasm $(WASM); done
+
+# The harness as a crate other filter authors depend on (harness/README.md): `make test` checks it
+# packages (its manifest and `include` list; under a second); `make harness-package` also builds the
+# packaged crate on its own, as `cargo publish` would (~1-2 min: wasmtime in a fresh target).
+harness-package-check:
+	cargo package --locked --allow-dirty --no-verify -p livecheck-harness
+
+harness-package:
+	cargo package --locked --allow-dirty -p livecheck-harness
 
 # The CLI's own Python tests (tests/cli): `livecheck test --format junit` read by junitparser,
 # `livecheck eval` against the upstream double.

@@ -86,6 +86,11 @@ pub struct Options {
     pub vm_id: String,
     /// Wall-clock time when the host starts; emulated time only moves with `advance_time`.
     pub start_time: SystemTime,
+    /// The VM's environment, what WASI `environ_get` gives the guest (Rust's `std::env::var`):
+    /// `vm_config.environment_variables`, its `key_values` and the `host_env_keys` Envoy found in
+    /// its own environment. Envoy keeps them in a hash map, so their order is unspecified; the
+    /// harness gives them sorted by name. Empty by default, as in Envoy without that field.
+    pub environment: BTreeMap<String, String>,
 }
 
 impl Default for Options {
@@ -104,6 +109,7 @@ impl Default for Options {
             plugin_name: "livecheck".to_owned(),
             vm_id: String::new(),
             start_time: SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000),
+            environment: BTreeMap::new(),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The WASI subset Envoy's host provides (proxy-wasm-cpp-host `src/exports.cc`, registered for
-//! both `wasi_unstable` and `wasi_snapshot_preview1`): stdout/stderr become logs, no
-//! environment, no arguments, no files.
+//! both `wasi_unstable` and `wasi_snapshot_preview1`): stdout/stderr become logs, the
+//! environment is the VM config's (`Options::environment`), no arguments, no files.
 
 use wasmtime::{Caller, Linker};
 
@@ -23,8 +23,8 @@ pub(crate) fn link(linker: &mut Linker<State>) -> wasmtime::Result<()> {
         })?;
         linker.func_wrap(module, "fd_close", |_: i32| errno::SUCCESS)?;
         linker.func_wrap(module, "fd_fdstat_get", fd_fdstat_get)?;
-        linker.func_wrap(module, "environ_get", |_: i32, _: i32| errno::SUCCESS)?;
-        linker.func_wrap(module, "environ_sizes_get", zero_sizes)?;
+        linker.func_wrap(module, "environ_get", environ_get)?;
+        linker.func_wrap(module, "environ_sizes_get", environ_sizes_get)?;
         linker.func_wrap(module, "args_get", |_: i32, _: i32| errno::SUCCESS)?;
         linker.func_wrap(module, "args_sizes_get", zero_sizes)?;
         linker.func_wrap(module, "clock_time_get", clock_time_get)?;
@@ -103,6 +103,59 @@ fn fd_fdstat_get(mut caller: Caller<'_, State>, fd: i32, out: i32) -> i32 {
         *b = 64;
     }
     Guest::new(&mut caller).write(word(out), &stat);
+    errno::SUCCESS
+}
+
+/// The environment as WASI lays it out: one `NAME=VALUE\0` string per variable.
+fn environ_strings(caller: &Caller<'_, State>) -> Vec<Vec<u8>> {
+    caller
+        .data()
+        .world
+        .options
+        .environment
+        .iter()
+        .map(|(name, value)| {
+            let mut entry = Vec::with_capacity(name.len() + value.len() + 2);
+            entry.extend_from_slice(name.as_bytes());
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            entry.push(0);
+            entry
+        })
+        .collect()
+}
+
+fn environ_sizes_get(mut caller: Caller<'_, State>, count: i32, size: i32) -> i32 {
+    let entries = environ_strings(&caller);
+    let total: usize = entries.iter().map(Vec::len).sum();
+    let (Ok(n), Ok(total)) = (u32::try_from(entries.len()), u32::try_from(total)) else {
+        return errno::INVAL;
+    };
+    let mut g = Guest::new(&mut caller);
+    if g.write_u32(word(count), n) && g.write_u32(word(size), total) {
+        errno::SUCCESS
+    } else {
+        errno::FAULT
+    }
+}
+
+/// Writes a pointer per variable at `environ` and the strings themselves from `buf` on.
+fn environ_get(mut caller: Caller<'_, State>, environ: i32, buf: i32) -> i32 {
+    let entries = environ_strings(&caller);
+    let mut g = Guest::new(&mut caller);
+    let (mut slot, mut at) = (word(environ), word(buf));
+    for entry in &entries {
+        let Ok(len) = u32::try_from(entry.len()) else {
+            return errno::INVAL;
+        };
+        if !g.write_u32(slot, at) || !g.write(at, entry) {
+            return errno::FAULT;
+        }
+        let (Some(next_slot), Some(next_at)) = (slot.checked_add(4), at.checked_add(len)) else {
+            return errno::FAULT;
+        };
+        (slot, at) = (next_slot, next_at);
+    }
     errno::SUCCESS
 }
 

@@ -72,6 +72,8 @@ scenarios![
     response_buffered_past_limit_after_headers_resets,
     response_buffered_past_limit_with_headers_held_is_500,
     metrics_appear_as_wasmcustom_stats,
+    vm_environment_is_what_the_vm_config_gives,
+    vm_environment_is_empty_without_environment_variables,
     panic_fails_closed_then_fresh_vm,
     request_headers_unreadable_in_request_body_after_continue,
     request_headers_unreadable_in_response_phase,
@@ -169,6 +171,12 @@ fn options(filter: Option<&Value>) -> Options {
         vm_id: "fidelity".to_owned(),
         ..Options::default()
     };
+    if let Some(env) = filter.get("environment").and_then(Value::as_object) {
+        options.environment = env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+            .collect();
+    }
     if let Some(limit) = filter.get("buffer_limit").and_then(Value::as_u64) {
         options.buffer_limit = usize::try_from(limit).unwrap();
     }

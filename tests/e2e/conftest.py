@@ -57,6 +57,7 @@ def fidelity_envoy(double, tmp_path_factory):
                 allow_on_headers_stop_iteration=options.get("allow_on_headers_stop_iteration", True),
                 failure_policy=options.get("failure_policy", "FAIL_RELOAD"),
                 buffer_limit=options.get("buffer_limit"),
+                environment=options.get("environment"),
                 extra_clusters={"fidelity_callout": double.port},
             )
             envoys[key] = Envoy(config, tmp_path_factory.mktemp("envoy-fidelity"))

@@ -128,6 +128,7 @@ def render_config(
     extra_clusters: Optional[dict[str, int]] = None,
     one_request_per_connection: bool = False,
     extra_routes: Optional[dict[str, str]] = None,
+    environment: Optional[dict[str, str]] = None,
 ) -> dict:
     """envoy/livecheck.yaml with loopback ports, the vendor cluster on the double, and the given filter.
 
@@ -142,6 +143,7 @@ def render_config(
     `extra_routes` maps a path prefix to a cluster (e.g. an MCP server's, added with `extra_clusters`):
     each becomes a copy of the shipped catch-all route (its timeout, its request headers) matching that
     prefix, placed before the catch-all, so the filter sees those requests as it sees every other.
+    `environment` becomes the VM's `vm_config.environment_variables.key_values`.
     """
     config = copy.deepcopy(yaml.safe_load(LIVECHECK_YAML.read_text()))
     config["admin"]["address"]["socket_address"]["port_value"] = 0
@@ -161,6 +163,8 @@ def render_config(
         # set none); the fidelity scenarios set it to pin what it changes.
         plugin["allow_on_headers_stop_iteration"] = allow_on_headers_stop_iteration
     plugin["failure_policy"] = failure_policy
+    if environment is not None:
+        plugin["vm_config"]["environment_variables"] = {"key_values": dict(environment)}
     if one_request_per_connection:
         hcm["typed_config"].setdefault("common_http_protocol_options", {})["max_requests_per_connection"] = 1
 

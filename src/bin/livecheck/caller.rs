@@ -79,8 +79,22 @@ fn read_json(api: Api, v: &Value) -> Shown {
             }
             shown.stopped = responses_stopped(v);
         }
+        Api::Mcp => read_mcp(v, &mut shown),
     }
     shown
+}
+
+/// A JSON-RPC message of an MCP server: a tool result's text parts, and whether it is an error
+/// (`isError: true`, what a denied call gets, or a JSON-RPC error).
+fn read_mcp(v: &Value, shown: &mut Shown) {
+    for part in at(v, "/result/content").as_array().into_iter().flatten() {
+        if at(part, "/type") == "text" {
+            shown.text.push_str(str_at(part, "/text"));
+        }
+    }
+    if at(v, "/result/isError") == &Value::Bool(true) || !at(v, "/error").is_null() {
+        shown.stopped = true;
+    }
 }
 
 fn responses_stopped(response: &Value) -> bool {
@@ -112,6 +126,7 @@ fn read_event(api: Api, v: &Value, shown: &mut Shown) {
             }
             _ => {}
         },
+        Api::Mcp => read_mcp(v, shown),
     }
 }
 
@@ -136,6 +151,24 @@ mod tests {
                 streamed: true
             }
         );
+    }
+
+    #[test]
+    fn an_mcp_tool_result_reads_its_text_and_is_error_as_stopped() {
+        let denied = r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"Never email a competitor."}],"isError":true}}"#;
+        let shown = read(Api::Mcp, denied.as_bytes());
+        assert_eq!(
+            (shown.text.as_str(), shown.stopped, shown.streamed),
+            ("Never email a competitor.", true, false)
+        );
+        let streamed = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"sent\"}]}}\n\n";
+        let shown = read(Api::Mcp, streamed.as_bytes());
+        assert_eq!(
+            (shown.text.as_str(), shown.stopped, shown.streamed),
+            ("sent", false, true)
+        );
+        let error = r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"unknown tool"}}"#;
+        assert!(read(Api::Mcp, error.as_bytes()).stopped);
     }
 
     #[test]

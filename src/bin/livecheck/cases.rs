@@ -89,6 +89,10 @@ pub enum Api {
     Chat,
     /// OpenAI Responses, `POST /v1/responses`.
     Responses,
+    /// An MCP JSON-RPC request (Streamable HTTP), `POST /mcp` (give `path` for another of the
+    /// policy's `mcp_paths`): a `tools/call` is checked by the version's `tool_checks` before the
+    /// MCP server is called; `answer` is the server's (a JSON-RPC result, or an SSE stream of them).
+    Mcp,
 }
 
 impl Api {
@@ -98,6 +102,7 @@ impl Api {
             Api::Anthropic => "/v1/messages",
             Api::Chat => "/v1/chat/completions",
             Api::Responses => "/v1/responses",
+            Api::Mcp => livecheck::config::DEFAULT_MCP_PATH,
         }
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
-use livecheck::config::{Kind, Mode, Policy, Stage, ToolTest, Version};
+use livecheck::config::{Kind, Mode, Policy, Stage, TokenSource, ToolTest, Version};
 use livecheck_harness::{compile, Callout, HarnessError, Host, Module, Options, StreamId};
 use livecheck_wire::{
     CheckResult, JudgeRequest, Outcome as WireOutcome, ReportBatch, ToolCheckRequest, TurnReport,
@@ -24,9 +24,43 @@ pub struct Filter {
     module: Module,
     policy_bytes: Vec<u8>,
     policy: Policy,
+    /// The VM's environment (Envoy's `vm_config.environment_variables`): the policy's
+    /// `judge_token_env`, if it names one.
+    environment: BTreeMap<String, String>,
     /// The `.wasm`'s file, its SHA-256 and the banner it logs on start.
     pub wasm: WasmInfo,
     judge: Option<Endpoint>,
+}
+
+/// The token a `judge_token_env` variable holds in the VM when the CLI's own environment does not
+/// set it and every verdict is scripted: no callout leaves the harness, so no real token is needed.
+const SCRIPTED_TOKEN: &str = "livecheck-test-scripted-judges";
+
+/// The VM environment a policy needs: the variable its `judge_token_env` names, from the CLI's
+/// own environment (as Envoy's `host_env_keys` reads Envoy's), else, with scripted verdicts only,
+/// [`SCRIPTED_TOKEN`]. With `--judge` the live sidecar checks the token, so it must be set.
+fn vm_environment(
+    policy: &mut Policy,
+    live_judge: bool,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<BTreeMap<String, String>, String> {
+    let Some(TokenSource::Env(name)) = policy.judge_token.clone() else {
+        return Ok(BTreeMap::new());
+    };
+    let value = match env(&name) {
+        Some(value) => value,
+        None if !live_judge => SCRIPTED_TOKEN.to_owned(),
+        None => {
+            return Err(format!(
+                "the policy's judge_token_env names {name}, which is not set: with --judge the sidecar checks the token, so set {name} to the sidecar's [filter] token"
+            ))
+        }
+    };
+    // What the filter will do with it, said here with the reason (the filter itself only logs it).
+    policy
+        .resolve_token(|n| (n == name).then(|| value.clone()))
+        .map_err(|e| e.to_string())?;
+    Ok(BTreeMap::from([(name, value)]))
 }
 
 /// Which `.wasm` ran, so a report says exactly what was tested.
@@ -90,7 +124,7 @@ impl Filter {
         let bytes = std::fs::read(wasm).map_err(|e| format!("{}: {e}", wasm.display()))?;
         let policy_bytes =
             std::fs::read(policy).map_err(|e| format!("{}: {e}", policy.display()))?;
-        let compiled = Policy::from_json(&policy_bytes).map_err(|errors| {
+        let mut compiled = Policy::from_json(&policy_bytes).map_err(|errors| {
             let lines: Vec<String> = errors
                 .iter()
                 .map(|e| format!("{}: {e}", policy.display()))
@@ -99,10 +133,13 @@ impl Filter {
         })?;
         let module = compile(&bytes).map_err(|e| format!("{}: {e}", wasm.display()))?;
         let judge = judge.map(Endpoint::parse).transpose()?;
+        let environment = vm_environment(&mut compiled, judge.is_some(), |n| std::env::var(n).ok())
+            .map_err(|e| format!("{}: {e}", policy.display()))?;
         let mut filter = Self {
             module,
             policy_bytes,
             policy: compiled,
+            environment,
             wasm: WasmInfo {
                 path: wasm.display().to_string(),
                 sha256: sha256_hex(&bytes),
@@ -130,6 +167,7 @@ impl Filter {
             Options {
                 plugin_config: self.policy_bytes.clone(),
                 clusters: vec![self.policy.judge_cluster.clone()],
+                environment: self.environment.clone(),
                 ..Options::default()
             },
         );
@@ -181,6 +219,13 @@ impl Filter {
             ),
             ("content-type".into(), "application/json".into()),
         ];
+        if turn.api == crate::cases::Api::Mcp && !turn.headers.contains_key("accept") {
+            // What the MCP SDKs' Streamable HTTP clients send with every POST.
+            headers.push((
+                "accept".into(),
+                "application/json, text/event-stream".into(),
+            ));
+        }
         if let Some(agent) = &turn.agent {
             headers.push((self.policy.agent_header.clone(), agent.clone()));
         }
@@ -222,10 +267,21 @@ impl Filter {
         if host.vm_failed() {
             return Err("the filter's VM failed (a trap) during the turn".into());
         }
-        let report = script
-            .report
-            .take()
-            .ok_or("the filter sent no report for the turn")?;
+        let report = match script.report.take() {
+            Some(report) => report,
+            // An MCP message that is not a `tools/call` (initialize, tools/list, …), or a call
+            // to a version without tool checks, passes unchecked: the filter records nothing.
+            None if turn.api == crate::cases::Api::Mcp => TurnReport {
+                turn_id: String::new(),
+                response_id: None,
+                agent: String::new(),
+                version: selected.id.clone(),
+                person: None,
+                results: Vec::new(),
+                background: Vec::new(),
+            },
+            None => return Err("the filter sent no report for the turn".into()),
+        };
         Ok(classify(&host, s, turn, &selected, report))
     }
 }

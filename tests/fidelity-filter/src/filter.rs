@@ -82,6 +82,8 @@ enum Case {
     Properties,
     /// Shared data round trip under the key `x-fidelity-key`.
     SharedData,
+    /// The VM's environment (WASI `environ_get`, as `std::env::vars` reads it), sorted.
+    Environment,
     /// End a streamed answer early at a `CUT_HERE` chunk (see `cut.rs`).
     Cut,
     /// Response headers continue; the body is held to its end, a callout goes out, and its answer
@@ -112,6 +114,7 @@ impl Case {
             "panic" => Case::Panic,
             "properties" => Case::Properties,
             "shared_data" => Case::SharedData,
+            "environment" => Case::Environment,
             "cut" => Case::Cut,
             "body_after_callout" => Case::BodyAfterCallout,
             "request_body_after_callout" => Case::RequestBodyAfterCallout,
@@ -408,6 +411,14 @@ impl HttpContext for Filter {
                 Action::Pause
             }
             Case::Panic => deliberate_panic(),
+            Case::Environment => {
+                let mut vars: Vec<String> = std::env::vars_os()
+                    .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
+                    .collect();
+                vars.sort();
+                self.reply(200, &format!("env={}", vars.join(";")));
+                Action::Pause
+            }
             Case::Properties => {
                 let wanted = self.header("x-fidelity-properties").unwrap_or_default();
                 let lines: Vec<String> = wanted
