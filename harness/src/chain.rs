@@ -106,7 +106,8 @@ impl Host {
         args.extend_from_slice(extra);
         match self.vm.call(context, name, &args) {
             Ok(Some(raw)) => Outcome::Answer(raw, self.vm.state().vm.stop_next_iteration),
-            Ok(None) => Outcome::Answer(0, self.vm.state().vm.stop_next_iteration),
+            // Not exported: Envoy's host skips the callback and the stream goes on (Continue).
+            Ok(None) => Outcome::Pass,
             Err(_) => self.fail_check(id),
         }
     }

@@ -96,6 +96,8 @@ impl Vm {
         if self.state().vm.failed {
             return Err("the VM has failed".to_owned());
         }
+        // A callback's stop request belongs to that callback alone, exported or not.
+        self.state_mut().vm.stop_next_iteration = false;
         let Some(func) = self
             .instance
             .and_then(|i| i.get_func(&mut self.store, name))
@@ -106,7 +108,6 @@ impl Vm {
             let vm = &mut self.state_mut().vm;
             vm.current_context = context;
             vm.effective_context = 0;
-            vm.stop_next_iteration = false;
         }
         let ty = func.ty(&self.store);
         let params: Vec<Val> = ty

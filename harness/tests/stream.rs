@@ -289,6 +289,28 @@ fn local_reply_from_request_headers_runs_through_the_response_callbacks() {
 }
 
 #[test]
+fn local_reply_reaches_the_caller_when_the_filter_exports_no_response_callbacks() {
+    // A callback the module does not export is skipped and the stream goes on (Continue); the
+    // stop that send_local_response asked of the request headers callback is not carried over
+    // to the response headers (found with a WAT filter; the Rust SDK exports every callback).
+    let mut host = wat_host(
+        r#"(data (i32.const 16) "denied")
+        (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+            (drop (call $local_reply (i32.const 403) (i32.const 0) (i32.const 0)
+                (i32.const 16) (i32.const 6) (i32.const 0) (i32.const 0) (i32.const -1)))
+            i32.const 1)"#,
+        Options::default(),
+    );
+    let s = host.new_stream();
+    host.send_request_headers(s, &GET, true).unwrap();
+    let caller = host.caller_received(s);
+    assert_eq!(caller.status(), Some(403));
+    assert_eq!(caller.body_text(), "denied");
+    assert!(caller.end_of_stream);
+    assert_eq!(host.upstream_received(s).headers, None);
+}
+
+#[test]
 fn second_local_reply_from_the_response_callbacks_goes_straight_to_the_caller() {
     let mut host = wat_host(&local_reply_guest(true), Options::default());
     let s = host.new_stream();
