@@ -65,6 +65,21 @@ fn a_missing_file_is_a_usage_error() {
 }
 
 #[test]
+fn help_prints_the_usage_of_every_command_and_succeeds() {
+    for args in [&["--help"][..], &["eval", "--help"], &["test", "-h"], &["help"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_livecheck"))
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        for command in ["livecheck lint", "livecheck test", "livecheck eval"] {
+            assert!(text.contains(command), "{args:?}: {text}");
+        }
+    }
+}
+
+#[test]
 fn tool_checks_lint_with_the_rest_one_line_per_problem() {
     let (code, out) = lint(include_str!("../examples/tools.json"));
     assert_eq!(code, 0, "{out}");

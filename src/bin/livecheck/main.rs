@@ -37,6 +37,11 @@ const USAGE: &str = "usage: livecheck lint CONFIG.json   (- reads standard input
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") || args.first().is_some_and(|a| a == "help")
+    {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     #[cfg(not(target_family = "wasm"))]
     match args.first().map(String::as_str) {
         Some("test") => return test_cmd::main(args.get(1..).unwrap_or_default()),
