@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 
 /// The most reports waiting or in flight in one VM.
-pub const CAPACITY: usize = 1024;
+pub const CAPACITY: usize = 16_384;
 /// The most bytes they may hold together (a report carries the texts of its background checks).
 pub const MAX_BYTES: usize = 16 << 20;
 /// The most callouts sent per tick.

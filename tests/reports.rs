@@ -302,11 +302,51 @@ fn a_streamed_turn_reports_its_results_too() {
 }
 
 #[test]
+fn a_half_minute_sidecar_outage_at_200_turns_a_second_loses_no_report() {
+    // The soak's sidecar restarts (SIGKILL, start, PostgreSQL restart) took seconds; a Kubernetes
+    // pod restart takes tens. Every report of the outage waits and is stored once it is back.
+    let mut host = livecheck(CONFIG);
+    let vendor = Vendor::Chat;
+    let turns = 6_000;
+    let mut ids = std::collections::BTreeSet::new();
+    for _ in 0..turns {
+        let s = send_request(
+            &mut host,
+            vendor.path(),
+            &[],
+            &vendor.request(FORBIDDEN_QUESTION, false),
+            Chunking::Whole,
+        );
+        let id = host.caller_received(s).header("x-core-response-id");
+        ids.insert(id.unwrap().to_owned());
+        host.finish_stream(s).unwrap();
+        host.advance_time(Duration::from_millis(5));
+        for c in reports(&host) {
+            host.fail_callout(c.token).unwrap();
+        }
+    }
+    let mut stored = std::collections::BTreeSet::new();
+    for _ in 0..200 {
+        host.advance_time(TICK);
+        for c in reports(&host) {
+            for report in reports_in(&c) {
+                stored.insert(report["turn_id"].as_str().unwrap().to_owned());
+            }
+            host.answer_callout(c.token, &[(":status", "200")], b"{}")
+                .unwrap();
+        }
+    }
+    assert_eq!(host.metric("livecheck.reports.dropped"), None);
+    assert_eq!(stored.len(), turns);
+    assert_eq!(stored, ids, "every turn's report, under the id its caller got");
+}
+
+#[test]
 fn a_full_outbox_drops_reports_and_counts_them() {
     let mut host = livecheck(CONFIG);
     let vendor = Vendor::Chat;
-    // No tick runs: every report waits. The outbox holds 1024.
-    for _ in 0..1030 {
+    // No tick runs: every report waits. The outbox holds 16,384.
+    for _ in 0..16_390 {
         let s = send_request(
             &mut host,
             vendor.path(),
