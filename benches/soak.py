@@ -17,7 +17,7 @@ allows (a judged check that errored stops its turn: fail closed), every turn's r
 once (each turn a caller saw is in the store with one row per check and attempt, or counted by the filter
 as dropped or lost), and Envoy's and the sidecar's memory are flat once the faults are over (least-squares
 slope of RSS printed). It prints latency percentiles per kind of turn and writes bench/results-soak.md
-(SOAK_OUT for another path). Every process it starts is stopped by its PID.
+(SOAK_OUT for another path; SOAK_OUTAGE_SECONDS, default 2, how long the sidecar stays down). Every process it starts is stopped by its PID.
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ from judge_backend_double import JudgeBackendDouble  # noqa: E402
 SECONDS = float(os.environ.get("SOAK_SECONDS", "600"))
 CALLERS = int(os.environ.get("SOAK_CALLERS", "1000"))
 THINK = float(os.environ.get("SOAK_THINK_SECONDS", "4"))
+# How long the sidecar stays down after its SIGKILL (a restart takes ~2 s; a Kubernetes pod restart
+# tens of seconds: the filter's outbox holds the reports meanwhile).
+OUTAGE = float(os.environ.get("SOAK_OUTAGE_SECONDS", "2"))
 # Faults end at 55% of the run; memory is judged from here on (high-water marks reached under faults,
 # such as a fuller outbox or more turns held at once, stay: wasm memory never shrinks).
 CALM_FROM = 0.62
@@ -343,12 +346,12 @@ def main() -> int:
 
         def chaos() -> None:
             # Faults from 10% to 55% of the run; from CALM_FROM on nothing is injected, and memory must
-            # stay flat there. The sidecar is down for 2 s, as long as a restart takes.
+            # stay flat there. The sidecar is down for OUTAGE s (2 s by default, as long as a restart takes).
             plan = [
                 (0.10, lambda: setattr(judge_backend, "chaos", "5xx"), "judge backend answers 5xx"),
                 (0.16, lambda: setattr(judge_backend, "chaos", None), "judge backend healthy"),
                 (0.22, lambda: os.kill(sidecar.pid, signal.SIGKILL), "sidecar killed (SIGKILL)"),
-                (None, lambda: sidecar.start(same_port=True), "sidecar started again, on its port, 2 s later"),
+                (None, lambda: sidecar.start(same_port=True), f"sidecar started again, on its port, {OUTAGE:g} s later"),
                 (0.30, lambda: setattr(judge_backend, "chaos", "garbage"), "judge backend answers garbage"),
                 (0.36, lambda: setattr(judge_backend, "chaos", None), "judge backend healthy"),
                 (0.42, pg.restart, "PostgreSQL restarted"),
@@ -357,7 +360,7 @@ def main() -> int:
             ]
             for fraction, act, what in plan:
                 if fraction is None:
-                    time.sleep(2)
+                    time.sleep(OUTAGE)
                 while fraction is not None and time.monotonic() < at(fraction):
                     time.sleep(0.2)
                 act()
