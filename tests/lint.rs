@@ -66,7 +66,12 @@ fn a_missing_file_is_a_usage_error() {
 
 #[test]
 fn help_prints_the_usage_of_every_command_and_succeeds() {
-    for args in [&["--help"][..], &["eval", "--help"], &["test", "-h"], &["help"]] {
+    for args in [
+        &["--help"][..],
+        &["eval", "--help"],
+        &["test", "-h"],
+        &["help"],
+    ] {
         let out = Command::new(env!("CARGO_BIN_EXE_livecheck"))
             .args(args)
             .output()

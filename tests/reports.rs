@@ -338,7 +338,10 @@ fn a_half_minute_sidecar_outage_at_200_turns_a_second_loses_no_report() {
     }
     assert_eq!(host.metric("livecheck.reports.dropped"), None);
     assert_eq!(stored.len(), turns);
-    assert_eq!(stored, ids, "every turn's report, under the id its caller got");
+    assert_eq!(
+        stored, ids,
+        "every turn's report, under the id its caller got"
+    );
 }
 
 #[test]
