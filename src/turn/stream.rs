@@ -212,8 +212,11 @@ pub(super) fn stream_chunk(
             judged: &[],
             undecided: &[],
             early: round.early.is_some(),
-            // A round that asks for a tool is not judged: its judged checks get no result.
-            judged_apply: !round.asks_for_tool,
+            // The judge was not asked (a rule failed, the round asks for a tool, or no judged
+            // check blocks): judged checks get no result on this attempt, as for a non-streamed
+            // answer. Recorded errored, one without `recover` would stop a round that recovery
+            // could have mended, and pass rates would count errors no judge made.
+            judged_apply: false,
         };
         match close_round(host, policy, record, s, &decided_round, &mut step) {
             Closed::Released if !round.asks_for_tool => {
