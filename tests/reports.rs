@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::fixtures::*;
@@ -25,6 +26,22 @@ const CONFIG: &str = r#"{"default_agent": "orders", "agents": {"orders": {"publi
 
 fn reports(host: &Host) -> Vec<Callout> {
     report_callouts(host)
+}
+
+/// A Chat question the seed's rules refuse, sent whole and finished; the id its caller got.
+fn refused_turn(host: &mut Host) -> String {
+    let vendor = Vendor::Chat;
+    let s = send_request(
+        host,
+        vendor.path(),
+        &[],
+        &vendor.request(FORBIDDEN_QUESTION, false),
+        Chunking::Whole,
+    );
+    let id = host.caller_received(s).header("x-core-response-id");
+    let id = id.unwrap().to_owned();
+    host.finish_stream(s).unwrap();
+    id
 }
 
 fn judge_calls(host: &Host) -> Vec<Callout> {
@@ -227,15 +244,7 @@ const BACKGROUND_CONFIG: &str = r#"{"default_agent": "orders", "agents": {"order
 #[test]
 fn a_report_the_sidecar_did_not_take_is_sent_again_until_stored() {
     let mut host = livecheck(CONFIG);
-    let vendor = Vendor::Chat;
-    let s = send_request(
-        &mut host,
-        vendor.path(),
-        &[],
-        &vendor.request(FORBIDDEN_QUESTION, false),
-        Chunking::Whole,
-    );
-    host.finish_stream(s).unwrap();
+    refused_turn(&mut host);
     host.advance_time(TICK);
     let first = reports(&host).remove(0);
     // The sidecar is down: the report waits and goes again, the same report.
@@ -306,26 +315,16 @@ fn a_half_minute_sidecar_outage_at_200_turns_a_second_loses_no_report() {
     // The soak's sidecar restarts (SIGKILL, start, PostgreSQL restart) took seconds; a Kubernetes
     // pod restart takes tens. Every report of the outage waits and is stored once it is back.
     let mut host = livecheck(CONFIG);
-    let vendor = Vendor::Chat;
     let turns = 6_000;
-    let mut ids = std::collections::BTreeSet::new();
+    let mut ids = BTreeSet::new();
     for _ in 0..turns {
-        let s = send_request(
-            &mut host,
-            vendor.path(),
-            &[],
-            &vendor.request(FORBIDDEN_QUESTION, false),
-            Chunking::Whole,
-        );
-        let id = host.caller_received(s).header("x-core-response-id");
-        ids.insert(id.unwrap().to_owned());
-        host.finish_stream(s).unwrap();
+        ids.insert(refused_turn(&mut host));
         host.advance_time(Duration::from_millis(5));
         for c in reports(&host) {
             host.fail_callout(c.token).unwrap();
         }
     }
-    let mut stored = std::collections::BTreeSet::new();
+    let mut stored = BTreeSet::new();
     for _ in 0..200 {
         host.advance_time(TICK);
         for c in reports(&host) {
@@ -347,17 +346,9 @@ fn a_half_minute_sidecar_outage_at_200_turns_a_second_loses_no_report() {
 #[test]
 fn a_full_outbox_drops_reports_and_counts_them() {
     let mut host = livecheck(CONFIG);
-    let vendor = Vendor::Chat;
     // No tick runs: every report waits. The outbox holds 16,384.
     for _ in 0..16_390 {
-        let s = send_request(
-            &mut host,
-            vendor.path(),
-            &[],
-            &vendor.request(FORBIDDEN_QUESTION, false),
-            Chunking::Whole,
-        );
-        host.finish_stream(s).unwrap();
+        refused_turn(&mut host);
     }
     assert_eq!(host.metric("livecheck.reports.dropped"), Some(6));
 }
