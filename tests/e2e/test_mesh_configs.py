@@ -299,7 +299,11 @@ def test_a_judged_question_goes_through_the_mesh_cluster_with_the_token(stack, d
     assert x_core_check(passed.headers) is None
     assert CHAT.read(refused.parse())[:2] == ("content_filter", JUDGED_BLOCKED)
     assert x_core_check(refused.headers) == {"stage": "input", "check": "on-topic", "code": "input_check_failed"}
-    assert [c.passed for c in judge_backend.seen()] == [True, False]
+    # The manifest's `orders` agent samples a background `polite` check (0.2) that the sidecar may
+    # still be judging from an earlier test: count the calls that judged this test's two questions.
+    questions = ("Where is my order 4711?", f"Where is my order, you {FAIL_MARKER} bot?")
+    ours = [c for c in judge_backend.seen() if c.judged_text in questions]
+    assert [c.passed for c in ours] == [True, False]
     assert _reached_vendor(double, "Where is my order 4711?")
     assert not _reached_vendor(double, FAIL_MARKER)
 
