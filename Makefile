@@ -264,6 +264,17 @@ soak: wasm venv postgres-tools
 # Where a turn's time goes inside Envoy's V8 (issue 16): livecheck.wasm built with `--features profile`
 # into target/profile/ (never the shipped .wasm), timed per callback, host call and phase;
 # bench/results-profile.md (benches/v8_profile.py, ~1-2 min; BENCH_QUICK=1 reports to target/bench/).
+# The turn logic alone under Node's V8, function by function (benches/v8_turn_profile.py; ~1 minute
+# after the build; not part of `make bench`): where a checked 4 KiB Chat turn's guest time goes.
+V8_TURNS ?= 100000
+.PHONY: bench-v8-turn
+bench-v8-turn: toolchain
+	rm -rf target/v8-turn-profile
+	LIVECHECK_PROFILE_TURNS=$(V8_TURNS) \
+	  CARGO_TARGET_WASM32_WASIP1_RUNNER="node --no-warnings --cpu-prof --cpu-prof-interval 50 --cpu-prof-dir=$(abspath target/v8-turn-profile) $(abspath scripts/wasi-run.mjs)" \
+	  cargo test --release --locked --target wasm32-wasip1 -p livecheck --lib v8_profile -- --ignored
+	python3 benches/v8_turn_profile.py target/v8-turn-profile $(V8_TURNS)
+
 bench-profile: venv
 	CARGO_TARGET_DIR=target/profile cargo build --release --locked --target wasm32-wasip1 -p livecheck --lib --features profile
 	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib

@@ -603,3 +603,101 @@ mod tests {
         assert!(!host.request_headers.contains_key("accept-encoding"));
     }
 }
+
+/// The turn logic's own cost in V8, function by function (issue 16): `make bench-v8-turn` runs this
+/// under Node with `--cpu-prof` and `benches/v8_turn_profile.py` sums the samples per function.
+#[cfg(test)]
+mod v8_profile {
+    use super::*;
+    use crate::host::fake::FakeHost;
+
+    const RULES: &str = include_str!("../../benches/rules.json");
+
+    /// The bench's 4 KiB Chat request (`benches/compare.py`'s `chat_body(4096)`): ordinary text.
+    fn request_4k() -> Vec<u8> {
+        let sentence = "where is my order and when will it arrive at the depot near the station ? ";
+        let wrap = |text: &str| {
+            serde_json::json!({"model": "gpt-4.1-mini", "messages": [
+                {"role": "system", "content": "You are a helpful shop assistant."},
+                {"role": "user", "content": text}]})
+            .to_string()
+        };
+        let room = 4096 - wrap("").len();
+        let text: String = sentence.chars().cycle().take(room).collect();
+        wrap(&text).into_bytes()
+    }
+
+    /// The bench upstream double's clean answer (`benches/upstream-double`).
+    fn answer() -> Vec<u8> {
+        let text = "Your order left our depot near the station this morning and should arrive \
+            within three to five days. The invoice lists two items, a lamp and a chair, both in stock. \
+            Please keep the receipt for returns, and ask again if anything is unclear.";
+        format!(
+            "{{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion\",\"created\":1700000000,\
+             \"model\":\"gpt-4.1-mini\",\"choices\":[{{\"index\":0,\"message\":{{\"role\":\"assistant\",\
+             \"content\":\"{text}\"}},\"finish_reason\":\"stop\"}}],\"usage\":{{\"prompt_tokens\":900,\
+             \"completion_tokens\":60,\"total_tokens\":960}}}}"
+        )
+        .into_bytes()
+    }
+
+    /// One checked 4 KiB Chat turn as Envoy drives it (body callbacks as the profile counts them).
+    #[inline(never)]
+    fn one_turn(policy: &Rc<Policy>, host: &mut FakeHost, request: &[u8], answer: &[u8]) {
+        let mut turn = Turn::new(Rc::clone(policy));
+        host.request_body = request.to_vec();
+        assert_eq!(turn.on_request_headers(host, false), Flow::Continue);
+        assert_eq!(turn.on_request_body(host, 1024, false), Flow::Pause);
+        assert_eq!(
+            turn.on_request_body(host, request.len(), true),
+            Flow::Continue
+        );
+        host.response_headers = [
+            (":status", "200"),
+            ("content-type", "application/json"),
+            ("content-length", "600"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        host.response_body = answer.to_vec();
+        assert_eq!(turn.on_response_headers(host, false), Flow::Continue);
+        assert_eq!(
+            turn.on_response_body(host, answer.len(), true),
+            Flow::Continue
+        );
+        turn.on_done(host);
+        assert_eq!(host.delivered.len(), 1);
+        host.delivered.clear();
+        host.request_headers.remove("accept-encoding");
+    }
+
+    /// `LIVECHECK_PROFILE_TURNS` turns (default 20,000); ignored in `make test`.
+    #[test]
+    #[ignore = "a profiling workload: make bench-v8-turn"]
+    fn chat_4k_turns() {
+        let policy = Rc::new(Policy::from_json(RULES.as_bytes()).unwrap());
+        let turns: usize = std::env::var("LIVECHECK_PROFILE_TURNS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(20_000);
+        let (request, answer) = (request_4k(), answer());
+        let mut host = FakeHost::with_request(&[
+            (":method", "POST"),
+            (":path", "/v1/chat/completions"),
+            (":authority", "api.test"),
+            ("content-type", "application/json"),
+            ("content-length", "4096"),
+        ]);
+        for _ in 0..turns {
+            one_turn(&policy, &mut host, &request, &answer);
+        }
+        assert!(host.local_reply.is_none());
+        assert_eq!(
+            host.counters
+                .get("livecheck.bench.out-iban.passed")
+                .copied(),
+            Some(turns as u64)
+        );
+    }
+}

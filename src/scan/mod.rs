@@ -17,6 +17,10 @@ use regex_automata::{Anchored, Input, MatchKind, PatternSet};
 use crate::fold::{fold, original_offset};
 use crate::pattern::Rule;
 
+mod needles;
+
+use needles::Needles;
+
 /// The rule checks of one stage, compiled together.
 #[derive(Debug)]
 pub struct RuleSet {
@@ -29,6 +33,8 @@ pub struct RuleSet {
     longest: usize,
     /// Every rule, anchored, all matches: read a byte at a time from a start.
     stream: Option<Streamer>,
+    /// Where in a text the searches over whole texts need to look, when the rules need rare bytes.
+    needles: Option<Needles>,
 }
 
 /// The lazy DFA and the cache its states live in, shared by every stream of the VM (one thread).
@@ -77,6 +83,7 @@ impl RuleSet {
     fn build(rules: &[(usize, Rule)], streamed: bool) -> Result<Self, String> {
         let longest = rules.iter().map(|(_, r)| r.longest).max().unwrap_or(0);
         let checks = rules.iter().map(|(i, _)| *i).collect();
+        let needles = Needles::new(rules.iter().map(|(_, r)| r.regex.as_str()), longest);
         let (regex, every, stream) = if rules.is_empty() {
             (None, None, None)
         } else {
@@ -119,6 +126,7 @@ impl RuleSet {
             checks,
             longest,
             stream,
+            needles,
         })
     }
 
@@ -215,13 +223,25 @@ impl RuleSet {
     pub fn first_hit(&self, text: &str) -> Option<Hit> {
         let regex = self.regex.as_ref()?;
         let folded = fold(text);
-        let m = regex.find(folded.as_ref())?;
+        let haystack: &str = folded.as_ref();
+        let m = match self.windows(haystack) {
+            Some(windows) => windows
+                .into_iter()
+                .find_map(|(a, b)| regex.find(Input::new(haystack).span(a..b)))?,
+            None => regex.find(haystack)?,
+        };
         let check = *self.checks.get(m.pattern().as_usize())?;
         let start = match folded {
             Cow::Borrowed(_) => m.start(),
             Cow::Owned(_) => original_offset(text, m.start()),
         };
         Some(Hit { check, start })
+    }
+
+    /// The stretches of folded `text` that hold every match, when the rules need rare bytes and
+    /// the text holds few of them (`needles`); `None`: search it whole.
+    fn windows(&self, text: &str) -> Option<Vec<(usize, usize)>> {
+        self.needles.as_ref()?.windows(text.as_bytes())
     }
 
     /// Every check with a match anywhere in `text`, read folded, in check order.
@@ -234,7 +254,14 @@ impl RuleSet {
             return Vec::new();
         };
         let text = fold(text);
-        if !first.is_match(text.as_ref()) {
+        let haystack: &str = text.as_ref();
+        let any = match self.windows(haystack) {
+            Some(windows) => windows
+                .into_iter()
+                .any(|(a, b)| first.is_match(Input::new(haystack).span(a..b))),
+            None => first.is_match(haystack),
+        };
+        if !any {
             return Vec::new();
         }
         let mut set = PatternSet::new(regex.pattern_len());
@@ -294,6 +321,77 @@ mod tests {
             rules.first_hit("pay ＮＬ91ABNA0417164300"),
             Some(Hit { check: 3, start: 4 })
         );
+    }
+
+    /// The windows change nothing: the same first hit and failing checks as a search of the whole
+    /// text, on texts dense and sparse in the bytes the rules need, with word boundaries and
+    /// anchors at the windows' edges and characters of several bytes around them.
+    #[cfg(not(target_arch = "wasm32"))]
+    mod windows_agree {
+        use super::*;
+        use proptest::prelude::*;
+
+        const RULES: [(&str, usize); 9] = [
+            ("[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}", 34),
+            ("[0-9]{4}[ -]?[0-9]{4}", 9),
+            (
+                "[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}\\.[A-Za-z]{2,6}",
+                135,
+            ),
+            (r"\b[0-9]{2}\b", 2),
+            ("^[0-9]{3}", 3),
+            ("[0-9]{3}$", 3),
+            ("é[0-9]", 2),
+            ("x@y|-z", 3),
+            (r"(?i:ab-c)", 4),
+        ];
+        const PIECES: [&str; 14] = [
+            "a", "b", "c", " ", "1", "2", "@", "-", "é", "AB", "x", "y", ".", "\u{200B}",
+        ];
+        /// Whole matches, or nearly, so that matches meet windows' edges often.
+        const MATCHES: [&str; 10] = [
+            "NL91ABNAXXXXXXXXXXXXXXX7",
+            "1234 5678",
+            "a.very.long.local.part.of.an.address.that.goes.on.and.on@b.cd",
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa@host-name.example",
+            " 12 ",
+            "é7",
+            "x@y",
+            "-z",
+            "AB-C",
+            "123",
+        ];
+
+        fn text() -> impl Strategy<Value = String> {
+            prop::collection::vec(
+                prop_oneof![
+                    8 => Just("word ".to_owned()),
+                    1 => (0..PIECES.len()).prop_map(|i| PIECES[i].to_owned()),
+                    1 => (0..MATCHES.len()).prop_map(|i| MATCHES[i].to_owned()),
+                ],
+                0..400,
+            )
+            .prop_map(|parts| parts.concat())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(400))]
+            #[test]
+            fn same_as_the_whole_text(which in prop::collection::vec(any::<bool>(), RULES.len()), text in text()) {
+                let rules: Vec<(usize, Rule)> = RULES
+                    .iter()
+                    .zip(&which)
+                    .filter(|(_, on)| **on)
+                    .enumerate()
+                    .map(|(i, ((source, longest), _))| (i, compile_pattern(source, *longest).unwrap()))
+                    .collect();
+                let with = RuleSet::new(&rules).unwrap();
+                let mut whole = RuleSet::new(&rules).unwrap();
+                whole.needles = None;
+                prop_assert_eq!(with.first_hit(&text), whole.first_hit(&text));
+                prop_assert_eq!(with.failed_checks(&text), whole.failed_checks(&text));
+            }
+        }
     }
 
     #[test]
