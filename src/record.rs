@@ -303,10 +303,17 @@ pub fn result_head(check: &Check) -> String {
     String::from_utf8(head).unwrap_or_default()
 }
 
-/// Appends a JSON string literal.
+/// Appends a JSON string literal, as serde_json writes it: a text with nothing to escape (no `"`,
+/// `\\` or control character; the fixed reasons, most names) is copied between quotes as it is.
 fn push_str(out: &mut Vec<u8>, text: &str) {
-    // Writing a string into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, text);
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    } else {
+        // Writing a string into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, text);
+    }
 }
 
 fn push_number(out: &mut Vec<u8>, n: u64) {
@@ -380,6 +387,22 @@ mod tests {
     use super::*;
     use crate::config::Policy;
     use livecheck_wire::TurnReport;
+
+    #[test]
+    fn strings_are_written_as_serde_json_writes_them() {
+        for text in [
+            "",
+            "the answer does not match",
+            "naïve — ✓ 😀",
+            "a \"quote\" and a \\ backslash",
+            "line\nbreak\ttab\u{1}\u{1f}",
+            "\u{7f} delete is not escaped",
+        ] {
+            let mut out = Vec::new();
+            push_str(&mut out, text);
+            assert_eq!(out, serde_json::to_vec(text).unwrap(), "{text:?}");
+        }
+    }
 
     fn version() -> std::rc::Rc<Version> {
         let json = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {"live_checks": [
