@@ -53,7 +53,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.path.insert(0, str(REPO / "benches"))
 
-from envoy_process import JudgeSidecar, free_port, render_config, wasm_path  # noqa: E402
+from envoy_process import JudgeSidecar, cpu_ns, free_port, render_config, wasm_path  # noqa: E402
 
 RESULTS = REPO / "bench" / "results.md"
 CHART = REPO / "bench" / "latency.png"
@@ -131,19 +131,6 @@ def cpu_ticks(pid: int) -> int:
     """utime + stime of a process (all its threads), in clock ticks."""
     fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
-
-
-def cpu_ns(pid: int) -> int:
-    """Time on CPU of every thread of `pid`, in ns (/proc/<pid>/task/*/schedstat). /proc/<pid>/stat counts
-    10 ms clock ticks: over the 60 questions of 1 MiB (~60 ms of extra CPU) that was ±17 %, and all three
-    runs of one bench came out at exactly 6 ticks."""
-    total = 0
-    for stat in pathlib.Path(f"/proc/{pid}/task").glob("*/schedstat"):
-        try:
-            total += int(stat.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
 
 
 def descendants(pid: int) -> list[int]:

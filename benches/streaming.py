@@ -436,13 +436,9 @@ class Envoy:
 
     def cpu_ns(self) -> int:
         """CPU time of all Envoy's threads, in ns (schedstat: scheduler run time, not 10 ms ticks)."""
-        total = 0
-        for task in pathlib.Path(f"/proc/{self.process.pid}/task").iterdir():
-            try:
-                total += int((task / "schedstat").read_text().split()[0])
-            except (OSError, ValueError, IndexError):
-                pass
-        return total
+        from envoy_process import cpu_ns
+
+        return cpu_ns(self.process.pid)
 
     def reset_peak(self) -> None:
         pathlib.Path(f"/proc/{self.process.pid}/clear_refs").write_text("5")

@@ -62,7 +62,7 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.path.insert(0, str(REPO / "benches"))
 
 from compare import BenchFailed, Envoy, UpstreamDouble, check, cpu_model, log, tool_version  # noqa: E402
-from envoy_process import JudgeSidecar, StaleWasm, render_config, wasm_path  # noqa: E402
+from envoy_process import JudgeSidecar, StaleWasm, cpu_ns, render_config, wasm_path  # noqa: E402
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 N = 200 if QUICK else int(os.environ.get("BENCH_TOOLS_N", "2000"))  # measured requests per variant
@@ -155,18 +155,6 @@ class JudgeDouble:
             except (OSError, subprocess.TimeoutExpired):
                 self.process.kill()
                 self.process.wait(timeout=5)
-
-
-def cpu_ns(pid: int) -> int:
-    """Time on CPU of every thread of `pid`, in ns (/proc/<pid>/task/*/schedstat; /proc/<pid>/stat's
-    clock ticks are 10 ms, too coarse for a block of requests)."""
-    total = 0
-    for stat in pathlib.Path(f"/proc/{pid}/task").glob("*/schedstat"):
-        try:
-            total += int(stat.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
 
 
 def envoy_config(upstream_port: int, judge_port: int, version: dict) -> dict:
