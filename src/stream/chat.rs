@@ -44,6 +44,9 @@ pub(super) struct Chat {
     /// choice starts, the choice finishes, or the stream ends.
     writing: BTreeMap<u64, u64>,
     done: bool,
+    /// The last plain chunk of text alone: the next one, byte for byte the same but for its
+    /// content (and `obfuscation`) string, is read from it without parsing.
+    template: Option<Template>,
 }
 
 impl Chat {
@@ -59,6 +62,7 @@ impl Chat {
             finished: BTreeSet::new(),
             writing: BTreeMap::new(),
             done: false,
+            template: None,
         }
     }
 
@@ -103,8 +107,9 @@ struct Plain<'a> {
     system_fingerprint: Option<Cow<'a, str>>,
     #[serde(borrow)]
     service_tier: Option<Cow<'a, str>>,
+    /// Kept as written: it differs in every chunk, so a [`Template`] leaves a place for it.
     #[serde(borrow)]
-    obfuscation: Option<Cow<'a, str>>,
+    obfuscation: Option<&'a RawValue>,
     usage: Option<()>,
     #[serde(borrow)]
     choices: (PlainChoice<'a>,),
@@ -185,6 +190,10 @@ impl Chat {
         &mut self,
         event: &sse::Event,
     ) -> Option<Result<(PlainUnit, Option<String>), Unreadable>> {
+        if let Some(read) = self.template.as_ref().and_then(|t| t.read(event)) {
+            self.deltas += 1;
+            return Some(Ok(read));
+        }
         let chunk: Plain = serde_json::from_str(&event.data).ok()?;
         // An id that is not a string is not the plain shape: read as a tree.
         serde_json::from_str::<Cow<str>>(chunk.id.get()).ok()?;
@@ -220,6 +229,24 @@ impl Chat {
         if text.is_some() {
             self.deltas += 1;
         }
+        let obfuscation = match chunk.obfuscation {
+            Some(raw) => {
+                serde_json::from_str::<Cow<str>>(raw.get()).ok()?;
+                Some(span_in(&event.data, raw.get())?)
+            }
+            None => None,
+        };
+        self.template = match (&join_id, &content_span, &text) {
+            (Some(id), Some(content), Some(_)) if event.event.is_none() => Some(Template {
+                data: event.data.clone(),
+                content: content.clone(),
+                obfuscation,
+                id: id.clone(),
+                index: choice.index,
+                channel,
+            }),
+            _ => None,
+        };
         let unit_lane = if text.is_some() {
             Lane::Answer
         } else if finish.is_some() {
@@ -237,6 +264,93 @@ impl Chat {
             calls_done,
         };
         Some(Ok((read, text)))
+    }
+}
+
+/// A plain chunk of text alone (no role, finish or refusal; a nameless event), as a pattern for
+/// the chunks after it: a stream's text chunks differ only in their content string (and in
+/// `obfuscation`, where the vendor adds it). A chunk whose bytes outside those strings are the
+/// template's, and whose strings are string literals serde_json reads, is the JSON the template
+/// was with other strings in the same places: the plain reader would read it the same way, with
+/// its own text. Anything else (other spacing, another id, a finish, an empty text) is read
+/// as before.
+struct Template {
+    data: String,
+    content: std::ops::Range<usize>,
+    obfuscation: Option<std::ops::Range<usize>>,
+    id: std::ops::Range<usize>,
+    index: u64,
+    channel: usize,
+}
+
+impl Template {
+    fn read(&self, event: &sse::Event) -> Option<(PlainUnit, Option<String>)> {
+        if event.event.is_some() {
+            return None;
+        }
+        let data = event.data.as_str();
+        let mut slots = [Some(self.content.clone()), self.obfuscation.clone()];
+        slots.sort_by_key(|s| s.as_ref().map_or(usize::MAX, |r| r.start));
+        // Template offset → chunk offset, slot by slot.
+        let (mut from, mut at) = (0usize, 0usize);
+        let mut content = None;
+        let mut shift_at_id = 0isize;
+        for slot in slots.iter().flatten() {
+            let fixed = self.data.get(from..slot.start)?;
+            if data.get(at..at.checked_add(fixed.len())?)? != fixed {
+                return None;
+            }
+            at += fixed.len();
+            let end = literal_end(data, at)?;
+            serde_json::from_str::<Cow<str>>(data.get(at..end)?).ok()?;
+            if slot.end <= self.id.start {
+                shift_at_id +=
+                    isize::try_from(end - at).ok()? - isize::try_from(slot.len()).ok()?;
+            }
+            if *slot == self.content {
+                content = Some(at..end);
+            }
+            from = slot.end;
+            at = end;
+        }
+        if data.get(at..)? != self.data.get(from..)? {
+            return None;
+        }
+        let content = content?;
+        let text: String = serde_json::from_str(data.get(content.clone())?).ok()?;
+        if text.is_empty() {
+            return None;
+        }
+        let id = self.id.start.checked_add_signed(shift_at_id)?
+            ..self.id.end.checked_add_signed(shift_at_id)?;
+        let read = PlainUnit {
+            content_span: Some(content),
+            join_id: Some(id),
+            unit_lane: Lane::Answer,
+            index: self.index,
+            channel: self.channel,
+            finish: None,
+            calls_done: Vec::new(),
+        };
+        Some((read, Some(text)))
+    }
+}
+
+/// Where the string literal starting at byte `at` of `data` ends (just past its closing quote),
+/// read as a JSON tokenizer reads it (a backslash escapes the next byte); whether what lies
+/// between is a valid string is serde_json's to say.
+fn literal_end(data: &str, at: usize) -> Option<usize> {
+    let bytes = data.as_bytes();
+    if bytes.get(at) != Some(&b'"') {
+        return None;
+    }
+    let mut i = at + 1;
+    loop {
+        match bytes.get(i)? {
+            b'"' => return Some(i + 1),
+            b'\\' => i += 2,
+            _ => i += 1,
+        }
     }
 }
 
@@ -597,5 +711,97 @@ impl Format for Chat {
         }
         out.extend_from_slice(b"data: [DONE]\n\n");
         self.done = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+    use super::*;
+
+    fn event(data: &str) -> sse::Event {
+        sse::Event {
+            event: None,
+            data: data.to_owned(),
+        }
+    }
+
+    /// `next` read by a reader that just read `first` (its template) and by one without a
+    /// template: the same unit, and whether the template read it.
+    fn both(first: &str, next: &str) -> (Result<Unit, Unreadable>, Result<Unit, Unreadable>, bool) {
+        let mut with = Chat::new(&Request::default());
+        let mut without = Chat::new(&Request::default());
+        // The first chunk is read as a tree (its head is kept), the next plain: the template.
+        for _ in 0..2 {
+            with.read(event(first)).unwrap();
+            without.read(event(first)).unwrap();
+        }
+        without.template = None;
+        let fast = with
+            .template
+            .as_ref()
+            .is_some_and(|t| t.read(&event(next)).is_some());
+        let a = with.read(event(next));
+        let b = without.read(event(next));
+        assert_eq!(with.deltas, without.deltas);
+        (a, b, fast)
+    }
+
+    const FIRST: &str = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hel"},"logprobs":null,"finish_reason":null}],"obfuscation":"ab"}"#;
+
+    #[test]
+    fn a_chunk_of_the_templates_shape_is_read_as_the_plain_reader_reads_it() {
+        let same_shape = [
+            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"lo, w\"orld \u00e9\n"},"logprobs":null,"finish_reason":null}],"obfuscation":"x"}"#,
+            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"\ud83d\ude00 \\"},"logprobs":null,"finish_reason":null}],"obfuscation":"longer obfuscation"}"#,
+        ];
+        for next in same_shape {
+            let (a, b, fast) = both(FIRST, next);
+            assert!(fast, "{next}");
+            assert_eq!(a, b, "{next}");
+        }
+    }
+
+    #[test]
+    fn a_chunk_of_another_shape_or_a_bad_string_is_read_as_before() {
+        let other = [
+            // Another id, other spacing, a finish, a role, an empty text, a key more.
+            FIRST.replace("chatcmpl-1", "chatcmpl-2"),
+            FIRST.replace(r#""model":"m""#, r#""model": "m""#),
+            FIRST.replace(r#""finish_reason":null"#, r#""finish_reason":"stop""#),
+            FIRST.replace(
+                r#""content":"Hel""#,
+                r#""role":"assistant","content":"Hel""#,
+            ),
+            FIRST.replace(r#""content":"Hel""#, r#""content":"""#),
+            FIRST.replace(
+                r#""obfuscation":"ab""#,
+                r#""obfuscation":"ab","usage":null"#,
+            ),
+            // Strings serde_json refuses, or that are not strings.
+            FIRST.replace(r#""content":"Hel""#, r#""content":"a\qb""#),
+            FIRST.replace(r#""content":"Hel""#, "\"content\":\"a\u{1}b\""),
+            FIRST.replace(r#""content":"Hel""#, r#""content":"\ud800""#),
+            FIRST.replace(r#""content":"Hel""#, r#""content":"a""b""#),
+            FIRST.replace(r#""obfuscation":"ab""#, r#""obfuscation":7"#),
+            FIRST.replace(r#""content":"Hel""#, r#""content":"unterminated"#),
+        ];
+        for next in &other {
+            let (a, b, fast) = both(FIRST, next);
+            assert!(!fast, "{next}");
+            assert_eq!(a, b, "{next}");
+        }
+    }
+
+    #[test]
+    fn an_id_after_the_text_is_found_where_the_text_moved_it() {
+        let first = r#"{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}],"object":"chat.completion.chunk","created":1,"model":"m","id":"chatcmpl-9"}"#;
+        let next = first.replace(r#""content":"a""#, r#""content":"a much longer text""#);
+        let (a, b, fast) = both(first, &next);
+        assert!(fast);
+        let a = a.unwrap();
+        assert_eq!(a, b.unwrap());
+        assert_eq!(a.ev.join_id(), Some(r#""chatcmpl-9""#));
     }
 }

@@ -48,13 +48,16 @@ pub(crate) struct Holdback {
     found_folded: usize,
     /// The automaton's clear count when the threads' states were taken.
     clears: usize,
-    /// Scratch for merging threads (kept to reuse its allocation).
+    /// Scratch for merging many threads (kept to reuse its allocation).
     states: HashSet<LazyStateID>,
     /// The channel's text is complete.
     ended: bool,
     /// Only counts: the text is read whole elsewhere (nothing streams, so nothing is held back).
     passive: bool,
 }
+
+/// Up to this many live threads are merged by comparing states pairwise.
+const FEW_THREADS: usize = 16;
 
 #[derive(Debug, Clone, Copy)]
 struct Thread {
@@ -286,14 +289,37 @@ impl Holdback {
     }
 
     /// Keeps the earliest of the automaton threads that share a state: their futures are the same.
+    /// Live threads are usually few, and then each is compared with the earlier ones kept (no
+    /// hashing per character); many (a run of digits inside a counted repetition) go through a set.
     fn merge(&mut self) {
         if self.threads.len() < 2 {
             return;
         }
-        let states = &mut self.states;
-        states.clear();
-        self.threads
-            .retain(|t| t.state.is_none_or(|state| states.insert(state)));
+        if self.threads.len() > FEW_THREADS {
+            let states = &mut self.states;
+            states.clear();
+            self.threads
+                .retain(|t| t.state.is_none_or(|state| states.insert(state)));
+            return;
+        }
+        let mut kept = 0;
+        for i in 0..self.threads.len() {
+            let Some(t) = self.threads.get(i).copied() else {
+                break;
+            };
+            let repeat = t.state.is_some()
+                && self
+                    .threads
+                    .get(..kept)
+                    .is_some_and(|earlier| earlier.iter().any(|e| e.state == t.state));
+            if !repeat {
+                if let Some(slot) = self.threads.get_mut(kept) {
+                    *slot = t;
+                }
+                kept += 1;
+            }
+        }
+        self.threads.truncate(kept);
     }
 
     /// Drops text no thread needs; the last folded character dropped is kept as context.
