@@ -237,14 +237,14 @@ impl Chat {
             None => None,
         };
         self.template = match (&join_id, &content_span, &text) {
-            (Some(id), Some(content), Some(_)) if event.event.is_none() => Some(Template {
-                data: event.data.clone(),
-                content: content.clone(),
+            (Some(id), Some(content), Some(_)) if event.event.is_none() => Some(Template::new(
+                event.data.clone(),
+                content.clone(),
                 obfuscation,
-                id: id.clone(),
-                index: choice.index,
+                id.clone(),
+                choice.index,
                 channel,
-            }),
+            )),
             _ => None,
         };
         let unit_lane = if text.is_some() {
@@ -276,39 +276,62 @@ impl Chat {
 /// as before.
 struct Template {
     data: String,
-    content: std::ops::Range<usize>,
-    obfuscation: Option<std::ops::Range<usize>>,
+    /// The string literals that may differ (bytes, quotes included), in the order they stand.
+    slots: Vec<std::ops::Range<usize>>,
+    /// Which of `slots` is the content.
+    content: usize,
     id: std::ops::Range<usize>,
     index: u64,
     channel: usize,
 }
 
 impl Template {
+    fn new(
+        data: String,
+        content: std::ops::Range<usize>,
+        obfuscation: Option<std::ops::Range<usize>>,
+        id: std::ops::Range<usize>,
+        index: u64,
+        channel: usize,
+    ) -> Self {
+        let mut slots: Vec<_> = std::iter::once(content.clone())
+            .chain(obfuscation)
+            .collect();
+        slots.sort_by_key(|s| s.start);
+        let content = slots.iter().position(|s| *s == content).unwrap_or(0);
+        Self {
+            data,
+            slots,
+            content,
+            id,
+            index,
+            channel,
+        }
+    }
+
     fn read(&self, event: &sse::Event) -> Option<(PlainUnit, Option<String>)> {
         if event.event.is_some() {
             return None;
         }
         let data = event.data.as_str();
-        let mut slots = [Some(self.content.clone()), self.obfuscation.clone()];
-        slots.sort_by_key(|s| s.as_ref().map_or(usize::MAX, |r| r.start));
-        // Template offset → chunk offset, slot by slot.
+        // Template offset `from` → chunk offset `at`, slot by slot.
         let (mut from, mut at) = (0usize, 0usize);
-        let mut content = None;
+        let mut found = None;
         let mut shift_at_id = 0isize;
-        for slot in slots.iter().flatten() {
+        for (i, slot) in self.slots.iter().enumerate() {
             let fixed = self.data.get(from..slot.start)?;
             if data.get(at..at.checked_add(fixed.len())?)? != fixed {
                 return None;
             }
             at += fixed.len();
             let end = literal_end(data, at)?;
-            serde_json::from_str::<Cow<str>>(data.get(at..end)?).ok()?;
+            let text: Cow<str> = serde_json::from_str(data.get(at..end)?).ok()?;
             if slot.end <= self.id.start {
                 shift_at_id +=
                     isize::try_from(end - at).ok()? - isize::try_from(slot.len()).ok()?;
             }
-            if *slot == self.content {
-                content = Some(at..end);
+            if i == self.content {
+                found = Some((at..end, text.into_owned()));
             }
             from = slot.end;
             at = end;
@@ -316,11 +339,7 @@ impl Template {
         if data.get(at..)? != self.data.get(from..)? {
             return None;
         }
-        let content = content?;
-        let text: String = serde_json::from_str(data.get(content.clone())?).ok()?;
-        if text.is_empty() {
-            return None;
-        }
+        let (content, text) = found.filter(|(_, text)| !text.is_empty())?;
         let id = self.id.start.checked_add_signed(shift_at_id)?
             ..self.id.end.checked_add_signed(shift_at_id)?;
         let read = PlainUnit {
