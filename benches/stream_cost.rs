@@ -3,8 +3,9 @@
 //! sends) through `Rewriter` with the bench rules (`benches/rules.json`), against parsing and
 //! re-serializing the same events' JSON alone (the floor any design that rewrites events pays).
 //!
-//! `cargo bench --bench stream_cost`; for where the time goes, build it with debug info and run
-//! it under `perf record --call-graph dwarf` (ARCHITECTURE.md, "What a streamed event costs").
+//! `cargo bench --profile bench-native --bench stream_cost` (the release profile's `panic =
+//! "abort"` does not link the bench); for where the time goes, run the binary it built under
+//! callgrind (ARCHITECTURE.md, "A text chunk of the last one's shape is read without parsing").
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -59,6 +60,11 @@ fn chat_events(aligned: bool) -> Vec<String> {
         .collect()
 }
 
+/// The events, `n` to a body chunk.
+fn chunks_of(events: &[String], n: usize) -> Vec<String> {
+    events.chunks(n).map(|c| c.concat()).collect()
+}
+
 fn per_event(start: Instant) -> f64 {
     start.elapsed().as_nanos() as f64 / (REPEATS * EVENTS) as f64
 }
@@ -72,8 +78,19 @@ fn main() {
         ..Request::default()
     };
     let mut sink = 0usize;
-    for (name, aligned) in [("cut anywhere", false), ("word-aligned", true)] {
+    // Paced streams come one event per body chunk; an upstream writing faster than Envoy reads
+    // gives several events per chunk (`benches/streaming.py`'s unpaced run).
+    for (name, aligned, per_chunk) in [
+        ("cut anywhere", false, 1),
+        ("word-aligned", true, 1),
+        ("cut anywhere, 16 events per chunk", false, 16),
+    ] {
+        // `STREAM_COST_ONLY=<part of a case's name>`: that case alone (to count its instructions).
+        if std::env::var("STREAM_COST_ONLY").is_ok_and(|only| !name.contains(only.as_str())) {
+            continue;
+        }
         let events = chat_events(aligned);
+        let chunks = chunks_of(&events, per_chunk);
         let start = Instant::now();
         for _ in 0..REPEATS {
             let mut rw = Rewriter::new(
@@ -83,8 +100,8 @@ fn main() {
                 Hold::Rules,
                 1 << 20,
             );
-            for e in &events {
-                sink += rw.feed(e.as_bytes()).out.len();
+            for c in &chunks {
+                sink += rw.feed(c.as_bytes()).out.len();
             }
             sink += rw.finish().out.len();
         }
@@ -103,7 +120,7 @@ fn main() {
              {json:.0} ns/event ({:.1}x), {EVENTS} Chat events x {REPEATS}; {} of {EVENTS} events \
              went out as they came (checksum {sink})",
             rewriter / json,
-            unchanged(&version, &request, &events)
+            unchanged(&version, &request, &events, &chunks)
         );
     }
 }
@@ -114,6 +131,7 @@ fn unchanged(
     version: &Rc<livecheck::config::Version>,
     request: &Request,
     events: &[String],
+    chunks: &[String],
 ) -> usize {
     let mut rw = Rewriter::new(
         Api::ChatCompletions,
@@ -123,8 +141,8 @@ fn unchanged(
         1 << 20,
     );
     let mut out = Vec::new();
-    for e in events {
-        out.extend(rw.feed(e.as_bytes()).out);
+    for c in chunks {
+        out.extend(rw.feed(c.as_bytes()).out);
     }
     out.extend(rw.finish().out);
     let out = String::from_utf8_lossy(&out);

@@ -71,9 +71,8 @@ impl Decoder {
                 bytes = rest;
             }
         }
-        while let Some(end) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
+        while let Some(end) = memchr::memchr2(b'\n', b'\r', bytes) {
             let (head, tail) = bytes.split_at(end);
-            self.extend_line(head)?;
             let (cr, tail) = match tail.split_first() {
                 Some((&b, rest)) => (b == b'\r', rest),
                 None => (false, tail),
@@ -86,8 +85,20 @@ impl Decoder {
                     None => self.after_cr = true,
                 }
             }
-            let line = std::mem::take(&mut self.line);
-            self.line_done(&line, out)?;
+            if self.line.is_empty() {
+                // The whole line is in this chunk: read in place, not copied.
+                if head.len() > self.limit {
+                    return Err(SseError::TooLong);
+                }
+                self.line_done(head, out)?;
+            } else {
+                self.extend_line(head)?;
+                let mut line = std::mem::take(&mut self.line);
+                self.line_done(&line, out)?;
+                // Its allocation serves the next partial line.
+                line.clear();
+                self.line = line;
+            }
         }
         self.extend_line(bytes)
     }
@@ -152,10 +163,18 @@ impl Decoder {
 /// Appends one event: an `event:` line when named, one `data:` line per line of `data`, and the
 /// blank line that dispatches it.
 pub fn encode(out: &mut Vec<u8>, event: Option<&str>, data: &str) {
+    out.reserve(event.map_or(0, |e| e.len() + 8) + data.len() + 8);
     if let Some(event) = event {
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(event.as_bytes());
         out.push(b'\n');
+    }
+    // JSON data is one line (a newline in it is escaped): no search for line ends in it.
+    if !data.as_bytes().contains(&b'\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(data.as_bytes());
+        out.extend_from_slice(b"\n\n");
+        return;
     }
     for line in data.split('\n') {
         out.extend_from_slice(b"data: ");

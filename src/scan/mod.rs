@@ -59,6 +59,64 @@ pub enum Step {
     Unknown,
 }
 
+/// [`RuleSet::automaton`]: reads matches from given starts, a byte at a time.
+pub struct Automaton<'a> {
+    dfa: &'a DFA,
+    cache: std::cell::RefMut<'a, Cache>,
+    checks: &'a [usize],
+}
+
+impl Automaton<'_> {
+    /// Where a match beginning after `look_behind` (the byte before it; `None` at the start of the
+    /// text) starts, before any byte of it was read.
+    pub fn start(&mut self, look_behind: Option<u8>) -> Step {
+        let config = start::Config::new()
+            .anchored(Anchored::Yes)
+            .look_behind(look_behind);
+        let state = self.dfa.start_state(&mut self.cache, &config).ok();
+        self.step_of(state)
+    }
+
+    /// Reads one more byte of a match in progress.
+    pub fn step(&mut self, state: LazyStateID, byte: u8) -> Step {
+        let state = self.dfa.next_state(&mut self.cache, state, byte).ok();
+        self.step_of(state)
+    }
+
+    /// Reads the end of the text.
+    pub fn step_end(&mut self, state: LazyStateID) -> Step {
+        let state = self.dfa.next_eoi_state(&mut self.cache, state).ok();
+        self.step_of(state)
+    }
+
+    /// [`RuleSet::clears`], read from the borrowed cache.
+    pub fn clears(&self) -> usize {
+        self.cache.clear_count()
+    }
+
+    fn step_of(&self, state: Option<LazyStateID>) -> Step {
+        match state {
+            None => Step::Unknown,
+            Some(state) if state.is_dead() => Step::Dead,
+            Some(state) if state.is_quit() || state.is_unknown() => Step::Unknown,
+            Some(state) => {
+                let matched = state.is_match().then(|| {
+                    (0..self.dfa.match_len(&self.cache, state))
+                        .filter_map(|i| {
+                            let pattern = self.dfa.match_pattern(&self.cache, state, i);
+                            self.checks.get(pattern.as_usize()).copied()
+                        })
+                        .min()
+                });
+                Step::Live {
+                    state,
+                    matched: matched.flatten(),
+                }
+            }
+        }
+    }
+}
+
 /// Where the leftmost forbidden text starts, and which check found it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hit {
@@ -130,25 +188,16 @@ impl RuleSet {
         })
     }
 
-    /// Where a match beginning after `look_behind` (the byte before it; `None` at the start of the
-    /// text) starts, before any byte of it was read.
-    pub fn start(&self, look_behind: Option<u8>) -> Step {
-        self.with_dfa(|dfa, cache| {
-            let config = start::Config::new()
-                .anchored(Anchored::Yes)
-                .look_behind(look_behind);
-            dfa.start_state(cache, &config).ok()
+    /// The stage's stream automaton, its cache borrowed for one read of new text (one borrow, not
+    /// one per byte). `None` without one (a set built for searches only) or while another read
+    /// holds it: every start is then left to a search, slower, never wrong.
+    pub fn automaton(&self) -> Option<Automaton<'_>> {
+        let stream = self.stream.as_ref()?;
+        Some(Automaton {
+            dfa: &stream.dfa,
+            cache: stream.cache.try_borrow_mut().ok()?,
+            checks: &self.checks,
         })
-    }
-
-    /// Reads one more byte of a match in progress.
-    pub fn step(&self, state: LazyStateID, byte: u8) -> Step {
-        self.with_dfa(|dfa, cache| dfa.next_state(cache, state, byte).ok())
-    }
-
-    /// Reads the end of the text.
-    pub fn step_end(&self, state: LazyStateID) -> Step {
-        self.with_dfa(|dfa, cache| dfa.next_eoi_state(cache, state).ok())
     }
 
     /// How many times the states handed out so far were thrown away: a state from before a clear
@@ -158,36 +207,6 @@ impl RuleSet {
             .as_ref()
             .and_then(|s| s.cache.try_borrow().ok().map(|c| c.clear_count()))
             .unwrap_or(0)
-    }
-
-    fn with_dfa(&self, f: impl FnOnce(&DFA, &mut Cache) -> Option<LazyStateID>) -> Step {
-        // Without the automaton (a set built for searches only) every start is left to a search:
-        // slower, never wrong.
-        let Some(stream) = &self.stream else {
-            return Step::Unknown;
-        };
-        let Ok(mut cache) = stream.cache.try_borrow_mut() else {
-            return Step::Unknown;
-        };
-        match f(&stream.dfa, &mut cache) {
-            None => Step::Unknown,
-            Some(state) if state.is_dead() => Step::Dead,
-            Some(state) if state.is_quit() || state.is_unknown() => Step::Unknown,
-            Some(state) => {
-                let matched = state.is_match().then(|| {
-                    (0..stream.dfa.match_len(&cache, state))
-                        .filter_map(|i| {
-                            let pattern = stream.dfa.match_pattern(&cache, state, i);
-                            self.checks.get(pattern.as_usize()).copied()
-                        })
-                        .min()
-                });
-                Step::Live {
-                    state,
-                    matched: matched.flatten(),
-                }
-            }
-        }
     }
 
     /// The check whose match begins at byte `at` of `haystack`, decided by a search: `haystack`

@@ -271,9 +271,9 @@ impl Format for Anthropic {
     }
 }
 
-fn text(pointer: &str, kind: TextKind) -> TextIn {
+fn text(pointer: &'static str, kind: TextKind) -> TextIn {
     TextIn {
-        pointer: pointer.to_owned(),
+        pointer: pointer.into(),
         channel: 0,
         kind,
         text: None,

@@ -499,7 +499,7 @@ impl Format for Chat {
             let at = format!("/choices/{k}");
             if str_at(choice, "/delta/content").is_some_and(|t| !t.is_empty()) {
                 texts.push(TextIn {
-                    pointer: format!("{at}/delta/content"),
+                    pointer: format!("{at}/delta/content").into(),
                     channel,
                     kind: TextKind::Answer,
                     text: None,
@@ -513,7 +513,7 @@ impl Format for Chat {
                     parts.writes(&mut self.writing, index, call_key(index, n));
                     if str_at(call, "/function/arguments").is_some_and(|t| !t.is_empty()) {
                         texts.push(TextIn {
-                            pointer: format!("{at}/delta/tool_calls/{j}/function/arguments"),
+                            pointer: format!("{at}/delta/tool_calls/{j}/function/arguments").into(),
                             channel,
                             kind: TextKind::Tool {
                                 call: call_key(index, n),
@@ -530,7 +530,7 @@ impl Format for Chat {
             if str_at(choice, "/delta/function_call/arguments").is_some_and(|t| !t.is_empty()) {
                 asks = true;
                 texts.push(TextIn {
-                    pointer: format!("{at}/delta/function_call/arguments"),
+                    pointer: format!("{at}/delta/function_call/arguments").into(),
                     channel,
                     kind: TextKind::Tool {
                         call: call_key(index, 0xffff_ffff),

@@ -23,7 +23,14 @@ use std::collections::HashSet;
 
 use regex_automata::hybrid::LazyStateID;
 
-use crate::scan::{RuleSet, Step};
+use crate::scan::{Automaton, RuleSet, Step};
+
+/// The stage's automaton for one scan; `None` leaves every start to a search.
+type Dfa<'a> = Option<Automaton<'a>>;
+
+fn clears(dfa: &Dfa<'_>) -> usize {
+    dfa.as_ref().map_or(0, Automaton::clears)
+}
 
 #[derive(Debug, Default)]
 pub(crate) struct Holdback {
@@ -125,10 +132,13 @@ impl Holdback {
             self.read_pos = self.len;
             return None;
         }
-        self.read_new(rules);
+        // One borrow of the automaton's cache for all the new text.
+        let mut dfa = rules.automaton();
+        self.read_new(&mut dfa);
         if self.ended {
-            self.read_end(rules);
+            self.read_end(&mut dfa);
         }
+        drop(dfa);
         self.search_undecided(rules);
         let certain = self.found.filter(|f| match self.threads.first() {
             None => true,
@@ -148,13 +158,13 @@ impl Holdback {
 
     /// Every new folded character starts a thread (until a match was found: nothing after it
     /// matters), and every live thread reads every new byte of the folded text.
-    fn read_new(&mut self, rules: &RuleSet) {
+    fn read_new(&mut self, dfa: &mut Dfa<'_>) {
         let window = std::mem::take(&mut self.window);
         let mut at = self.read;
         for c in window.get(self.read..).unwrap_or_default().chars() {
             let mut sub = 0;
             crate::fold::fold_char(c, |f| {
-                self.read_folded(rules, f, at, sub);
+                self.read_folded(dfa, f, at, sub);
                 sub += f.len_utf8();
             });
             at += c.len_utf8();
@@ -165,12 +175,13 @@ impl Holdback {
     }
 
     /// One folded character `f`, byte `sub` of the folded form of the character at byte `at`.
-    fn read_folded(&mut self, rules: &RuleSet, f: char, at: usize, sub: usize) {
+    fn read_folded(&mut self, dfa: &mut Dfa<'_>, f: char, at: usize, sub: usize) {
         if self.found.is_none() {
             if self.threads.iter().all(|t| t.state.is_none()) {
-                self.clears = rules.clears();
+                self.clears = clears(dfa);
             }
-            let state = match rules.start(self.last) {
+            let start = dfa.as_mut().map_or(Step::Unknown, |a| a.start(self.last));
+            let state = match start {
                 Step::Dead => None,
                 Step::Live { state, .. } => Some(Some(state)),
                 Step::Unknown => Some(None),
@@ -184,11 +195,11 @@ impl Holdback {
                     state,
                 });
             }
-            self.forget_if_cleared(rules);
+            self.forget_if_cleared(dfa);
         }
         let mut bytes = [0; 4];
         for &b in f.encode_utf8(&mut bytes).as_bytes() {
-            self.step_all(rules, |rules, state| rules.step(state, b));
+            self.step_all(dfa, |a, state| a.step(state, b));
             self.last = Some(b);
         }
         self.folded += 1;
@@ -196,8 +207,8 @@ impl Holdback {
     }
 
     /// The end of the text: assertions at the end are decided, and no thread reads further.
-    fn read_end(&mut self, rules: &RuleSet) {
-        self.step_all(rules, |rules, state| rules.step_end(state));
+    fn read_end(&mut self, dfa: &mut Dfa<'_>) {
+        self.step_all(dfa, |a, state| a.step_end(state));
         // Every automaton thread has now said all it will; searches decide the rest.
         self.threads.retain(|t| t.state.is_none());
     }
@@ -205,15 +216,23 @@ impl Holdback {
     /// Moves every automaton thread on by `step`, recording matches and dropping dead threads.
     /// A state is never used after the automaton's cache was cleared (by any stream): from then
     /// on its thread is decided by a search.
-    fn step_all(&mut self, rules: &RuleSet, step: impl Fn(&RuleSet, LazyStateID) -> Step) {
+    fn step_all(
+        &mut self,
+        dfa: &mut Dfa<'_>,
+        step: impl Fn(&mut Automaton<'_>, LazyStateID) -> Step,
+    ) {
         let mut matched = Vec::new();
         let clears = self.clears;
         self.threads.retain_mut(|t| {
-            let Some(state) = t.state.filter(|_| rules.clears() == clears) else {
+            let Some(a) = dfa.as_mut() else {
                 t.state = None;
                 return true;
             };
-            match step(rules, state) {
+            let Some(state) = t.state.filter(|_| a.clears() == clears) else {
+                t.state = None;
+                return true;
+            };
+            match step(a, state) {
                 Step::Dead => false,
                 Step::Live { state, matched: m } => {
                     t.state = Some(state);
@@ -226,15 +245,16 @@ impl Holdback {
                 }
             }
         });
-        self.forget_if_cleared(rules);
+        self.forget_if_cleared(dfa);
         for (found, folded) in matched {
             self.record(found, folded);
         }
     }
 
-    fn forget_if_cleared(&mut self, rules: &RuleSet) {
-        if rules.clears() != self.clears {
-            self.clears = rules.clears();
+    fn forget_if_cleared(&mut self, dfa: &Dfa<'_>) {
+        let now = clears(dfa);
+        if now != self.clears {
+            self.clears = now;
             for t in &mut self.threads {
                 t.state = None;
             }

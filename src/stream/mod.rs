@@ -25,6 +25,7 @@ mod chat;
 mod holdback;
 mod responses;
 
+use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
@@ -182,6 +183,8 @@ pub struct Rewriter {
     awaiting: BTreeSet<u64>,
     /// How many upstream events were read (each piece's `seq`).
     seq: u64,
+    /// Scratch: the channels an event touched.
+    touched: Vec<usize>,
 }
 
 /// The answer's id an event carries: Anthropic `message_start`'s `message.id`, a Responses event's
@@ -245,6 +248,7 @@ impl Rewriter {
             abandoned: None,
             awaiting: BTreeSet::new(),
             seq: 0,
+            touched: Vec::new(),
         }
     }
 
@@ -260,6 +264,8 @@ impl Rewriter {
         if self.phase == Phase::Done || self.abandoned.is_some() {
             return step;
         }
+        // What goes out is about what came in: grown once, not per event.
+        step.out.reserve(chunk.len() + chunk.len() / 8);
         let mut events = Vec::new();
         let decoded = self.decoder.push(chunk, &mut events);
         self.events(events, &mut step);
@@ -391,16 +397,26 @@ impl Rewriter {
         step.out
     }
 
+    /// A chunk's events, read one by one (each scanned as it comes, so a cut or an early end
+    /// stops at the event it is in); what they confirmed is sent once, after the last of them.
+    /// An event whose text the next event of the same chunk confirms then goes whole, as it came,
+    /// instead of split at its end and joined to the next: the caller gets the same text at the
+    /// same moment (one callback), in fewer rewritten events.
     fn events(&mut self, events: Vec<sse::Event>, step: &mut Step) {
         for event in events {
             // A round ended early reads nothing more, not even the rest of this chunk: what the
             // caller gets must not depend on how the upstream was split.
             if self.phase == Phase::Done || self.abandoned.is_some() {
-                return;
+                break;
             }
             if self.event(event, step).is_err() {
+                // What the chunk's earlier events confirmed still goes before the stream ends.
+                self.release_queue(None, &mut step.out);
                 self.unreadable(step);
             }
+        }
+        if self.phase != Phase::Done && self.abandoned.is_none() {
+            self.release_queue(None, &mut step.out);
         }
     }
 
@@ -411,8 +427,10 @@ impl Rewriter {
         if self.answer_id.is_none() {
             self.answer_id = answer_id(ev.data());
         }
-        let mut fields = Vec::new();
-        let mut touched = Vec::new();
+        let mut fields = Vec::with_capacity(unit.texts.len());
+        // Kept between events: most events touch one channel, and allocate nothing for it.
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.clear();
         for mut text in unit.texts {
             let raw = match text.text.take() {
                 Some(read) => read,
@@ -436,6 +454,11 @@ impl Rewriter {
         for call in &unit.calls_done {
             self.open_calls.remove(call);
         }
+        // The last step that can fail: an event that cannot be read is never queued.
+        for &channel in &unit.ends {
+            self.channel(channel)?.holdback.end();
+            touched.push(channel);
+        }
         self.seq += 1;
         let piece = Piece {
             seq: self.seq,
@@ -457,18 +480,13 @@ impl Rewriter {
         if self.version.tools.any() {
             self.await_calls(&unit.calls_done, step);
         }
-        for channel in unit.ends {
-            self.channel(channel)?.holdback.end();
-            touched.push(channel);
-        }
         touched.sort_unstable();
         touched.dedup();
-        for channel in touched {
-            if self.scan(channel, step) {
-                return Ok(());
-            }
+        let cut = touched.iter().any(|&channel| self.scan(channel, step));
+        self.touched = touched;
+        if cut {
+            return Ok(());
         }
-        self.release_queue(None, &mut step.out);
         if unit.terminal {
             self.round_end(step);
         }
@@ -884,8 +902,8 @@ pub(crate) enum Lane {
 /// A checked text field of an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TextIn {
-    /// JSON pointer to the string field.
-    pub pointer: String,
+    /// JSON pointer to the string field (a constant for most fields: nothing allocated per event).
+    pub pointer: Cow<'static, str>,
     pub channel: usize,
     pub kind: TextKind,
     /// The field's string, when the reader read it without building the event's tree.
@@ -1019,7 +1037,7 @@ impl Piece {
 
 #[derive(Debug)]
 struct Field {
-    pointer: String,
+    pointer: Cow<'static, str>,
     channel: usize,
     /// What is left to send of the field's string.
     raw: String,

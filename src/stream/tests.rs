@@ -398,7 +398,13 @@ fn chat_choices_are_separate_texts() {
     assert_eq!(cut.map(|c| c.check), Some(IBAN));
     for i in 0..=stream.len() {
         let (a, b) = stream.split_at(i);
-        assert!(run(Api::ChatCompletions, &version, Hold::Rules, &[a, b]).0 == whole);
+        let (out, split_cut) = run(Api::ChatCompletions, &version, Hold::Rules, &[a, b]);
+        let split = read(Api::ChatCompletions, &out);
+        assert_eq!(
+            (split.channel(0), split.channel(1)),
+            ("First: NL91", "Second: ")
+        );
+        assert_eq!(split_cut.map(|c| c.check), Some(IBAN));
     }
 }
 
@@ -938,6 +944,11 @@ fn chat_after_first(chunks: &[&str]) -> String {
     String::from_utf8(stream).unwrap() + "data: [DONE]\n\n"
 }
 
+/// A stream's bytes, one chunk per event (as a paced upstream sends them).
+fn per_event(stream: &str) -> Vec<&[u8]> {
+    stream.split_inclusive("\n\n").map(str::as_bytes).collect()
+}
+
 /// [`run`] for one Chat stream in rules mode, fed whole.
 fn run_chat(version: &Rc<Version>, stream: &[u8]) -> (Vec<u8>, Option<Cut>) {
     run(Api::ChatCompletions, version, Hold::Rules, &[stream])
@@ -981,8 +992,16 @@ fn a_held_rest_is_written_into_the_chunks_own_json_on_both_sides() {
         r#"{ "choices" : [ { "finish_reason":null, "delta": {"content": "9 caf\u00e9"}, "index":0 } ], "model":"gpt-4.1-mini" ,"created":1700000000,"object":"chat.completion.chunk","id":"chatcmpl-5"}"#,
     ];
     let stream = chat_after_first(&odd);
-    for chunking in [stream.len(), 7] {
-        let chunks: Vec<&[u8]> = stream.as_bytes().chunks(chunking).collect();
+    // Fed whole, the second chunk confirms the first's text before anything is sent: both go as
+    // they came.
+    let (out, cut) = run_chat(&version, stream.as_bytes());
+    assert_eq!(cut, None);
+    let sent = events(&out);
+    assert_eq!(
+        (sent[1].data.as_str(), sent[2].data.as_str()),
+        (odd[0], odd[1])
+    );
+    for chunks in [per_event(&stream), stream.as_bytes().chunks(7).collect()] {
         let (out, cut) = run(Api::ChatCompletions, &version, Hold::Rules, &chunks);
         assert_eq!(cut, None);
         let sent = events(&out);
@@ -1025,7 +1044,13 @@ fn a_held_rest_joins_only_a_chunk_of_the_same_id_and_text_alone() {
             false,
         ),
     ] {
-        let (out, cut) = run_chat(&version, chat_after_first(&[&held, &next]).as_bytes());
+        let stream = chat_after_first(&[&held, &next]);
+        let (out, cut) = run(
+            Api::ChatCompletions,
+            &version,
+            Hold::Rules,
+            &per_event(&stream),
+        );
         assert_eq!(cut, None);
         let sent = events(&out);
         assert_eq!(sent.len(), if joined { 4 } else { 5 }, "{next}");
