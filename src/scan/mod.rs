@@ -69,6 +69,7 @@ pub struct Automaton<'a> {
 impl Automaton<'_> {
     /// Where a match beginning after `look_behind` (the byte before it; `None` at the start of the
     /// text) starts, before any byte of it was read.
+    #[inline]
     pub fn start(&mut self, look_behind: Option<u8>) -> Step {
         let config = start::Config::new()
             .anchored(Anchored::Yes)
@@ -78,24 +79,33 @@ impl Automaton<'_> {
     }
 
     /// Reads one more byte of a match in progress.
+    #[inline]
     pub fn step(&mut self, state: LazyStateID, byte: u8) -> Step {
         let state = self.dfa.next_state(&mut self.cache, state, byte).ok();
         self.step_of(state)
     }
 
     /// Reads the end of the text.
+    #[inline]
     pub fn step_end(&mut self, state: LazyStateID) -> Step {
         let state = self.dfa.next_eoi_state(&mut self.cache, state).ok();
         self.step_of(state)
     }
 
     /// [`RuleSet::clears`], read from the borrowed cache.
+    #[inline]
     pub fn clears(&self) -> usize {
         self.cache.clear_count()
     }
 
+    #[inline]
     fn step_of(&self, state: Option<LazyStateID>) -> Step {
         match state {
+            // Most states: no tag (not dead, quit, unknown or matching, and not a start).
+            Some(state) if !state.is_tagged() => Step::Live {
+                state,
+                matched: None,
+            },
             None => Step::Unknown,
             Some(state) if state.is_dead() => Step::Dead,
             Some(state) if state.is_quit() || state.is_unknown() => Step::Unknown,
