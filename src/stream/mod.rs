@@ -617,24 +617,19 @@ impl Rewriter {
                 }
                 cleared.extend(piece.calls.iter().copied());
             }
-            let bounds: Vec<usize> = piece
-                .fields
-                .iter()
-                .map(|f| self.bound(f.channel, cut_at))
-                .collect();
             let whole = finishing
                 || piece
                     .fields
                     .iter()
-                    .zip(&bounds)
-                    .all(|(f, &bound)| f.needs() <= bound);
+                    .all(|f| f.needs() <= self.bound(f.channel, cut_at));
             if whole {
                 self.write_whole(piece, out);
                 continue;
             }
             let mut now = piece.ev.clone();
             let mut any = false;
-            for (field, &bound) in piece.fields.iter_mut().zip(&bounds) {
+            for field in &mut piece.fields {
+                let bound = self.bound(field.channel, cut_at);
                 let part = field.split_at(bound);
                 any |= !part.is_empty();
                 set_text(&mut now, &field.pointer, part);
