@@ -93,11 +93,8 @@ impl Decoder {
                 self.line_done(head, out)?;
             } else {
                 self.extend_line(head)?;
-                let mut line = std::mem::take(&mut self.line);
+                let line = std::mem::take(&mut self.line);
                 self.line_done(&line, out)?;
-                // Its allocation serves the next partial line.
-                line.clear();
-                self.line = line;
             }
         }
         self.extend_line(bytes)

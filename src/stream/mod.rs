@@ -157,6 +157,9 @@ pub fn answer_of(
         .map(|r| r.answer_text)
 }
 
+/// Room for this many queued pieces is kept between body chunks.
+const QUEUE_KEPT: usize = 8;
+
 /// Rewrites one streamed answer.
 pub struct Rewriter {
     format: Box<dyn Format>,
@@ -413,10 +416,22 @@ impl Rewriter {
                 // What the chunk's earlier events confirmed still goes before the stream ends.
                 self.release_queue(None, &mut step.out);
                 self.unreadable(step);
+            } else if self.queue.len() >= QUEUE_KEPT
+                && self.phase != Phase::Done
+                && self.abandoned.is_none()
+            {
+                // A chunk of many events is released every few of them: what it holds at once
+                // stays a few pieces, however large the chunk.
+                self.release_queue(None, &mut step.out);
             }
         }
         if self.phase != Phase::Done && self.abandoned.is_none() {
             self.release_queue(None, &mut step.out);
+        }
+        // A chunk of many events grew the queue; a stream keeps only a few pieces' room between
+        // chunks (memory per stream stays flat however the upstream was split).
+        if self.queue.capacity() > QUEUE_KEPT {
+            self.queue.shrink_to(QUEUE_KEPT.max(self.queue.len()));
         }
     }
 

@@ -1090,3 +1090,33 @@ fn a_chat_chunk_with_a_key_twice_is_read_and_written_as_a_tree() {
     assert_eq!(tree["id"], "chatcmpl-6");
     assert_eq!(tree["choices"][0]["delta"]["content"], "b");
 }
+
+#[test]
+fn a_chunk_of_many_events_leaves_no_room_behind_in_the_stream() {
+    let version = version(POLICY);
+    let chunk = |text: &str| {
+        format!(
+            r#"{{"id":"chatcmpl-5","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":null}}]}}"#
+        )
+    };
+    let many: Vec<String> = (0..500).map(|i| chunk(&format!("word{i} "))).collect();
+    let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+    let stream = chat_after_first(&refs);
+    let body = &stream.as_bytes()[..stream.len() - "data: [DONE]\n\n".len()];
+    let mut rw = Rewriter::new(
+        Api::ChatCompletions,
+        Rc::clone(&version),
+        &request(true),
+        Hold::Rules,
+        1 << 20,
+    );
+    let step = rw.feed(body);
+    assert_eq!(step.cut, None);
+    assert_eq!(
+        events(&step.out).len(),
+        501,
+        "every event went in the same callback"
+    );
+    // What a stream keeps between chunks does not grow with the chunk.
+    assert!(rw.queue.capacity() <= QUEUE_KEPT, "{}", rw.queue.capacity());
+}
