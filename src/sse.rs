@@ -87,9 +87,7 @@ impl Decoder {
             }
             if self.line.is_empty() {
                 // The whole line is in this chunk: read in place, not copied.
-                if head.len() > self.limit {
-                    return Err(SseError::TooLong);
-                }
+                self.fits(head)?;
                 self.line_done(head, out)?;
             } else {
                 self.extend_line(head)?;
@@ -109,10 +107,16 @@ impl Decoder {
         self.line_done(b"", out)
     }
 
-    fn extend_line(&mut self, bytes: &[u8]) -> Result<(), SseError> {
+    /// Whether the line so far and `bytes` stay within the limit.
+    fn fits(&self, bytes: &[u8]) -> Result<(), SseError> {
         if self.line.len().saturating_add(bytes.len()) > self.limit {
             return Err(SseError::TooLong);
         }
+        Ok(())
+    }
+
+    fn extend_line(&mut self, bytes: &[u8]) -> Result<(), SseError> {
+        self.fits(bytes)?;
         self.line.extend_from_slice(bytes);
         Ok(())
     }

@@ -92,7 +92,8 @@ impl Automaton<'_> {
         self.step_of(state)
     }
 
-    /// [`RuleSet::clears`], read from the borrowed cache.
+    /// How many times the states handed out so far were thrown away: a state from before a clear
+    /// means nothing after it (the cache is bounded; a clear is rare).
     #[inline]
     pub fn clears(&self) -> usize {
         self.cache.clear_count()
@@ -208,15 +209,6 @@ impl RuleSet {
             cache: stream.cache.try_borrow_mut().ok()?,
             checks: &self.checks,
         })
-    }
-
-    /// How many times the states handed out so far were thrown away: a state from before a clear
-    /// means nothing after it (the cache is bounded; a clear is rare).
-    pub fn clears(&self) -> usize {
-        self.stream
-            .as_ref()
-            .and_then(|s| s.cache.try_borrow().ok().map(|c| c.clear_count()))
-            .unwrap_or(0)
     }
 
     /// The check whose match begins at byte `at` of `haystack`, decided by a search: `haystack`

@@ -224,14 +224,14 @@ impl Holdback {
         let mut matched = Vec::new();
         let clears = self.clears;
         self.threads.retain_mut(|t| {
-            let Some(a) = dfa.as_mut() else {
+            let (Some(a), Some(state)) = (dfa.as_mut(), t.state) else {
                 t.state = None;
                 return true;
             };
-            let Some(state) = t.state.filter(|_| a.clears() == clears) else {
+            if a.clears() != clears {
                 t.state = None;
                 return true;
-            };
+            }
             match step(a, state) {
                 Step::Dead => false,
                 Step::Live { state, matched: m } => {

@@ -401,38 +401,39 @@ impl Rewriter {
     }
 
     /// A chunk's events, read one by one (each scanned as it comes, so a cut or an early end
-    /// stops at the event it is in); what they confirmed is sent once, after the last of them.
-    /// An event whose text the next event of the same chunk confirms then goes whole, as it came,
-    /// instead of split at its end and joined to the next: the caller gets the same text at the
-    /// same moment (one callback), in fewer rewritten events.
+    /// stops at the event it is in); what they confirmed is sent every [`QUEUE_KEPT`] queued
+    /// pieces and after the last of them. An event whose text a later event of the same chunk
+    /// confirms then goes whole, as it came, instead of split at its end and joined to the next:
+    /// the caller reads the same text at the same moment (one callback), in fewer rewritten events.
     fn events(&mut self, events: Vec<sse::Event>, step: &mut Step) {
         for event in events {
             // A round ended early reads nothing more, not even the rest of this chunk: what the
-            // caller gets must not depend on how the upstream was split.
-            if self.phase == Phase::Done || self.abandoned.is_some() {
+            // caller reads must not depend on how the upstream was split.
+            if !self.reading() {
                 break;
             }
             if self.event(event, step).is_err() {
                 // What the chunk's earlier events confirmed still goes before the stream ends.
                 self.release_queue(None, &mut step.out);
                 self.unreadable(step);
-            } else if self.queue.len() >= QUEUE_KEPT
-                && self.phase != Phase::Done
-                && self.abandoned.is_none()
-            {
-                // A chunk of many events is released every few of them: what it holds at once
-                // stays a few pieces, however large the chunk.
+            } else if self.queue.len() >= QUEUE_KEPT && self.reading() {
+                // What a chunk of many events holds at once stays a few pieces.
                 self.release_queue(None, &mut step.out);
             }
         }
-        if self.phase != Phase::Done && self.abandoned.is_none() {
+        if self.reading() {
             self.release_queue(None, &mut step.out);
         }
-        // A chunk of many events grew the queue; a stream keeps only a few pieces' room between
-        // chunks (memory per stream stays flat however the upstream was split).
+        // Pieces that waited (a tool call's checks) grew the queue: a stream keeps only a few
+        // pieces' room between chunks.
         if self.queue.capacity() > QUEUE_KEPT {
             self.queue.shrink_to(QUEUE_KEPT.max(self.queue.len()));
         }
+    }
+
+    /// The stream still reads upstream events: not ended, and no round ended early.
+    fn reading(&self) -> bool {
+        self.phase != Phase::Done && self.abandoned.is_none()
     }
 
     fn event(&mut self, event: sse::Event, step: &mut Step) -> Result<(), Unreadable> {
