@@ -26,6 +26,7 @@ on_both!(
     the_api_needs_the_token_and_answers_json_errors,
     a_bad_report_is_refused_400_naming_the_field,
     a_batch_stores_each_valid_report_once_and_skips_a_bad_one,
+    a_batch_larger_than_one_statement_stores_every_result_once_in_order,
     a_closed_store_answers_503,
     the_summary_counts_each_check_since_a_time,
     erasure_removes_every_turn_of_a_person,
@@ -313,6 +314,62 @@ async fn a_batch_stores_each_valid_report_once_and_skips_a_bad_one(db: Db) {
     assert_eq!(
         status, 503,
         "a store that fails fails the batch, sent again"
+    );
+    sidecar.stop().await;
+}
+
+/// The store writes a batch in multi-row statements of 256 rows: more turns and results than
+/// that, and a turn two reports of the batch name, are stored as if sent one after the other.
+async fn a_batch_larger_than_one_statement_stores_every_result_once_in_order(db: Db) {
+    let sidecar = Sidecar::start(&db, &api_only()).await;
+    let ids: Vec<String> = (0..270).map(|_| turn_id()).collect();
+    let mut reports: Vec<Value> = ids
+        .iter()
+        .map(|id| {
+            serde_json::to_value(report(
+                id,
+                "orders",
+                vec![result("x", Passed, 1), result("y", Failed, 1)],
+            ))
+            .unwrap()
+        })
+        .collect();
+    // The first turn again, later in the batch: its response id comes now, one result repeats.
+    let mut again = report(
+        &ids[0],
+        "orders",
+        vec![result("y", Failed, 1), result("x", Passed, 2)],
+    );
+    again.response_id = Some("resp_twice".into());
+    reports.push(serde_json::to_value(again).unwrap());
+    let batch = json!({"reports": reports}).to_string();
+    assert_eq!(
+        sidecar.post_with("/v1/results/batch", &batch, &[]).await,
+        (200, json!({"stored": 541, "skipped": 0}))
+    );
+    let items = sidecar.all_checks("resp_twice").await;
+    let order: Vec<(String, u64)> = items
+        .iter()
+        .map(|i| {
+            (
+                i["name"].as_str().unwrap().to_owned(),
+                i["attempt"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [("x".into(), 1), ("y".into(), 1), ("x".into(), 2)],
+        "in the order decided"
+    );
+    assert_eq!(items[0]["response_id"], "resp_twice");
+    for id in [&ids[1], &ids[200], &ids[269]] {
+        assert_eq!(sidecar.all_checks(id).await.len(), 2, "{id}");
+    }
+    assert_eq!(
+        sidecar.post_with("/v1/results/batch", &batch, &[]).await,
+        (200, json!({"stored": 0, "skipped": 0})),
+        "sent again: nothing stored twice"
     );
     sidecar.stop().await;
 }
