@@ -545,9 +545,16 @@ def memory_run(double: UpstreamDouble, workdir: pathlib.Path, variant: str, toke
         received = 0
         statuses: dict = {}
         seen: set = set()
-        # Every client must have had (at least) the answer's text, less what livecheck holds back.
-        want = tokens * 4 - 200
-        got_bytes: dict = {}
+        # Every client must have had every text event, less those the output rules' longest match
+        # spans (and one) that livecheck may still hold back (the stream is held mid-answer). Events
+        # are counted by their `"content":"` key, with the end of each read kept for the next (a key
+        # split between two reads counts once it is whole). It counted bytes (framing included)
+        # against the text's characters before, so a client with a fifth of its bytes passed.
+        marker = b'"content":"'
+        longest = max(c.get("max_match", len(c.get("expected", ""))) for c in checks("output"))
+        want = tokens // (MEMORY_EVENT_CHARS // 4) - (-(-longest // MEMORY_EVENT_CHARS) + 1)
+        got_events: dict = {}
+        tails: dict = {}
         for _ in range(streams):
             s = socket.create_connection(("127.0.0.1", envoy.port), timeout=30)
             s.sendall(request(tokens, 1, memory_pace_us(tokens)))
@@ -571,8 +578,10 @@ def memory_run(double: UpstreamDouble, workdir: pathlib.Path, variant: str, toke
                     seen.add(key.fd)
                     statuses[data[9:12].decode()] = statuses.get(data[9:12].decode(), 0) + 1
                 received += len(data)
-                got_bytes[key.fd] = got_bytes.get(key.fd, 0) + len(data)
-                if got_bytes[key.fd] >= want:
+                window = tails.get(key.fd, b"") + data
+                got_events[key.fd] = got_events.get(key.fd, 0) + window.count(marker)
+                tails[key.fd] = window[-(len(marker) - 1):]
+                if got_events[key.fd] >= want:
                     short.discard(key.fd)
                 last_data = time.monotonic()
             if time.monotonic() >= next_stats:
