@@ -380,15 +380,15 @@ impl Store {
         let mut out = StoredBackground::default();
         let mut room = Room::new(self.queues);
         if touched == 1 {
-            let turn = turn_in(&mut tx, turn_id)
+            let StoredTurn {
+                turn,
+                version,
+                mut next_seq,
+            } = stored_turns(&mut tx, [turn_id])
                 .await?
+                .remove(turn_id)
                 .ok_or(StoreError::RowNotFound)?;
-            let version: String =
-                sqlx::query_scalar("SELECT version FROM turns WHERE turn_id = $1")
-                    .bind(turn_id)
-                    .fetch_one(&mut *tx)
-                    .await?;
-            if insert_result(&mut tx, &turn, &version, result, &mut None).await? {
+            if insert_result(&mut tx, &turn, &version, result, &mut next_seq).await? {
                 out.stored = true;
                 out.events =
                     queue_event(&mut tx, &turn, result, webhooks, now_ms, &mut room).await?;
@@ -734,7 +734,7 @@ async fn ingest_in(
     room: &mut Room,
 ) -> Result<Vec<Ingested>, StoreError> {
     upsert_turns(tx, reports, now_ms).await?;
-    let turns = stored_turns(tx, reports).await?;
+    let turns = stored_turns(tx, reports.iter().map(|r| r.turn_id.as_str())).await?;
     let stored_turn = |id: &str| turns.get(id).ok_or(StoreError::RowNotFound);
     // Each turn's next result number, counted on in report order.
     let mut next: HashMap<&str, i64> = turns
@@ -780,14 +780,13 @@ async fn ingest_in(
                 }
             }
         }
-        let mut seq = next.get(report.turn_id.as_str()).copied();
+        let seq = next
+            .get_mut(report.turn_id.as_str())
+            .ok_or(StoreError::RowNotFound)?;
         background_in(
-            tx, report, turn, version, &mut seq, webhooks, now_ms, room, &mut out,
+            tx, report, turn, version, seq, webhooks, now_ms, room, &mut out,
         )
         .await?;
-        if let (Some(seq), Some(kept)) = (seq, next.get_mut(report.turn_id.as_str())) {
-            *kept = seq;
-        }
         out.dropped_events = room.dropped_events - dropped_before;
         all.push(out);
     }
@@ -802,7 +801,7 @@ async fn background_in(
     report: &TurnReport,
     turn: &Turn,
     version: &str,
-    seq: &mut Option<i64>,
+    seq: &mut i64,
     webhooks: &[String],
     now_ms: i64,
     room: &mut Room,
@@ -900,16 +899,6 @@ async fn pending_exists(
     Ok(n > 0)
 }
 
-async fn turn_in(tx: &mut Transaction<'_, Any>, turn_id: &str) -> Result<Option<Turn>, StoreError> {
-    let row = sqlx::query(&format!(
-        "SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = $1"
-    ))
-    .bind(turn_id)
-    .fetch_optional(&mut **tx)
-    .await?;
-    row.as_ref().map(turn_from).transpose()
-}
-
 async fn result_exists(
     tx: &mut Transaction<'_, Any>,
     turn_id: &str,
@@ -967,12 +956,19 @@ async fn upsert_turns(
     now_ms: i64,
 ) -> Result<(), StoreError> {
     let mut turns: Vec<(&TurnReport, Option<&String>)> = Vec::new();
+    let mut at: HashMap<&str, usize> = HashMap::new();
     for report in reports {
-        match turns.iter_mut().find(|(t, _)| t.turn_id == report.turn_id) {
+        match at
+            .get(report.turn_id.as_str())
+            .and_then(|&i| turns.get_mut(i))
+        {
             Some((_, response_id)) => {
                 *response_id = response_id.or(report.response_id.as_ref());
             }
-            None => turns.push((report, report.response_id.as_ref())),
+            None => {
+                at.insert(&report.turn_id, turns.len());
+                turns.push((report, report.response_id.as_ref()));
+            }
         }
     }
     for chunk in turns.chunks(ROWS_PER_STATEMENT) {
@@ -999,12 +995,13 @@ async fn upsert_turns(
     Ok(())
 }
 
-/// The reports' turns as stored, each with its version and its next result number.
-async fn stored_turns(
+/// Turns as stored, each with its version and its next result number (a turn not stored is
+/// absent).
+async fn stored_turns<'a>(
     tx: &mut Transaction<'_, Any>,
-    reports: &[&TurnReport],
+    turn_ids: impl IntoIterator<Item = &'a str>,
 ) -> Result<HashMap<String, StoredTurn>, StoreError> {
-    let ids: BTreeSet<&str> = reports.iter().map(|r| r.turn_id.as_str()).collect();
+    let ids: BTreeSet<&str> = turn_ids.into_iter().collect();
     let ids: Vec<&str> = ids.into_iter().collect();
     let mut turns = HashMap::with_capacity(ids.len());
     for chunk in ids.chunks(ROWS_PER_STATEMENT) {
@@ -1050,31 +1047,21 @@ struct ResultRow<'a> {
 }
 
 /// Stores a result unless the same (turn, check, attempt, call) is stored already; `true` when
-/// stored. `next_seq` is the turn's next result number within this transaction: read from the
-/// table when `None`, then counted here.
+/// stored. `seq` is the turn's next result number within this transaction, counted on here.
 async fn insert_result(
     tx: &mut Transaction<'_, Any>,
     turn: &Turn,
     version: &str,
     result: &CheckResult,
-    next_seq: &mut Option<i64>,
+    seq: &mut i64,
 ) -> Result<bool, StoreError> {
-    let seq: i64 = match *next_seq {
-        Some(seq) => seq,
-        None => {
-            sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM results WHERE turn_id = $1")
-                .bind(&turn.turn_id)
-                .fetch_one(&mut **tx)
-                .await?
-        }
-    };
     let row = ResultRow {
         turn,
         version,
         result,
-        seq,
+        seq: *seq,
     };
-    *next_seq = Some(seq + 1);
+    *seq += 1;
     Ok(insert_results(tx, std::slice::from_ref(&row))
         .await?
         .first()
