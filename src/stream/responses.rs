@@ -4,10 +4,12 @@
 //! One channel (0): output text deltas and tool-call inputs (`function_call_arguments`,
 //! `mcp_call_arguments` as JSON; `custom_tool_call_input` and `code_interpreter_call_code` as
 //! text), in stream order. Every written event is renumbered: `sequence_number` counts what the
-//! caller receives, and `output_index` follows the order items are written. A cut closes the open
-//! items with what the caller saw of them (`status: "incomplete"`), then `response.incomplete` with
-//! `incomplete_details.reason: "content_filter"` and the response so far. To write that output,
-//! the text the caller was sent is kept: memory here grows with the answer, not the hold-back.
+//! caller receives, and `output_index` follows the order items are written. A cut writes the
+//! blocked reply as a message item of its own, then `response.incomplete` with
+//! `incomplete_details.reason: "content_filter"` and that reply as its output. What the caller
+//! was sent before the cut is not restated: items still open stay without their `.done` events (a
+//! partial tool call is never handed over as done), and the output does not repeat their text, so
+//! nothing here grows with the answer (restating it meant keeping every character sent).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,20 +30,9 @@ pub(super) struct Responses {
     created: bool,
     next_index: u64,
     indexes: BTreeMap<u64, u64>,
-    /// What the caller was sent of each item, by the index it sees.
-    items: BTreeMap<u64, Item>,
     /// Upstream output indexes of the items that are tool calls.
     calls: BTreeSet<u64>,
     ended: bool,
-}
-
-#[derive(Default)]
-struct Item {
-    item: Value,
-    done: bool,
-    texts: BTreeMap<u64, String>,
-    open_parts: BTreeSet<u64>,
-    arguments: String,
 }
 
 impl Responses {
@@ -55,7 +46,6 @@ impl Responses {
             created: false,
             next_index: 0,
             indexes: BTreeMap::new(),
-            items: BTreeMap::new(),
             calls: BTreeSet::new(),
             ended: false,
         }
@@ -88,48 +78,6 @@ impl Responses {
                 "usage": null,
             })
         })
-    }
-
-    /// Closes an item the caller saw open, with what it saw of it.
-    fn close_item(&mut self, index: u64, out: &mut Vec<u8>) {
-        let Some(item) = self.items.get(&index) else {
-            return;
-        };
-        let mut final_item = item.item.clone();
-        let item_id = str_at(&final_item, "/id").unwrap_or_default().to_owned();
-        let mut events = Vec::new();
-        match str_at(&final_item, "/type") {
-            Some("message") => {
-                let mut parts = Vec::new();
-                for (&part, text) in &item.texts {
-                    let part_json = json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
-                    if item.open_parts.contains(&part) {
-                        events.push(json!({"type": "response.output_text.done", "item_id": item_id,
-                            "output_index": index, "content_index": part, "text": text, "logprobs": []}));
-                        events.push(
-                            json!({"type": "response.content_part.done", "item_id": item_id,
-                            "output_index": index, "content_index": part, "part": part_json}),
-                        );
-                    }
-                    parts.push(part_json);
-                }
-                set(&mut final_item, "content", Value::Array(parts));
-            }
-            Some("function_call") => {
-                events.push(json!({"type": "response.function_call_arguments.done",
-                    "item_id": item_id, "output_index": index, "arguments": item.arguments}));
-                set(&mut final_item, "arguments", json!(item.arguments));
-            }
-            _ => {}
-        }
-        set(&mut final_item, "status", json!("incomplete"));
-        events.push(
-            json!({"type": "response.output_item.done", "output_index": index,
-                           "item": final_item}),
-        );
-        for event in events {
-            self.emit(event, out);
-        }
     }
 }
 
@@ -248,14 +196,6 @@ impl Format for Responses {
                 let index = self.next_index;
                 self.next_index += 1;
                 self.indexes.insert(upstream, index);
-                let item = ev.data().get("item").cloned().unwrap_or(Value::Null);
-                self.items.insert(
-                    index,
-                    Item {
-                        item,
-                        ..Item::default()
-                    },
-                );
                 Some(index)
             }
             (_, Some(upstream)) => self.indexes.get(&upstream).copied(),
@@ -264,28 +204,6 @@ impl Format for Responses {
         if let Some(index) = index {
             if let Some(data) = ev.data_mut() {
                 set(data, "output_index", json!(index));
-            }
-        }
-        let part = u64_at(ev.data(), "/content_index").unwrap_or(0);
-        let delta = str_at(ev.data(), "/delta").unwrap_or_default().to_owned();
-        if let Some(item) = index.and_then(|i| self.items.get_mut(&i)) {
-            match kind.as_str() {
-                "response.content_part.added" => {
-                    item.open_parts.insert(part);
-                    item.texts.entry(part).or_default();
-                }
-                "response.output_text.delta" => {
-                    item.texts.entry(part).or_default().push_str(&delta)
-                }
-                "response.function_call_arguments.delta" => item.arguments.push_str(&delta),
-                "response.content_part.done" => {
-                    item.open_parts.remove(&part);
-                }
-                "response.output_item.done" => {
-                    item.done = true;
-                    item.item = ev.data().get("item").cloned().unwrap_or(Value::Null);
-                }
-                _ => {}
             }
         }
         match kind.as_str() {
@@ -338,15 +256,7 @@ impl Format for Responses {
                 out,
             );
         }
-        let open: Vec<u64> = self
-            .items
-            .iter()
-            .filter(|(_, item)| !item.done)
-            .map(|(&i, _)| i)
-            .collect();
-        for index in open {
-            self.close_item(index, out);
-        }
+        let mut output = Vec::new();
         if let Some(reply) = reply {
             let index = self.next_index;
             let id = format!(
@@ -382,19 +292,11 @@ impl Format for Responses {
                        "item": item("incomplete", json!([part(reply)]))}),
             ];
             self.next_index += 1;
-            self.items.insert(
-                index,
-                Item {
-                    item: item("incomplete", json!([part(reply)])),
-                    done: true,
-                    ..Item::default()
-                },
-            );
+            output.push(item("incomplete", json!([part(reply)])));
             for event in events {
                 self.emit_numbered(event, out);
             }
         }
-        let output: Vec<Value> = self.items.values().map(|i| i.item.clone()).collect();
         let mut response = base;
         set(&mut response, "status", json!("incomplete"));
         set(

@@ -12,7 +12,9 @@
 //!   events per write (default 1) with `x-bench-pace-us` between writes (default 0). With
 //!   `x-bench-hold: 1` the closing events wait until the client goes away (at most 300 s), so a
 //!   benchmark can hold many answers open mid-stream. A body containing `leak-the-codename` gets a
-//!   stream whose text says `project-bluebird` halfway (the soak's cut streams).
+//!   stream whose text says `project-bluebird` halfway (the soak's cut streams). With
+//!   `x-bench-shape: responses` the same text streams as OpenAI Responses events
+//!   (`response.output_text.delta`, one message item) instead.
 //! - A POST with `x-bench-tool-call: NAME` (and `x-bench-tool-arguments: JSON`, default `{}`): a
 //!   non-streamed `chat.completion` whose message calls that one function with those arguments
 //!   (`finish_reason: "tool_calls"`), for the tool-call checks bench (`benches/tool_checks.py`).
@@ -205,6 +207,75 @@ mod native {
         )
     }
 
+    /// An OpenAI Responses stream of one message item whose text deltas are `pieces`: the events up
+    /// to the last delta, and the closing events (which carry `text` whole, as the vendor's do).
+    fn responses_events(pieces: impl Iterator<Item = String>, text: &str) -> (Vec<String>, String) {
+        let mut sequence = 0u64;
+        let mut event = |kind: &str, fields: &str| {
+            let e = format!(
+                "event: {kind}\ndata: {{\"type\":\"{kind}\",\"sequence_number\":{sequence},{fields}}}\n\n"
+            );
+            sequence += 1;
+            e
+        };
+        let response = |status: &str, output: &str| {
+            format!(
+                "\"response\":{{\"id\":\"resp_bench\",\"object\":\"response\",\"created_at\":1700000000,\
+                 \"status\":\"{status}\",\"error\":null,\"incomplete_details\":null,\
+                 \"model\":\"gpt-4.1-mini\",\"output\":[{output}],\"usage\":null}}"
+            )
+        };
+        let at = r#""item_id":"msg_bench","output_index":0,"content_index":0"#;
+        let item = |status: &str, content: &str| {
+            format!(
+                "{{\"id\":\"msg_bench\",\"type\":\"message\",\"status\":\"{status}\",\
+                 \"role\":\"assistant\",\"content\":[{content}]}}"
+            )
+        };
+        let part = |text: &str| {
+            format!(
+                "{{\"type\":\"output_text\",\"text\":{},\"annotations\":[],\"logprobs\":[]}}",
+                json_string(text)
+            )
+        };
+        let mut events = vec![
+            event("response.created", &response("in_progress", "")),
+            event("response.in_progress", &response("in_progress", "")),
+            event(
+                "response.output_item.added",
+                &format!("\"output_index\":0,\"item\":{}", item("in_progress", "")),
+            ),
+            event(
+                "response.content_part.added",
+                &format!("{at},\"part\":{}", part("")),
+            ),
+        ];
+        for piece in pieces {
+            events.push(event(
+                "response.output_text.delta",
+                &format!("{at},\"delta\":{},\"logprobs\":[]", json_string(&piece)),
+            ));
+        }
+        let done = item("completed", &part(text));
+        let tail = [
+            event(
+                "response.output_text.done",
+                &format!("{at},\"text\":{},\"logprobs\":[]", json_string(text)),
+            ),
+            event(
+                "response.content_part.done",
+                &format!("{at},\"part\":{}", part(text)),
+            ),
+            event(
+                "response.output_item.done",
+                &format!("\"output_index\":0,\"item\":{done}"),
+            ),
+            event("response.completed", &response("completed", &done)),
+        ]
+        .concat();
+        (events, tail)
+    }
+
     /// The text of the streamed answer: ordinary lower-case words (nothing a bench rule matches).
     fn text(chars: usize) -> String {
         WORDS
@@ -218,12 +289,12 @@ mod native {
     /// A stream's writes (each `group` events) and its closing events, built once per shape: 1,000
     /// concurrent streams must not each spend the double's one thread building the same answer.
     type Script = Arc<(Vec<Bytes>, Bytes)>;
-    /// (tokens, characters per event, events per write, leak).
-    type Shape = (u64, u64, u64, bool);
+    /// (tokens, characters per event, events per write, leak, Responses events).
+    type Shape = (u64, u64, u64, bool, bool);
 
-    fn script(tokens: u64, event_chars: u64, group: u64, leak: bool) -> Script {
+    fn script(tokens: u64, event_chars: u64, group: u64, leak: bool, responses: bool) -> Script {
         static CACHE: Mutex<Vec<(Shape, Script)>> = Mutex::new(Vec::new());
-        let key = (tokens, event_chars, group, leak);
+        let key = (tokens, event_chars, group, leak, responses);
         let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, s)) = cache.iter().find(|(k, _)| *k == key) {
             return Arc::clone(s);
@@ -235,16 +306,23 @@ mod native {
             all.insert_str(half, " project-bluebird ");
         }
         let chars: Vec<char> = all.chars().collect();
-        let mut events = vec![chunk_event(r#"{"role":"assistant","content":""}"#, None)];
-        for piece in chars.chunks(usize::try_from(event_chars).unwrap_or(4)) {
-            let piece: String = piece.iter().collect();
-            events.push(chunk_event(&format!("{{\"content\":\"{piece}\"}}"), None));
-        }
+        let pieces = chars
+            .chunks(usize::try_from(event_chars).unwrap_or(4))
+            .map(|piece| piece.iter().collect::<String>());
+        let (events, tail) = if responses {
+            responses_events(pieces, &all)
+        } else {
+            let mut events = vec![chunk_event(r#"{"role":"assistant","content":""}"#, None)];
+            events.extend(
+                pieces.map(|piece| chunk_event(&format!("{{\"content\":\"{piece}\"}}"), None)),
+            );
+            (events, chunk_event("{}", Some("stop")) + "data: [DONE]\n\n")
+        };
         let writes = events
             .chunks(usize::try_from(group).unwrap_or(1))
             .map(|batch| Bytes::from(batch.concat()))
             .collect();
-        let tail = Bytes::from(chunk_event("{}", Some("stop")) + "data: [DONE]\n\n");
+        let tail = Bytes::from(tail);
         let script: Script = Arc::new((writes, tail));
         cache.push((key, Arc::clone(&script)));
         script
@@ -256,7 +334,10 @@ mod native {
         let group = header_u64(headers, "x-bench-group", 1).max(1);
         let pace = Duration::from_micros(header_u64(headers, "x-bench-pace-us", 0));
         let hold = header_u64(headers, "x-bench-hold", 0) == 1;
-        let script = script(tokens, event_chars, group, leak);
+        let responses = headers
+            .get("x-bench-shape")
+            .is_some_and(|v| v.as_bytes() == b"responses");
+        let script = script(tokens, event_chars, group, leak, responses);
         let (tx, rx) = mpsc::channel::<Bytes>(4);
         tokio::spawn(async move {
             let (writes, tail) = &*script;
