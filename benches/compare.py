@@ -77,9 +77,11 @@ SCAN_SIZES = [1 << 10, 64 << 10, 1 << 20]
 SCAN_REQUESTS = {1 << 10: 3000, 64 << 10: 800, 1 << 20: 60}
 MEMORY_STREAMS = int(os.environ.get("BENCH_MEMORY_STREAMS", "1000"))
 MEMORY_TOKENS = [2000, 20000, 200000]
-# The vendor shapes whose streams are measured: Chat Completions, and OpenAI Responses (whose cut
-# restated the text sent until issue 13, so kept it).
-MEMORY_SHAPES = os.environ.get("BENCH_MEMORY_SHAPES", "chat,responses").split(",")
+# The vendor shapes whose streams are measured: Chat Completions, Chat with n = 4 choices (one
+# hold-back each), and OpenAI Responses (whose cut restated the text sent until issue 13, so kept it).
+MEMORY_SHAPES = os.environ.get("BENCH_MEMORY_SHAPES", "chat,chat-n4,responses").split(",")
+MEMORY_SHAPE_NAMES = {"chat": "Chat Completions", "chat-n4": "Chat Completions, n = 4 (the text's events go to "
+                      "the four choices in turn)", "responses": "OpenAI Responses"}
 # Streams per memory run, by answer length: the 200,000-token answers (800,000 characters each) run
 # a tenth as many at once, so one run stays within the machine's time and memory.
 MEMORY_SCALE = {200000: 10}
@@ -522,6 +524,7 @@ def memory_run(double: UpstreamDouble, workdir: pathlib.Path, variant: str, toke
     envoy = Envoy(envoy_config(double.port, variant), workdir, f"mem-{variant}-{shape}-{tokens}-{rep}")
     socks: list[socket.socket] = []
     responses = shape == "responses"
+    choices = int(shape.removeprefix("chat-n")) if shape.startswith("chat-n") else 1
     # A text event's key, and what ends a whole stream.
     marker, end = (b'"delta":"', b"response.completed") if responses else (b'"content":"', b"[DONE]")
     try:
@@ -530,9 +533,11 @@ def memory_run(double: UpstreamDouble, workdir: pathlib.Path, variant: str, toke
                 path, body = "/v1/responses", b'{"model":"gpt-4.1-mini","stream":true,"input":"Where is my order?"}'
             else:
                 path = "/v1/chat/completions"
-                body = b'{"model":"gpt-4.1-mini","stream":true,"messages":[{"role":"user","content":"Where is my order?"}]}'
+                body = (b'{"model":"gpt-4.1-mini","stream":true,"n":%d,'
+                        b'"messages":[{"role":"user","content":"Where is my order?"}]}' % choices)
             return (f"POST {path} HTTP/1.1\r\nhost: api\r\ncontent-type: application/json\r\n"
                     f"content-length: {len(body)}\r\nx-bench-stream-tokens: {t}\r\nx-bench-shape: {shape}\r\n"
+                    f"x-bench-choices: {choices}\r\n"
                     f"x-bench-event-chars: {MEMORY_EVENT_CHARS}\r\nx-bench-group: {MEMORY_GROUP}\r\n"
                     f"x-bench-pace-us: {pace_us}\r\nx-bench-hold: {hold}\r\n\r\n").encode() + body
 
@@ -566,7 +571,7 @@ def memory_run(double: UpstreamDouble, workdir: pathlib.Path, variant: str, toke
         # (framing included) against the text's characters before, so a client with a fifth of its
         # bytes passed.
         longest = max(c.get("max_match", len(c.get("expected", ""))) for c in checks("output"))
-        want = tokens // (MEMORY_EVENT_CHARS // 4) - (-(-longest // MEMORY_EVENT_CHARS) + 1)
+        want = tokens // (MEMORY_EVENT_CHARS // 4) - choices * (-(-longest // MEMORY_EVENT_CHARS) + 1)
         got_events: dict = {}
         tails: dict = {}
         for _ in range(streams):
@@ -1019,7 +1024,7 @@ def write_report(r: dict) -> None:
     growth = {}  # shape -> (largest ÷ smallest, largest, smallest)
     for shape in MEMORY_SHAPES:
         suffix = "" if shape == "chat" else f"-{shape}"
-        w(f"{'Chat Completions' if shape == 'chat' else 'OpenAI Responses'} streams:")
+        w(f"{MEMORY_SHAPE_NAMES.get(shape, shape)} streams:")
         w("")
         w("| answer × streams | livecheck KiB/stream: Envoy heap (c) − (a) + wasm VM memory | (c) − (a) Envoy heap | (c) wasm VM memory | (a) / (c) RSS peak | (a) / (c) RSS plateau |")
         w("|---|---|---|---|---|---|")

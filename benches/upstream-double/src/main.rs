@@ -14,7 +14,8 @@
 //!   benchmark can hold many answers open mid-stream. A body containing `leak-the-codename` gets a
 //!   stream whose text says `project-bluebird` halfway (the soak's cut streams). With
 //!   `x-bench-shape: responses` the same text streams as OpenAI Responses events
-//!   (`response.output_text.delta`, one message item) instead.
+//!   (`response.output_text.delta`, one message item) instead; with `x-bench-choices: N` (Chat, as
+//!   a request's `n`) its events go to choices 0..N in turn.
 //! - A POST with `x-bench-tool-call: NAME` (and `x-bench-tool-arguments: JSON`, default `{}`): a
 //!   non-streamed `chat.completion` whose message calls that one function with those arguments
 //!   (`finish_reason: "tool_calls"`), for the tool-call checks bench (`benches/tool_checks.py`).
@@ -199,11 +200,11 @@ mod native {
         out
     }
 
-    fn chunk_event(delta: &str, finish: Option<&str>) -> String {
+    fn chunk_event(choice: u64, delta: &str, finish: Option<&str>) -> String {
         let finish = finish.map_or("null".to_owned(), |f| format!("\"{f}\""));
         format!(
             "data: {{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\
-             \"model\":\"gpt-4.1-mini\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
+             \"model\":\"gpt-4.1-mini\",\"choices\":[{{\"index\":{choice},\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
         )
     }
 
@@ -289,12 +290,19 @@ mod native {
     /// A stream's writes (each `group` events) and its closing events, built once per shape: 1,000
     /// concurrent streams must not each spend the double's one thread building the same answer.
     type Script = Arc<(Vec<Bytes>, Bytes)>;
-    /// (tokens, characters per event, events per write, leak, Responses events).
-    type Shape = (u64, u64, u64, bool, bool);
+    /// (tokens, characters per event, events per write, leak, Responses events, Chat choices).
+    type Shape = (u64, u64, u64, bool, bool, u64);
 
-    fn script(tokens: u64, event_chars: u64, group: u64, leak: bool, responses: bool) -> Script {
+    fn script(
+        tokens: u64,
+        event_chars: u64,
+        group: u64,
+        leak: bool,
+        responses: bool,
+        choices: u64,
+    ) -> Script {
         static CACHE: Mutex<Vec<(Shape, Script)>> = Mutex::new(Vec::new());
-        let key = (tokens, event_chars, group, leak, responses);
+        let key = (tokens, event_chars, group, leak, responses, choices);
         let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, s)) = cache.iter().find(|(k, _)| *k == key) {
             return Arc::clone(s);
@@ -309,15 +317,22 @@ mod native {
         let pieces = chars
             .chunks(usize::try_from(event_chars).unwrap_or(4))
             .map(|piece| piece.iter().collect::<String>());
-        let (events, tail) = if responses {
-            responses_events(pieces, &all)
-        } else {
-            let mut events = vec![chunk_event(r#"{"role":"assistant","content":""}"#, None)];
-            events.extend(
-                pieces.map(|piece| chunk_event(&format!("{{\"content\":\"{piece}\"}}"), None)),
-            );
-            (events, chunk_event("{}", Some("stop")) + "data: [DONE]\n\n")
-        };
+        let (events, tail) =
+            if responses {
+                responses_events(pieces, &all)
+            } else {
+                // With n choices, the text's events go to choices 0, 1, .. n-1 in turn.
+                let mut events: Vec<String> = (0..choices)
+                    .map(|c| chunk_event(c, r#"{"role":"assistant","content":""}"#, None))
+                    .collect();
+                events.extend(pieces.zip((0..choices).cycle()).map(|(piece, c)| {
+                    chunk_event(c, &format!("{{\"content\":\"{piece}\"}}"), None)
+                }));
+                let ends: String = (0..choices)
+                    .map(|c| chunk_event(c, "{}", Some("stop")))
+                    .collect();
+                (events, ends + "data: [DONE]\n\n")
+            };
         let writes = events
             .chunks(usize::try_from(group).unwrap_or(1))
             .map(|batch| Bytes::from(batch.concat()))
@@ -337,7 +352,8 @@ mod native {
         let responses = headers
             .get("x-bench-shape")
             .is_some_and(|v| v.as_bytes() == b"responses");
-        let script = script(tokens, event_chars, group, leak, responses);
+        let choices = header_u64(headers, "x-bench-choices", 1).clamp(1, 128);
+        let script = script(tokens, event_chars, group, leak, responses, choices);
         let (tx, rx) = mpsc::channel::<Bytes>(4);
         tokio::spawn(async move {
             let (writes, tail) = &*script;
