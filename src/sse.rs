@@ -137,8 +137,15 @@ impl Decoder {
             }
             return Ok(());
         }
-        let (field, value) = match line.split_once(':') {
-            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+        // The field name is a few bytes: a byte search, not a `char` pattern's set-up.
+        let (field, value) = match line.bytes().position(|b| b == b':') {
+            Some(colon) => {
+                let (field, value) = (
+                    line.get(..colon).unwrap_or_default(),
+                    line.get(colon + 1..).unwrap_or_default(),
+                );
+                (field, value.strip_prefix(' ').unwrap_or(value))
+            }
             None => (line, ""),
         };
         match field {
@@ -171,7 +178,7 @@ pub fn encode(out: &mut Vec<u8>, event: Option<&str>, data: &str) {
         out.push(b'\n');
     }
     // JSON data is one line (a newline in it is escaped): no search for line ends in it.
-    if !data.as_bytes().contains(&b'\n') {
+    if memchr::memchr(b'\n', data.as_bytes()).is_none() {
         out.extend_from_slice(b"data: ");
         out.extend_from_slice(data.as_bytes());
         out.extend_from_slice(b"\n\n");

@@ -99,7 +99,7 @@ impl Automaton<'_> {
         self.cache.clear_count()
     }
 
-    #[inline]
+    #[inline(always)]
     fn step_of(&self, state: Option<LazyStateID>) -> Step {
         match state {
             // Most states: no tag (not dead, quit, unknown or matching, and not a start).
@@ -107,6 +107,14 @@ impl Automaton<'_> {
                 state,
                 matched: None,
             },
+            _ => self.tagged_step(state),
+        }
+    }
+
+    /// [`Self::step_of`] for the rarer states, kept out of line so the common step stays small.
+    #[inline(never)]
+    fn tagged_step(&self, state: Option<LazyStateID>) -> Step {
+        match state {
             None => Step::Unknown,
             Some(state) if state.is_dead() => Step::Dead,
             Some(state) if state.is_quit() || state.is_unknown() => Step::Unknown,

@@ -176,6 +176,11 @@ impl Holdback {
 
     /// One folded character `f`, byte `sub` of the folded form of the character at byte `at`.
     fn read_folded(&mut self, dfa: &mut Dfa<'_>, f: char, at: usize, sub: usize) {
+        if let (Ok(b), Some(a)) = (u8::try_from(f), dfa.as_mut()) {
+            if b.is_ascii() && self.read_plain(a, b, at, sub) {
+                return;
+            }
+        }
         if self.found.is_none() {
             if self.threads.iter().all(|t| t.state.is_none()) {
                 self.clears = clears(dfa);
@@ -204,6 +209,87 @@ impl Holdback {
         }
         self.folded += 1;
         self.merge();
+    }
+
+    /// [`Self::read_folded`] for the common character, with the same outcome: an ASCII byte that
+    /// ends no match and that every live start (and the new one at it) reads in the automaton,
+    /// with no match found yet and a handful of threads. The next states are worked out first and
+    /// kept only if all of that holds; otherwise nothing changed (`false`) and the general path
+    /// reads the character (a step is a pure function of the state and the byte, so reading it
+    /// again gives the same states; a cache clear meanwhile is seen there as any clear is).
+    fn read_plain(&mut self, a: &mut Automaton<'_>, b: u8, at: usize, sub: usize) -> bool {
+        let n = self.threads.len();
+        if self.found.is_some() || n >= FEW_THREADS {
+            return false;
+        }
+        if n == 0 {
+            self.clears = a.clears();
+        } else if a.clears() != self.clears {
+            return false;
+        }
+        let plain = |step: Step| match step {
+            Step::Dead => Some(None),
+            Step::Live {
+                state,
+                matched: None,
+            } => Some(Some(state)),
+            _ => None,
+        };
+        // The next state of every thread, in order (`None`: it died).
+        let mut next = [None; FEW_THREADS];
+        for (slot, t) in next.iter_mut().zip(&self.threads) {
+            let Some(state) = t.state else {
+                return false;
+            };
+            match plain(a.step(state, b)) {
+                Some(state) => *slot = state,
+                None => return false,
+            }
+        }
+        let fresh = match plain(a.start(self.last)) {
+            Some(Some(state)) => match plain(a.step(state, b)) {
+                Some(state) => state,
+                None => return false,
+            },
+            Some(None) => None,
+            None => return false,
+        };
+        if a.clears() != self.clears {
+            return false;
+        }
+        // Threads in the same state have the same future: the earliest is kept.
+        let mut kept = 0;
+        for i in 0..n {
+            let (Some(Some(state)), Some(t)) = (next.get(i).copied(), self.threads.get(i).copied())
+            else {
+                continue;
+            };
+            if next.get(..i).is_some_and(|e| e.contains(&Some(state))) {
+                continue;
+            }
+            if let Some(slot) = self.threads.get_mut(kept) {
+                *slot = Thread {
+                    state: Some(state),
+                    ..t
+                };
+            }
+            kept += 1;
+        }
+        self.threads.truncate(kept);
+        if let Some(state) = fresh {
+            if !self.threads.iter().any(|t| t.state == Some(state)) {
+                self.threads.push(Thread {
+                    pos: self.read_pos,
+                    at,
+                    sub,
+                    folded: self.folded,
+                    state: Some(state),
+                });
+            }
+        }
+        self.last = Some(b);
+        self.folded += 1;
+        true
     }
 
     /// The end of the text: assertions at the end are decided, and no thread reads further.
