@@ -325,7 +325,7 @@ impl Template {
             }
             at += fixed.len();
             let end = literal_end(data, at)?;
-            let text: Cow<str> = serde_json::from_str(data.get(at..end)?).ok()?;
+            let text = literal_text(data.get(at..end)?)?;
             if slot.end <= self.id.start {
                 shift_at_id +=
                     isize::try_from(end - at).ok()? - isize::try_from(slot.len()).ok()?;
@@ -353,6 +353,17 @@ impl Template {
         };
         Some((read, Some(text)))
     }
+}
+
+/// The text of a whole JSON string literal (quotes included), or `None` where JSON refuses it. A
+/// literal without an escape or a control character is its text as written (most are: a few
+/// words); any other is read by serde_json.
+fn literal_text(literal: &str) -> Option<Cow<'_, str>> {
+    let inner = literal.get(1..literal.len().checked_sub(1)?)?;
+    if inner.bytes().all(|b| b != b'\\' && b >= 0x20) {
+        return Some(Cow::Borrowed(inner));
+    }
+    serde_json::from_str(literal).ok()
 }
 
 /// Where the string literal starting at byte `at` of `data` ends (just past its closing quote),
@@ -457,7 +468,8 @@ impl Format for Chat {
     }
 
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
-        if event.data.trim() == "[DONE]" {
+        // A chunk's JSON starts with `{`: only other data can be the end marker.
+        if !event.data.starts_with('{') && event.data.trim() == "[DONE]" {
             let mut unit = Unit::new(Ev::new(event.event, Value::Null), Lane::End);
             unit.terminal = true;
             unit.calls_done = std::mem::take(&mut self.writing).into_values().collect();
@@ -774,6 +786,8 @@ mod tests {
         let same_shape = [
             r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"lo, w\"orld \u00e9\n"},"logprobs":null,"finish_reason":null}],"obfuscation":"x"}"#,
             r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"\ud83d\ude00 \\"},"logprobs":null,"finish_reason":null}],"obfuscation":"longer obfuscation"}"#,
+            // Written as it reads (no escape): taken as it stands, non-ASCII and DEL included.
+            "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"naïve café \u{7f}~\"},\"logprobs\":null,\"finish_reason\":null}],\"obfuscation\":\"\"}",
         ];
         for next in same_shape {
             let (a, b, fast) = both(FIRST, next);
@@ -804,6 +818,7 @@ mod tests {
             FIRST.replace(r#""content":"Hel""#, r#""content":"\ud800""#),
             FIRST.replace(r#""content":"Hel""#, r#""content":"a""b""#),
             FIRST.replace(r#""obfuscation":"ab""#, r#""obfuscation":7"#),
+            FIRST.replace(r#""obfuscation":"ab""#, "\"obfuscation\":\"a\u{1f}b\""),
             FIRST.replace(r#""content":"Hel""#, r#""content":"unterminated"#),
         ];
         for next in &other {
