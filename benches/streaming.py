@@ -58,6 +58,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 RESULTS = REPO / "bench" / "results-streaming.md"
+# `make bench` builds it; a missing or stale one stops the run (see main).
+NOOP_WASM = REPO / "target" / "wasm32-wasip1" / "release" / "noop_filter.wasm"
 NS = 1_000_000_000
 
 # --- the answer -------------------------------------------------------------------------------------------
@@ -374,9 +376,14 @@ class Double:
 # --- Envoy ------------------------------------------------------------------------------------------------
 
 
-def envoy_config(upstream_port: int, with_filter: bool) -> dict:
+def envoy_config(upstream_port: int, with_filter: bool, noop: bool = False) -> dict:
+    """envoy/livecheck.yaml re-pointed at the double: with livecheck, without the wasm filter, or (`noop`)
+    with the no-op wasm filter in livecheck's place (`benches/noop-filter`, loaded exactly as livecheck is),
+    which is what any wasm filter that sees every chunk costs before it does anything."""
     from envoy_process import render_config, wasm_path
 
+    if noop:
+        return render_config(NOOP_WASM, upstream_port, plugin_name="noop", plugin_configuration="{}")
     config = render_config(wasm_path("livecheck.wasm"), upstream_port,
                            plugin_configuration=json.dumps(LIVECHECK_CONFIG))
     if not with_filter:
@@ -831,6 +838,9 @@ class BenchFailed(RuntimeError):
 
 def main() -> int:
     t_start = time.monotonic()
+    if not NOOP_WASM.exists():
+        raise SystemExit(f"{NOOP_WASM} is missing: `cargo build --release --target wasm32-wasip1 -p noop-filter --lib` "
+                         f"(make bench does)")
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="livecheck-bench-"))
     double = Double(workdir)
     envoys: list[Envoy] = []
@@ -841,6 +851,9 @@ def main() -> int:
         envoys.append(plain)
         live = Envoy(envoy_config(double.port, True), workdir, "livecheck")
         envoys.append(live)
+        # (n): the no-op wasm filter, for scale: what Envoy pays per chunk for any wasm filter at all.
+        noop = Envoy(envoy_config(double.port, False, noop=True), workdir, "noop")
+        envoys.append(noop)
         report["envoy_version"] = live.version()
         head, body, tail = latency_stream()
         expected = answer_text(TOKENS * DELTA_CHARS)
@@ -848,9 +861,10 @@ def main() -> int:
         for warm in range(2):  # connections, the VM's first stream, caches
             latency_run(plain, double, f"warm-a{warm}", 0, expected)
             latency_run(live, double, f"warm-b{warm}", 0, expected)
+            latency_run(noop, double, f"warm-n{warm}", 0, expected)
         aligned = "".join(aligned_deltas())
-        results = {(m, v): [] for m in ("paced", "aligned", "fast") for v in ("a", "b")}
-        runs = 4  # warm-ups
+        results = {(m, v): [] for m in ("paced", "aligned", "fast") for v in ("a", "b", "n")}
+        runs = 4  # warm-ups of (a) and (b): `runs` counts the streams (b) got, twice
         ttfb = {"a": [], "b": []}
         for i in range(TTFB_SAMPLES):
             order = (("a", plain), ("b", live)) if i % 2 == 0 else (("b", live), ("a", plain))
@@ -863,9 +877,12 @@ def main() -> int:
             kind, text = ("aligned", aligned) if mode == "aligned" else ("latency", expected)
             for i in range(repeats):
                 order = (("a", plain), ("b", live)) if i % 2 == 0 else (("b", live), ("a", plain))
+                # (n) takes each of the three places in turn.
+                order = list(order)
+                order.insert(i % 3, ("n", noop))
                 for name, envoy in order:
                     results[(mode, name)].append(latency_run(envoy, double, f"{mode}-{name}{i}", pace_us, text, kind))
-                    runs += 1
+                    runs += name != "n"
                 print(f"latency {mode} {i + 1}/{repeats}", file=sys.stderr)
         stats1 = live.stats()
         b_runs = runs // 2
@@ -880,7 +897,7 @@ def main() -> int:
         if not report["filter_ran"]:
             raise BenchFailed(f"livecheck's output checks did not pass once per stream: {passed} for {b_runs} streams")
         if not report["identical_bytes"]:
-            raise BenchFailed("the double did not send the same bytes to (a) and (b) in every run")
+            raise BenchFailed("the double did not send the same bytes to (a), (b) and (n) in every run")
         report["latency"] = results
         for e in envoys:
             e.stop()
@@ -1067,6 +1084,23 @@ def write_report(r: dict) -> None:
     w(f"- Per event: {(b - a) / n_events:+.1f} µs wall, {(cb - ca) / n_events:+.1f} µs Envoy CPU added "
       f"({n_events} events; unpaced, so many events share one body callback). Events per second end to end: (a) {n_events / a * 1e6:,.0f}, (b) {n_events / b * 1e6:,.0f} "
       f"(the Python double and client bound both).")
+    w("")
+    w(f"## For scale: the no-op wasm filter (n) in livecheck's place (same runs, interleaved)")
+    w("")
+    w("What Envoy pays for any wasm filter that is called for every chunk of the answer, before it does anything: "
+      "`benches/noop-filter` (every callback continues at once, nothing read), loaded as livecheck is. Envoy CPU "
+      "per stream, µs: median (min–max) over runs.")
+    w("")
+    w("| run | (a) plain Envoy | (n) no-op wasm filter | (b) livecheck | (n) / (a) | (b) / (a) | (b) / (n) | (b) − (n) per event |")
+    w("|---|---|---|---|---|---|---|---|")
+    for mode, label in (("paced", "paced, cut anywhere"), ("aligned", "paced, word-aligned"), ("fast", "unpaced")):
+        xa, xn, xb = ([x["cpu_us"] for x in lat[(mode, v)]] for v in ("a", "n", "b"))
+        ma_, mn_, mb_ = statistics.median(xa), statistics.median(xn), statistics.median(xb)
+        w(f"| {label} | {spread(xa)} | {spread(xn)} | {spread(xb)} | {mn_ / ma_:.2f}× | {mb_ / ma_:.2f}× | "
+          f"{mb_ / mn_:.2f}× | {(mb_ - mn_) / N_EVENTS:+.2f} µs |")
+    w("")
+    w("- Paced, each event is its own body callback: the no-op filter's share is Envoy calling into V8 at all "
+      "(the VM entered cold between events), which no work inside the filter can take back.")
     w("")
     # ---- issue 13's goals, from this run ----
     med = statistics.median
