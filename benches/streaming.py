@@ -1003,7 +1003,7 @@ def write_report(r: dict) -> None:
       f"by default `NL\\d{{2}}[A-Z]{{4}}\\d{{10}}` (max_match {PATTERN_MAX}) and not_contains `{FORBIDDEN_WORD}`), no recover; "
       f"unframed (the default: no `stream_frame_bytes`).")
     w(f"- Answer: {'OpenAI Chat Completions' if SHAPE == 'chat' else 'Anthropic Messages'} SSE, {TOKENS} text deltas of {DELTA_CHARS} characters, one event per HTTP "
-      f"chunk and per write; upstream double in its own process; raw-socket client that timestamps each read "
+      f"chunk and per write (the chunked run: {CHUNK_EVENTS}); upstream double in its own process; raw-socket client that timestamps each read "
       f"and parses afterwards. Checked before reporting (the run stops otherwise): the same bytes to (a) and (b) "
       f"(sha256 equal), and livecheck's output checks each passed once per stream ("
       + ", ".join(f"`{k}` +{v}" for k, v in r["filter_counters"].items())
