@@ -964,7 +964,8 @@ def write_report(r: dict) -> None:
       f"(how many events share a body callback is then a race between the double and Envoy).")
     if "chunked-a" in la:
         ka, kb = sm("cpu_us", "chunked-a"), sm("cpu_us", "chunked-b")
-        w(f"- The same answer 16 events to a write, one write every 1 ms (the chunking fixed; issue 13's verdict, "
+        w(f"- The same answer {s['chunk_events']} events to a write, one write every {s['pace_us'] / 1000:g} ms "
+          f"(the chunking fixed; issue 13's verdict, "
           f"`bench/results-streaming.md`): (a) {cell(ka)} µs, (b) {cell(kb)} µs.")
     w("")
 

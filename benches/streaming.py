@@ -966,7 +966,7 @@ def main() -> int:
         pathlib.Path(SUMMARY_JSON).write_text(json.dumps({
             "envoy_version": report["envoy_version"], "filter_ran": report["filter_ran"],
             "identical_bytes": report["identical_bytes"], "filter_counters": report["filter_counters"],
-            "pace_us": PACE_S * 1e6, "tokens": TOKENS, "delta_chars": DELTA_CHARS, "shape": SHAPE,
+            "pace_us": PACE_S * 1e6, "chunk_events": CHUNK_EVENTS, "tokens": TOKENS, "delta_chars": DELTA_CHARS, "shape": SHAPE,
             "latency": {f"{mode}-{name}": runs for (mode, name), runs in report["latency"].items()},
             "ttfb": report["ttfb"], "elapsed_s": report["elapsed_s"]}))
     shutil.rmtree(workdir, ignore_errors=True)

@@ -138,12 +138,10 @@ impl Decoder {
             return Ok(());
         }
         // The field name is a few bytes: a byte search, not a `char` pattern's set-up.
-        let (field, value) = match line.bytes().position(|b| b == b':') {
-            Some(colon) => {
-                let (field, value) = (
-                    line.get(..colon).unwrap_or_default(),
-                    line.get(colon + 1..).unwrap_or_default(),
-                );
+        let colon = line.bytes().position(|b| b == b':');
+        let (field, value) = match colon.and_then(|at| line.split_at_checked(at)) {
+            Some((field, rest)) => {
+                let value = rest.get(1..).unwrap_or_default();
                 (field, value.strip_prefix(' ').unwrap_or(value))
             }
             None => (line, ""),
