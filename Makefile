@@ -267,6 +267,17 @@ soak: wasm venv postgres-tools
 # The turn logic alone under Node's V8, function by function (benches/v8_turn_profile.py; ~1 minute
 # after the build; not part of `make bench`): where a checked 4 KiB Chat turn's guest time goes.
 V8_TURNS ?= 100000
+# The stream rewriter's own cost in V8, function by function: streams of the bench's answer, 16 events to a
+# body chunk, through `Rewriter::feed` under Node's profiler (per stream of 2,000 events).
+V8_STREAMS ?= 200
+.PHONY: bench-v8-stream
+bench-v8-stream: toolchain
+	rm -rf target/v8-stream-profile
+	LIVECHECK_PROFILE_STREAMS=$(V8_STREAMS) \
+	  CARGO_TARGET_WASM32_WASIP1_RUNNER="node --no-warnings --cpu-prof --cpu-prof-interval 50 --cpu-prof-dir=$(abspath target/v8-stream-profile) $(abspath scripts/wasi-run.mjs)" \
+	  cargo test --release --locked --target wasm32-wasip1 -p livecheck --lib v8_profile_chat_stream -- --ignored
+	python3 benches/v8_turn_profile.py target/v8-stream-profile $(V8_STREAMS)
+
 .PHONY: bench-v8-turn
 bench-v8-turn: toolchain
 	rm -rf target/v8-turn-profile
@@ -285,6 +296,12 @@ bench-profile: venv
 # Two livecheck builds side by side (benches/ab_cpu.py, ~3 minutes; not part of `make bench`): Envoy CPU
 # per checked 4 KiB request with AB_BASE (a livecheck.wasm built from another commit, e.g. in a git
 # worktree) against this tree's, interleaved rounds; bench/results-ab.md.
+# The same for a streamed answer (benches/stream_ab.py, ~2 minutes): Envoy CPU per stream of streaming.py's
+# chunked run (16 events per write), AB_BASE's livecheck.wasm against this tree's, plain Envoy beside them.
+.PHONY: bench-ab-stream
+bench-ab-stream: wasm venv
+	AB_BASE="$(AB_BASE)" $(PYTHON) benches/stream_ab.py
+
 .PHONY: bench-ab
 bench-ab: wasm venv $(OHA) $(BENCH_VENV)/.installed
 	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib

@@ -35,7 +35,7 @@ impl std::fmt::Display for SseError {
 impl std::error::Error for SseError {}
 
 /// Decodes an event stream pushed in chunks of any size.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Decoder {
     /// The incomplete line (bytes, not yet decoded).
     line: Vec<u8>,
@@ -96,6 +96,30 @@ impl Decoder {
             }
         }
         self.extend_line(bytes)
+    }
+
+    /// The event at the start of `bytes` when it has the shape most streams write, a nameless
+    /// event of one data line (`data: <line>\n\n`), and nothing of an earlier one is pending:
+    /// its data and its length in bytes. Pushing those bytes would dispatch exactly
+    /// `Event { event: None, data }` and leave the decoder as it is, so a reader may take the
+    /// event from here and push only what follows it. `None` for anything else (another shape,
+    /// an incomplete event, a line over the limit, bytes that are not UTF-8): push it.
+    pub fn whole_data_event<'a>(&self, bytes: &'a [u8]) -> Option<(&'a str, usize)> {
+        let idle = self.line.is_empty()
+            && !self.after_cr
+            && !self.at_start
+            && self.event.is_none()
+            && !self.has_data;
+        if !idle {
+            return None;
+        }
+        let rest = bytes.strip_prefix(b"data: ")?;
+        let end = memchr::memchr2(b'\n', b'\r', rest)?;
+        if rest.get(end..end.checked_add(2)?)? != b"\n\n" || end + 6 > self.limit {
+            return None;
+        }
+        let data = std::str::from_utf8(rest.get(..end)?).ok()?;
+        Some((data, end + 8))
     }
 
     /// The end of the stream: an event not followed by a blank line is still dispatched.
@@ -263,6 +287,60 @@ mod tests {
         let mut decoder = Decoder::new(16);
         let many = b"data: 0123456789\ndata: 0123456789\n\n";
         assert_eq!(decoder.push(many, &mut out), Err(SseError::TooLong));
+    }
+
+    #[test]
+    fn a_whole_data_event_is_what_pushing_it_dispatches() {
+        let long = format!("data: {}\n\n", "x".repeat(30));
+        let cases: [&[u8]; 12] = [
+            b"data: {\"a\":1}\n\n",
+            b"data: x\n\ndata: y\n\n",
+            b"data:  space\n\n",
+            b"data: \n\n",
+            b"data: x\r\n\r\n",
+            b"data:x\n\n",
+            b"event: e\ndata: x\n\n",
+            b"data: x\n",
+            b"data: x\ndata: y\n\n",
+            b"data: \xff\n\n",
+            b": comment\n\n",
+            long.as_bytes(),
+        ];
+        let mut decoder = Decoder::new(32);
+        let mut out = Vec::new();
+        decoder.push(b"data: first\n\n", &mut out).unwrap();
+        for bytes in cases {
+            let mut pushed = decoder.clone();
+            let mut events = Vec::new();
+            let all = pushed.push(bytes, &mut events);
+            let Some((data, n)) = decoder.whole_data_event(bytes) else {
+                continue;
+            };
+            let (taken, rest) = bytes.split_at(n);
+            let mut taking = decoder.clone();
+            let mut first = Vec::new();
+            taking.push(taken, &mut first).unwrap();
+            assert_eq!(first, vec![ev(None, data)], "{bytes:?}");
+            // What follows decodes as it would have: the decoder was left as it was.
+            let mut then = Vec::new();
+            let after = decoder.clone().push(rest, &mut then);
+            first.extend(then);
+            assert_eq!((all, events), (after, first), "{bytes:?}");
+        }
+        let taken: Vec<_> = cases
+            .iter()
+            .filter_map(|b| decoder.whole_data_event(b))
+            .map(|(data, _)| data)
+            .collect();
+        assert_eq!(taken, ["{\"a\":1}", "x", " space", ""]);
+        // Not at the stream's start (a byte order mark), nor with a line or an event pending.
+        assert_eq!(Decoder::new(32).whole_data_event(b"data: x\n\n"), None);
+        let mut pending = decoder.clone();
+        pending.push(b"data: a\n", &mut out).unwrap();
+        assert_eq!(pending.whole_data_event(b"data: x\n\n"), None);
+        let mut pending = decoder.clone();
+        pending.push(b"dat", &mut out).unwrap();
+        assert_eq!(pending.whole_data_event(b"data: x\n\n"), None);
     }
 
     #[test]

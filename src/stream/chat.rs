@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::util::{self, str_at, u64_at};
-use super::{Ev, Format, Lane, TextIn, TextKind, Unit, Unreadable};
+use super::{Ev, Format, Lane, TextAlone, TextIn, TextKind, TextPlace, Unit, Unreadable};
 use crate::api::{Request, ToolCall};
 use crate::sse;
 
@@ -155,6 +155,19 @@ struct PlainUnit {
 }
 
 impl PlainUnit {
+    /// What the template read of a chunk of text alone.
+    fn of(place: TextPlace) -> Self {
+        Self {
+            content_span: Some(place.span),
+            join_id: Some(place.join_id),
+            unit_lane: Lane::Answer,
+            index: place.choice,
+            channel: place.channel,
+            finish: None,
+            calls_done: Vec::new(),
+        }
+    }
+
     /// The unit, its event the upstream's JSON as it came.
     fn finish(self, event: sse::Event, text: Option<String>) -> Unit {
         let mut ev = Ev::unchanged(event.event, event.data, (self.index, self.finish.is_some()));
@@ -190,9 +203,12 @@ impl Chat {
         &mut self,
         event: &sse::Event,
     ) -> Option<Result<(PlainUnit, Option<String>), Unreadable>> {
-        if let Some(read) = self.template.as_ref().and_then(|t| t.read(event)) {
-            self.deltas += 1;
-            return Some(Ok(read));
+        if event.event.is_none() {
+            if let Some(alone) = self.template.as_ref().and_then(|t| t.read(&event.data)) {
+                self.deltas += 1;
+                let text = alone.text.into_owned();
+                return Some(Ok((PlainUnit::of(alone.place), Some(text))));
+            }
         }
         let chunk: Plain = serde_json::from_str(&event.data).ok()?;
         // An id that is not a string is not the plain shape: read as a tree.
@@ -309,11 +325,8 @@ impl Template {
         }
     }
 
-    fn read(&self, event: &sse::Event) -> Option<(PlainUnit, Option<String>)> {
-        if event.event.is_some() {
-            return None;
-        }
-        let data = event.data.as_str();
+    /// A nameless event's data, read as text alone when it has the template's shape.
+    fn read<'d>(&self, data: &'d str) -> Option<TextAlone<'d>> {
         // Template offset `from` → chunk offset `at`, slot by slot.
         let (mut from, mut at) = (0usize, 0usize);
         let mut found = None;
@@ -331,7 +344,7 @@ impl Template {
                     isize::try_from(end - at).ok()? - isize::try_from(slot.len()).ok()?;
             }
             if i == self.content {
-                found = Some((at..end, text.into_owned()));
+                found = Some((at..end, text));
             }
             from = slot.end;
             at = end;
@@ -342,16 +355,16 @@ impl Template {
         let (content, text) = found.filter(|(_, text)| !text.is_empty())?;
         let id = self.id.start.checked_add_signed(shift_at_id)?
             ..self.id.end.checked_add_signed(shift_at_id)?;
-        let read = PlainUnit {
-            content_span: Some(content),
-            join_id: Some(id),
-            unit_lane: Lane::Answer,
-            index: self.index,
-            channel: self.channel,
-            finish: None,
-            calls_done: Vec::new(),
-        };
-        Some((read, Some(text)))
+        Some(TextAlone {
+            text,
+            place: TextPlace {
+                channel: self.channel,
+                choice: self.index,
+                pointer: CONTENT,
+                span: content,
+                join_id: id,
+            },
+        })
     }
 }
 
@@ -578,6 +591,18 @@ impl Format for Chat {
         Ok(unit)
     }
 
+    fn text_alone<'d>(&mut self, data: &'d str) -> Option<TextAlone<'d>> {
+        let alone = self.template.as_ref()?.read(data)?;
+        self.deltas += 1;
+        Some(alone)
+    }
+
+    fn passed(&mut self, place: &TextPlace) {
+        // What `write` remembers of a plain chunk that finishes nothing.
+        self.written_any = true;
+        self.seen.insert(place.choice);
+    }
+
     fn write(&mut self, ev: Ev, out: &mut Vec<u8>) {
         if let (Some(_), Some((index, finishes))) = (ev.raw(), ev.choice) {
             // Passed through as it came: what the tree branch below remembers, from the read.
@@ -772,7 +797,7 @@ mod tests {
         let fast = with
             .template
             .as_ref()
-            .is_some_and(|t| t.read(&event(next)).is_some());
+            .is_some_and(|t| t.read(next).is_some());
         let a = with.read(event(next));
         let b = without.read(event(next));
         assert_eq!(with.deltas, without.deltas);

@@ -188,6 +188,11 @@ pub struct Rewriter {
     seq: u64,
     /// Scratch: the channels an event touched.
     touched: Vec<usize>,
+    /// Tests: whether [`Self::pass_whole`] may take events, and how many it sent as they came.
+    #[cfg(test)]
+    short_path: bool,
+    #[cfg(test)]
+    passed_whole: usize,
 }
 
 /// The answer's id an event carries: Anthropic `message_start`'s `message.id`, a Responses event's
@@ -252,6 +257,10 @@ impl Rewriter {
             awaiting: BTreeSet::new(),
             seq: 0,
             touched: Vec::new(),
+            #[cfg(test)]
+            short_path: true,
+            #[cfg(test)]
+            passed_whole: 0,
         }
     }
 
@@ -269,13 +278,135 @@ impl Rewriter {
         }
         // What goes out is about what came in: grown once, not per event.
         step.out.reserve(chunk.len() + chunk.len() / 8);
+        let mut rest = chunk;
         let mut events = Vec::new();
-        let decoded = self.decoder.push(chunk, &mut events);
-        self.events(events, &mut step);
+        let mut decoded = Ok(());
+        while self.reading() {
+            rest = self.pass_whole(rest, &mut step);
+            if rest.is_empty() || !self.reading() {
+                break;
+            }
+            // The general path, up to the end of the next event (a nameless one ends in a blank
+            // line `\n\n`; in any other stream, to the chunk's end): the short path may take the
+            // events after it. The decoder gives the same events however its input is split.
+            let end = memchr::memmem::find(rest, b"\n\n").map_or(rest.len(), |at| at + 2);
+            let (head, tail) = rest.split_at_checked(end).unwrap_or((rest, &[]));
+            rest = tail;
+            decoded = self.decoder.push(head, &mut events);
+            self.read_events(events.drain(..), &mut step);
+            if decoded.is_err() {
+                break;
+            }
+        }
+        self.chunk_read(&mut step);
         if decoded.is_err() {
             self.unreadable(&mut step);
         }
         step
+    }
+
+    /// The common case on a short path: whole events of text alone (most of a stream) are read
+    /// in place and, once their text is confirmed, go out as the bytes they came as, with no
+    /// event built, queued or written. What the caller receives is what the general path sends,
+    /// byte for byte, in the same step: an event of the general path goes whole when its text is
+    /// confirmed within the chunk, and is split only at the chunk's end or a cut. So events whose
+    /// text is still held wait in `run` (behind the queue), and go whole once a later event
+    /// confirmed them and everything queued before them goes whole; at the chunk's end, a cut, or
+    /// an event of another kind they join the queue as the general path would have queued them,
+    /// and it takes over. Returns the bytes not taken.
+    fn pass_whole<'c>(&mut self, mut chunk: &'c [u8], step: &mut Step) -> &'c [u8] {
+        #[cfg(test)]
+        if !self.short_path {
+            return chunk;
+        }
+        let mut run: Vec<Pending<'c>> = Vec::new();
+        while self.hold == Hold::Rules
+            && self.phase == Phase::Open
+            && self.open_calls.is_empty()
+            && self.awaiting.is_empty()
+            && self.answer_id.is_some()
+        {
+            let Some((data, len)) = self.decoder.whole_data_event(chunk) else {
+                break;
+            };
+            // Behind a held rest, a text event takes the rest in (`Piece::absorb`): not as it came.
+            if run.is_empty() && self.queue.back().is_some_and(|p| p.rest) {
+                break;
+            }
+            let Some(alone) = self.format.text_alone(data) else {
+                break;
+            };
+            let (event, rest) = chunk.split_at_checked(len).unwrap_or((chunk, &[]));
+            chunk = rest;
+            let channel = alone.place.channel;
+            let Ok(map) = self.place_text(channel, TextKind::Answer, &alone.text) else {
+                self.queue_run(run);
+                self.release_queue(None, &mut step.out);
+                self.unreadable(step);
+                return chunk;
+            };
+            self.seq += 1;
+            let found = self.find(channel);
+            let confirmed = found.is_none()
+                && map.end() <= self.bound(channel, None)
+                && run
+                    .iter()
+                    .all(|p| p.map.end() <= self.bound(p.place.channel, None));
+            if confirmed && self.queue_goes_whole() {
+                self.release_queue(None, &mut step.out);
+                for p in run.drain(..) {
+                    self.pass(&p.place, p.event, step);
+                }
+                self.pass(&alone.place, event, step);
+                continue;
+            }
+            run.push(Pending {
+                seq: self.seq,
+                event,
+                data,
+                text: alone.text,
+                place: alone.place,
+                map,
+            });
+            if found.is_some() {
+                self.queue_run(run);
+                self.stop_at(found, channel, step);
+                return chunk;
+            }
+        }
+        self.queue_run(run);
+        chunk
+    }
+
+    /// An event the short path read goes out as it came.
+    fn pass(&mut self, place: &TextPlace, event: &[u8], step: &mut Step) {
+        self.format.passed(place);
+        step.out.extend_from_slice(event);
+        #[cfg(test)]
+        {
+            self.passed_whole += 1;
+        }
+    }
+
+    /// Events the short path read and did not send join the queue, as the general path queues them.
+    fn queue_run(&mut self, run: Vec<Pending<'_>>) {
+        for p in run {
+            let channel = p.place.channel;
+            let field = Field {
+                pointer: Cow::Borrowed(p.place.pointer),
+                channel,
+                raw: p.text.into_owned(),
+                map: p.map,
+                changed: false,
+            };
+            self.queue.push_back(Piece {
+                seq: p.seq,
+                ev: p.place.ev(p.data.to_owned()),
+                fields: vec![field],
+                calls: Vec::new(),
+                rest: false,
+            });
+        }
     }
 
     /// The end of the upstream body: the held tail is checked, then sent or cut. In whole-text
@@ -406,6 +537,13 @@ impl Rewriter {
     /// confirms then goes whole, as it came, instead of split at its end and joined to the next:
     /// the caller reads the same text at the same moment (one callback), in fewer rewritten events.
     fn events(&mut self, events: Vec<sse::Event>, step: &mut Step) {
+        self.read_events(events.into_iter(), step);
+        self.chunk_read(step);
+    }
+
+    /// Events of a chunk, one by one; what they confirmed is sent every [`QUEUE_KEPT`] queued
+    /// pieces ([`Self::chunk_read`] sends the rest once the chunk is read).
+    fn read_events(&mut self, events: impl Iterator<Item = sse::Event>, step: &mut Step) {
         for event in events {
             // A round ended early reads nothing more, not even the rest of this chunk: what the
             // caller reads must not depend on how the upstream was split.
@@ -417,10 +555,15 @@ impl Rewriter {
                 self.release_queue(None, &mut step.out);
                 self.unreadable(step);
             } else if self.queue.len() >= QUEUE_KEPT && self.reading() {
-                // What a chunk of many events holds at once stays a few pieces.
-                self.release_queue(None, &mut step.out);
+                // What a chunk of many events holds at once stays a few pieces: those whose text
+                // is confirmed go (none is split before the chunk's end).
+                self.send_queued(None, false, &mut step.out);
             }
         }
+    }
+
+    /// A chunk's events were all read: what they confirmed goes now.
+    fn chunk_read(&mut self, step: &mut Step) {
         if self.reading() {
             self.release_queue(None, &mut step.out);
         }
@@ -456,7 +599,14 @@ impl Rewriter {
                 },
             };
             touched.push(text.channel);
-            fields.push(self.push_text(&text, raw)?);
+            let map = self.place_text(text.channel, text.kind, &raw)?;
+            fields.push(Field {
+                pointer: text.pointer,
+                channel: text.channel,
+                raw,
+                map,
+                changed: false,
+            });
         }
         // Rules read a call's arguments as it streams and tool checks read it whole: a call is a
         // unit for either. Without both, a call streams as it comes.
@@ -524,19 +674,24 @@ impl Rewriter {
         }))
     }
 
-    /// Adds a field's text to its channel; the field learns where its characters are.
-    fn push_text(&mut self, text: &TextIn, raw: String) -> Result<Field, Unreadable> {
+    /// Adds a field's text to its channel: where its characters are.
+    fn place_text(
+        &mut self,
+        channel: usize,
+        kind: TextKind,
+        raw: &str,
+    ) -> Result<FieldMap, Unreadable> {
         let whole = self.hold != Hold::Rules;
-        let ch = self.channel(text.channel)?;
-        let map = match text.kind {
+        let ch = self.channel(channel)?;
+        Ok(match kind {
             TextKind::Answer => {
                 if ch.last_call.take().is_some() {
                     ch.push("\n", whole);
                 }
                 let start = ch.holdback.len();
-                ch.push(&raw, whole);
+                ch.push(raw, whole);
                 if whole {
-                    ch.answer.push_str(&raw);
+                    ch.answer.push_str(raw);
                 }
                 FieldMap::Plain {
                     start,
@@ -548,7 +703,7 @@ impl Rewriter {
                     ch.push("\n", whole);
                 }
                 let start = ch.holdback.len();
-                ch.push(&raw, whole);
+                ch.push(raw, whole);
                 FieldMap::Plain {
                     start,
                     end: ch.holdback.len(),
@@ -556,7 +711,7 @@ impl Rewriter {
             }
             TextKind::Tool { call, json: true } => {
                 ch.last_call = Some(call);
-                let decoded = ch.readers.entry(call).or_default().read(&raw);
+                let decoded = ch.readers.entry(call).or_default().read(raw);
                 let base = ch.holdback.len();
                 ch.push(&decoded.text, whole);
                 FieldMap::Json {
@@ -570,22 +725,25 @@ impl Rewriter {
                     pending: decoded.pending,
                 }
             }
-        };
-        Ok(Field {
-            pointer: text.pointer.clone(),
-            channel: text.channel,
-            raw,
-            map,
-            changed: false,
         })
     }
 
     /// Scans a channel; on certain forbidden text cuts there. Returns whether it cut.
     fn scan(&mut self, channel: usize, step: &mut Step) -> bool {
-        let found = match self.channels.get_mut(&channel) {
-            Some(ch) => ch.holdback.scan(&self.version.output_rules),
-            None => None,
-        };
+        let found = self.find(channel);
+        self.stop_at(found, channel, step)
+    }
+
+    /// Reads a channel's new text: the forbidden text in it, once certain.
+    fn find(&mut self, channel: usize) -> Option<holdback::Found> {
+        self.channels
+            .get_mut(&channel)
+            .and_then(|ch| ch.holdback.scan(&self.version.output_rules))
+    }
+
+    /// Acts on what [`Self::find`] found in a channel: cuts there, or ends a held round early.
+    /// Returns whether it did.
+    fn stop_at(&mut self, found: Option<holdback::Found>, channel: usize, step: &mut Step) -> bool {
         if self.hold == Hold::Everything && self.phase != Phase::Released {
             // The caller decides the round (a failed rule may recover): it ends here if doomed.
             if let (Some(found), Phase::Open) = (found, self.phase) {
@@ -612,6 +770,12 @@ impl Rewriter {
     /// Sends the queued pieces whose text is confirmed, cutting the first one that is confirmed
     /// only in part. `cut_at`: a channel whose text ends at a position (forbidden text starts there).
     fn release_queue(&mut self, cut_at: Option<(usize, usize)>, out: &mut Vec<u8>) {
+        self.send_queued(cut_at, true, out);
+    }
+
+    /// [`Self::release_queue`]; with `split` false it stops at the first piece that cannot go
+    /// whole instead of sending its confirmed part.
+    fn send_queued(&mut self, cut_at: Option<(usize, usize)>, split: bool, out: &mut Vec<u8>) {
         let finishing = self.upstream_done && cut_at.is_none();
         // Calls found complete and confirmed in this pass: the rest of their events go too.
         let mut cleared: Vec<u64> = Vec::new();
@@ -642,6 +806,10 @@ impl Rewriter {
                 self.write_whole(piece, out);
                 continue;
             }
+            if !split {
+                self.queue.push_front(piece);
+                return;
+            }
             let mut now = piece.ev.clone();
             let mut any = false;
             for field in &mut piece.fields {
@@ -659,6 +827,18 @@ impl Rewriter {
             self.queue.push_front(piece);
             return;
         }
+    }
+
+    /// Whether every queued piece goes whole as it stands, now as later: no tool call, all its
+    /// text confirmed, and the last not a held rest (which the next text event would take in).
+    fn queue_goes_whole(&self) -> bool {
+        !self.queue.back().is_some_and(|p| p.rest)
+            && self.queue.iter().all(|p| {
+                p.calls.is_empty()
+                    && p.fields
+                        .iter()
+                        .all(|f| f.needs() <= self.bound(f.channel, None))
+            })
     }
 
     /// How far a channel's text may go out: where a cut stops it, else what is confirmed.
@@ -971,6 +1151,15 @@ pub(crate) trait Format {
     /// Writes one event for the caller, renumbering what the vendor numbers in emission order,
     /// and remembers what the caller has seen (for `close`).
     fn write(&mut self, ev: Ev, out: &mut Vec<u8>);
+    /// A nameless event's data read as text alone, when it is an event `write` sends byte for
+    /// byte as it came once its text is confirmed (most of a stream); `None` for any other event,
+    /// which `read` then reads (nothing was counted). `Some` counts the event as read: it is then
+    /// either sent as it came ([`Format::passed`]) or queued as [`TextAlone::unit`] made it.
+    fn text_alone<'d>(&mut self, _data: &'d str) -> Option<TextAlone<'d>> {
+        None
+    }
+    /// An event read by [`Format::text_alone`] went out as it came: what `write` would remember.
+    fn passed(&mut self, _place: &TextPlace) {}
     /// The first part of a split event (its text fields already cut): what must not be repeated
     /// in the rest, or belongs at the end, is adjusted.
     fn part(&self, _ev: &mut Ev) {}
@@ -989,6 +1178,46 @@ pub(crate) trait Format {
     /// The complete tool call `key` from its events (start to end), as tool checks read it;
     /// `None` for a tool the vendor runs itself.
     fn call_of(&self, key: u64, events: &[&Ev]) -> Option<ToolCall>;
+}
+
+/// An event of answer text alone, read in place ([`Format::text_alone`]).
+pub(crate) struct TextAlone<'d> {
+    pub text: Cow<'d, str>,
+    pub place: TextPlace,
+}
+
+/// Where an event read in place keeps its text: what its [`Ev`] says when it is queued.
+#[derive(Debug, Clone)]
+pub(crate) struct TextPlace {
+    pub channel: usize,
+    /// The choice it belongs to (Chat).
+    pub choice: u64,
+    /// JSON pointer to the text, and where its string literal stands in the data (quotes in).
+    pub pointer: &'static str,
+    pub span: std::ops::Range<usize>,
+    /// Where the event's `id` literal stands: it joins another like it ([`Ev::join_id`]).
+    pub join_id: std::ops::Range<usize>,
+}
+
+impl TextPlace {
+    /// The event, as `read` reads it, its JSON `data`.
+    fn ev(self, data: String) -> Ev {
+        let mut ev = Ev::unchanged(None, data, (self.choice, false));
+        ev.text_span(self.pointer, self.span);
+        ev.join_id_at(self.join_id);
+        ev
+    }
+}
+
+/// An event of text alone the short path read in place and holds ([`Rewriter::pass_whole`]).
+struct Pending<'c> {
+    seq: u64,
+    /// Its bytes as they came, and its data among them.
+    event: &'c [u8],
+    data: &'c str,
+    text: Cow<'c, str>,
+    place: TextPlace,
+    map: FieldMap,
 }
 
 /// An event on its way out, and its checked fields.
@@ -1069,13 +1298,20 @@ enum FieldMap {
     },
 }
 
-impl Field {
+impl FieldMap {
     /// The position the channel must be confirmed to for the whole field to go.
-    fn needs(&self) -> usize {
-        match &self.map {
+    fn end(&self) -> usize {
+        match self {
             FieldMap::Plain { end, .. } => *end,
             FieldMap::Json { end, pending, .. } => end + usize::from(pending.is_some()),
         }
+    }
+}
+
+impl Field {
+    /// The position the channel must be confirmed to for the whole field to go.
+    fn needs(&self) -> usize {
+        self.map.end()
     }
 
     /// Takes the part of the field before position `bound`.

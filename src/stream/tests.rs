@@ -1124,6 +1124,8 @@ fn a_chunk_of_many_events_leaves_no_room_behind_in_the_stream() {
         Hold::Rules,
         1 << 20,
     );
+    // The general path's queue (the short path takes such events without it).
+    rw.short_path = false;
     let step = rw.feed(body);
     assert_eq!(step.cut, None);
     assert_eq!(
@@ -1133,4 +1135,164 @@ fn a_chunk_of_many_events_leaves_no_room_behind_in_the_stream() {
     );
     // What a stream keeps between chunks does not grow with the chunk.
     assert!(rw.queue.capacity() <= QUEUE_KEPT, "{}", rw.queue.capacity());
+}
+
+/// Chat chunks of text alone whose text is confirmed as it is read go out as the bytes they came
+/// as, without being taken apart (`Rewriter::pass_whole`); what the caller receives is byte for
+/// byte what the general path sends, however the body is split, held, cut or clean.
+#[test]
+fn text_alone_on_the_short_path_is_sent_as_the_general_path_sends_it() {
+    let version = version(POLICY);
+    let chunk = |text: &str| {
+        format!(
+            "data: {{\"id\":\"chatcmpl-9\",\"object\":\"chat.completion.chunk\",\"created\":1,\
+             \"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{}}},\
+             \"logprobs\":null,\"finish_reason\":null}}]}}\n\n",
+            serde_json::to_string(text).unwrap()
+        )
+    };
+    let head = "data: {\"id\":\"chatcmpl-9\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+    let tail = "data: {\"id\":\"chatcmpl-9\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    let cases: [(&[&str], Option<usize>); 6] = [
+        (&["Pay ", "to N", "L91ABNA0417164300", " now"], Some(IBAN)),
+        (
+            &[
+                "Hello ",
+                "there, ",
+                "all ",
+                "is ",
+                "well: é日本 \"q\"\n",
+                "ok",
+            ],
+            None,
+        ),
+        // Held ("NL9", "NL91"), then confirmed by the next chunk, in part or whole.
+        (
+            &["Pay ", "to NL9", "x and ", "NL91", " then ", "more"],
+            None,
+        ),
+        (
+            &["Pay ", "to NL9", "1ABNA0417164300", " now", " and more"],
+            Some(IBAN),
+        ),
+        (&["a ", "pass", "word", " b", " c"], Some(PASSWORD)),
+        (&["a ", "password", " b"], Some(PASSWORD)),
+    ];
+    let run_with = |short: bool, chunks: &[&[u8]]| {
+        let mut rw = Rewriter::new(
+            Api::ChatCompletions,
+            Rc::clone(&version),
+            &request(false),
+            Hold::Rules,
+            1 << 20,
+        );
+        rw.short_path = short;
+        let (mut out, mut cut) = (Vec::new(), None);
+        for chunk in chunks {
+            let step = rw.feed(chunk);
+            out.extend(step.out);
+            cut = cut.or(step.cut);
+        }
+        let step = rw.finish();
+        out.extend(step.out);
+        (out, cut.or(step.cut), rw.passed_whole)
+    };
+    for (texts, check) in cases {
+        let stream = format!(
+            "{head}{}{}{tail}",
+            chunk("Well, "),
+            texts.iter().map(|t| chunk(t)).collect::<String>()
+        );
+        let stream = stream.as_bytes();
+        let (whole, cut, passed) = run_with(true, &[stream]);
+        assert!(passed >= 1, "{texts:?}: nothing took the short path");
+        assert_eq!(run_with(false, &[stream]).0, whole, "{texts:?}");
+        assert_eq!(cut.map(|c| c.check), check, "{texts:?}");
+        if check.is_none() && texts.iter().all(|t| !t.contains("NL9")) {
+            // Nothing held: every byte after the first chunk (read as a tree) as it came.
+            assert!(whole.ends_with(&stream[head.len()..]), "{texts:?}");
+        }
+        let mut splits: Vec<Vec<&[u8]>> = (0..=stream.len())
+            .map(|i| {
+                let (a, b) = stream.split_at(i);
+                vec![a, b]
+            })
+            .collect();
+        splits.push(per_event(std::str::from_utf8(stream).unwrap()));
+        splits.push(stream.chunks(1).collect());
+        splits.push(stream.chunks(97).collect());
+        for chunks in splits {
+            let (short, short_cut, _) = run_with(true, &chunks);
+            let (general, general_cut, passed) = run_with(false, &chunks);
+            assert_eq!(passed, 0);
+            assert!(
+                short == general,
+                "{texts:?}: {} chunks differ",
+                chunks.len()
+            );
+            assert_eq!(short_cut, general_cut);
+        }
+    }
+}
+
+/// `make bench-v8-stream`: `LIVECHECK_PROFILE_STREAMS` streams (default 200) of the bench's answer
+/// (`benches/stream_cost.rs`: 2,000 Chat deltas of 4 characters cut anywhere, `benches/rules.json`),
+/// 16 events to a body chunk (`benches/streaming.py`'s chunked run), through `Rewriter::feed`, for
+/// V8's profiler; ignored in `make test`.
+#[test]
+#[ignore = "a profiling workload: make bench-v8-stream"]
+fn v8_profile_chat_stream() {
+    let rules = include_str!("../../benches/rules.json");
+    let version = Policy::from_json(rules.as_bytes())
+        .unwrap()
+        .select(Some("bench"), None, None)
+        .unwrap();
+    let streams: usize = std::env::var("LIVECHECK_PROFILE_STREAMS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    let words = "the order ships from our depot near the station on Monday and arrives within 3 to 5 \
+                 days ; your invoice 4471 lists two items , a lamp and a chair , both in stock . Please \
+                 keep the receipt";
+    let words: Vec<&str> = words.split(' ').collect();
+    let text: String = (0..)
+        .step_by(7)
+        .map(|i| words[i % words.len()])
+        .take(2000)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let chars: Vec<char> = text.chars().collect();
+    let events: Vec<String> = chars
+        .chunks(4)
+        .take(2000)
+        .map(|d| {
+            let delta = serde_json::to_string(&d.iter().collect::<String>()).unwrap();
+            format!(
+                "data: {{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\
+                 \"model\":\"gpt-4.1-mini\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{delta}}},\
+                 \"finish_reason\":null}}]}}\n\n"
+            )
+        })
+        .collect();
+    let head = "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4.1-mini\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n";
+    let chunks: Vec<String> = std::iter::once(head.to_owned())
+        .chain(events.chunks(16).map(|c| c.concat()))
+        .collect();
+    let mut sent = 0;
+    for _ in 0..streams {
+        let mut rw = Rewriter::new(
+            Api::ChatCompletions,
+            Rc::clone(&version),
+            &request(false),
+            Hold::Rules,
+            1 << 20,
+        );
+        for chunk in &chunks {
+            let step = rw.feed(chunk.as_bytes());
+            assert_eq!(step.cut, None);
+            sent += step.out.len();
+        }
+        sent += rw.finish().out.len();
+    }
+    assert!(sent > 0);
 }
