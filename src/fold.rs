@@ -54,7 +54,7 @@ pub fn folds_to_itself(c: char) -> bool {
 
 /// `text` folded; borrowed when nothing in it folds (all ASCII text, most text).
 pub fn fold(text: &str) -> Cow<'_, str> {
-    if is_ascii(text.as_bytes()) {
+    if crate::swar::is_ascii(text.as_bytes()) {
         return Cow::Borrowed(text);
     }
     let Some((first, _)) = text.char_indices().find(|&(_, c)| !folds_to_itself(c)) else {
@@ -67,26 +67,6 @@ pub fn fold(text: &str) -> Cow<'_, str> {
         fold_char(c, |d| folded.push(d));
     }
     Cow::Owned(folded)
-}
-
-/// `bytes.is_ascii()`, eight bytes a step in 32-byte strides: in wasm32 (Envoy's V8) core's own
-/// check steps by `usize`, four bytes, and cost ~12% of a 1 MiB scan; native it is ~1%.
-#[inline]
-fn is_ascii(bytes: &[u8]) -> bool {
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let mut strides = bytes.chunks_exact(32);
-    for stride in &mut strides {
-        let mut any = 0u64;
-        for word in stride.chunks_exact(8) {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(word);
-            any |= u64::from_le_bytes(b);
-        }
-        if any & HIGH != 0 {
-            return false;
-        }
-    }
-    strides.remainder().is_ascii()
 }
 
 /// The byte offset in `text` of the character whose folded form holds byte `folded_at` of
@@ -130,21 +110,6 @@ fn is_invisible(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_wide_ascii_check_agrees_with_cores_at_every_length_and_position() {
-        for len in 0..80 {
-            let mut bytes = vec![b'a'; len];
-            assert!(is_ascii(&bytes), "{len}");
-            for at in 0..len {
-                for high in [0x80u8, 0xC3, 0xFF] {
-                    bytes[at] = high;
-                    assert_eq!(is_ascii(&bytes), bytes.is_ascii(), "{len} {at} {high:#x}");
-                    bytes[at] = b'a';
-                }
-            }
-        }
-    }
 
     #[test]
     fn ascii_text_is_borrowed_unchanged() {

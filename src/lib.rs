@@ -21,6 +21,7 @@ pub mod scan;
 pub mod sse;
 pub mod stop;
 pub mod stream;
+pub mod swar;
 pub mod tools;
 pub mod turn;
 pub mod verdict;

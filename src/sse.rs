@@ -101,10 +101,11 @@ impl Decoder {
     /// The event at the start of `bytes` when it has the shape most streams write, a nameless
     /// event of one data line (`data: <line>\n\n`), and nothing of an earlier one is pending:
     /// its data and its length in bytes. Pushing those bytes would dispatch exactly
-    /// `Event { event: None, data }` and leave the decoder as it is, so a reader may take the
-    /// event from here and push only what follows it. `None` for anything else (another shape,
-    /// an incomplete event, a line over the limit, bytes that are not UTF-8): push it.
-    pub fn whole_data_event<'a>(&self, bytes: &'a [u8]) -> Option<(&'a str, usize)> {
+    /// `Event { event: None, data }` when the data is UTF-8 (and fail with [`SseError::NotUtf8`]
+    /// when not: a reader taking the event from here checks that), and leave the decoder as it
+    /// is, so a reader may take the event from here and push only what follows it. `None` for
+    /// anything else (another shape, an incomplete event, a line over the limit): push it.
+    pub fn whole_data_event<'a>(&self, bytes: &'a [u8]) -> Option<(&'a [u8], usize)> {
         let idle = self.line.is_empty()
             && !self.after_cr
             && !self.at_start
@@ -114,12 +115,11 @@ impl Decoder {
             return None;
         }
         let rest = bytes.strip_prefix(b"data: ")?;
-        let end = memchr::memchr2(b'\n', b'\r', rest)?;
+        let end = crate::swar::line_end(rest)?;
         if rest.get(end..end.checked_add(2)?)? != b"\n\n" || end + 6 > self.limit {
             return None;
         }
-        let data = std::str::from_utf8(rest.get(..end)?).ok()?;
-        Some((data, end + 8))
+        Some((rest.get(..end)?, end + 8))
     }
 
     /// The end of the stream: an event not followed by a blank line is still dispatched.
@@ -319,6 +319,10 @@ mod tests {
             let (taken, rest) = bytes.split_at(n);
             let mut taking = decoder.clone();
             let mut first = Vec::new();
+            let Ok(data) = std::str::from_utf8(data) else {
+                assert_eq!(taking.push(taken, &mut first), Err(SseError::NotUtf8));
+                continue;
+            };
             taking.push(taken, &mut first).unwrap();
             assert_eq!(first, vec![ev(None, data)], "{bytes:?}");
             // What follows decodes as it would have: the decoder was left as it was.
@@ -332,7 +336,8 @@ mod tests {
             .filter_map(|b| decoder.whole_data_event(b))
             .map(|(data, _)| data)
             .collect();
-        assert_eq!(taken, ["{\"a\":1}", "x", " space", ""]);
+        let expected: [&[u8]; 5] = [b"{\"a\":1}", b"x", b" space", b"", b"\xff"];
+        assert_eq!(taken, expected);
         // Not at the stream's start (a byte order mark), nor with a line or an event pending.
         assert_eq!(Decoder::new(32).whole_data_event(b"data: x\n\n"), None);
         let mut pending = decoder.clone();

@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 use super::util::{self, str_at, u64_at};
 use super::{Ev, Format, Lane, TextAlone, TextIn, TextKind, TextPlace, Unit, Unreadable};
 use crate::api::{Request, ToolCall};
-use crate::sse;
+use crate::{sse, swar};
 
 /// Top-level fields of a chunk that a bare chunk repeats.
 const HEAD_FIELDS: &[&str] = &[
@@ -204,7 +204,11 @@ impl Chat {
         event: &sse::Event,
     ) -> Option<Result<(PlainUnit, Option<String>), Unreadable>> {
         if event.event.is_none() {
-            if let Some(alone) = self.template.as_ref().and_then(|t| t.read(&event.data)) {
+            if let Some(alone) = self
+                .template
+                .as_ref()
+                .and_then(|t| t.read(event.data.as_bytes()))
+            {
                 self.deltas += 1;
                 let text = alone.text.into_owned();
                 return Some(Ok((PlainUnit::of(alone.place), Some(text))));
@@ -326,14 +330,16 @@ impl Template {
     }
 
     /// A nameless event's data, read as text alone when it has the template's shape.
-    fn read<'d>(&self, data: &'d str) -> Option<TextAlone<'d>> {
+    /// The data need not be UTF-8: every byte outside the literals is compared with the
+    /// template's (UTF-8) and each literal is read as UTF-8, so a chunk read here is UTF-8.
+    fn read<'d>(&self, data: &'d [u8]) -> Option<TextAlone<'d>> {
         // Template offset `from` → chunk offset `at`, slot by slot.
         let (mut from, mut at) = (0usize, 0usize);
         let mut found = None;
         let mut shift_at_id = 0isize;
         for (i, slot) in self.slots.iter().enumerate() {
-            let fixed = self.data.get(from..slot.start)?;
-            if data.get(at..at.checked_add(fixed.len())?)? != fixed {
+            let fixed = self.data.as_bytes().get(from..slot.start)?;
+            if !swar::eq(data.get(at..at.checked_add(fixed.len())?)?, fixed) {
                 return None;
             }
             at += fixed.len();
@@ -349,7 +355,7 @@ impl Template {
             from = slot.end;
             at = end;
         }
-        if data.get(at..)? != self.data.get(from..)? {
+        if !swar::eq(data.get(at..)?, self.data.as_bytes().get(from..)?) {
             return None;
         }
         let (content, text) = found.filter(|(_, text)| !text.is_empty())?;
@@ -371,7 +377,8 @@ impl Template {
 /// The text of a whole JSON string literal (quotes included), or `None` where JSON refuses it. A
 /// literal without an escape or a control character is its text as written (most are: a few
 /// words); any other is read by serde_json.
-fn literal_text(literal: &str) -> Option<Cow<'_, str>> {
+fn literal_text(literal: &[u8]) -> Option<Cow<'_, str>> {
+    let literal = std::str::from_utf8(literal).ok()?;
     let inner = literal.get(1..literal.len().checked_sub(1)?)?;
     if inner.bytes().all(|b| b != b'\\' && b >= 0x20) {
         return Some(Cow::Borrowed(inner));
@@ -382,8 +389,7 @@ fn literal_text(literal: &str) -> Option<Cow<'_, str>> {
 /// Where the string literal starting at byte `at` of `data` ends (just past its closing quote),
 /// read as a JSON tokenizer reads it (a backslash escapes the next byte); whether what lies
 /// between is a valid string is serde_json's to say.
-fn literal_end(data: &str, at: usize) -> Option<usize> {
-    let bytes = data.as_bytes();
+fn literal_end(bytes: &[u8], at: usize) -> Option<usize> {
     if bytes.get(at) != Some(&b'"') {
         return None;
     }
@@ -591,7 +597,7 @@ impl Format for Chat {
         Ok(unit)
     }
 
-    fn text_alone<'d>(&mut self, data: &'d str) -> Option<TextAlone<'d>> {
+    fn text_alone<'d>(&mut self, data: &'d [u8]) -> Option<TextAlone<'d>> {
         let alone = self.template.as_ref()?.read(data)?;
         self.deltas += 1;
         Some(alone)
@@ -797,7 +803,7 @@ mod tests {
         let fast = with
             .template
             .as_ref()
-            .is_some_and(|t| t.read(next).is_some());
+            .is_some_and(|t| t.read(next.as_bytes()).is_some());
         let a = with.read(event(next));
         let b = without.read(event(next));
         assert_eq!(with.deltas, without.deltas);

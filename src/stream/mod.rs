@@ -401,7 +401,8 @@ impl Rewriter {
             };
             self.queue.push_back(Piece {
                 seq: p.seq,
-                ev: p.place.ev(p.data.to_owned()),
+                // UTF-8 (`text_alone` read it): nothing is replaced.
+                ev: p.place.ev(String::from_utf8_lossy(p.data).into_owned()),
                 fields: vec![field],
                 calls: Vec::new(),
                 rest: false,
@@ -1153,9 +1154,10 @@ pub(crate) trait Format {
     fn write(&mut self, ev: Ev, out: &mut Vec<u8>);
     /// A nameless event's data read as text alone, when it is an event `write` sends byte for
     /// byte as it came once its text is confirmed (most of a stream); `None` for any other event,
-    /// which `read` then reads (nothing was counted). `Some` counts the event as read: it is then
-    /// either sent as it came ([`Format::passed`]) or queued as [`TextAlone::unit`] made it.
-    fn text_alone<'d>(&mut self, _data: &'d str) -> Option<TextAlone<'d>> {
+    /// which `read` then reads (nothing was counted). The data is bytes not yet known to be UTF-8:
+    /// `Some` says they are. `Some` counts the event as read: it is then either sent as it came
+    /// ([`Format::passed`]) or queued as [`TextPlace::ev`] makes it.
+    fn text_alone<'d>(&mut self, _data: &'d [u8]) -> Option<TextAlone<'d>> {
         None
     }
     /// An event read by [`Format::text_alone`] went out as it came: what `write` would remember.
@@ -1214,7 +1216,8 @@ struct Pending<'c> {
     seq: u64,
     /// Its bytes as they came, and its data among them.
     event: &'c [u8],
-    data: &'c str,
+    /// UTF-8 ([`Format::text_alone`] read it).
+    data: &'c [u8],
     text: Cow<'c, str>,
     place: TextPlace,
     map: FieldMap,

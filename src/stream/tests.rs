@@ -1233,6 +1233,21 @@ fn text_alone_on_the_short_path_is_sent_as_the_general_path_sends_it() {
             assert_eq!(short_cut, general_cut);
         }
     }
+    // A text that is not UTF-8 (the template compares bytes): unreadable on both paths.
+    let mut stream = format!("{head}{}{}{tail}", chunk("Well, "), chunk("so é ok")).into_bytes();
+    let e = stream.iter().rposition(|&b| b == 0xc3).unwrap();
+    stream[e] = 0xff;
+    // Whole, and with the bad event starting a chunk.
+    let start = stream[..e]
+        .windows(6)
+        .rposition(|w| w == b"data: ")
+        .unwrap();
+    let (before, from) = stream.split_at(start);
+    for chunks in [vec![&stream[..]], vec![before, from]] {
+        let (short, cut, _) = run_with(true, &chunks);
+        assert!(short == run_with(false, &chunks).0);
+        assert_eq!(cut.map(|c| c.why), Some(CutWhy::Unreadable));
+    }
 }
 
 /// `make bench-v8-stream`: `LIVECHECK_PROFILE_STREAMS` streams (default 200) of the bench's answer
