@@ -15,7 +15,9 @@ Method (repeat it after a change and compare the tables):
 - One client, one keep-alive connection, one turn at a time. Workloads: 4 KiB non-streamed Chat turns;
   streamed Chat answers of 2,000 four-character deltas (one event per upstream write, as fast as the
   double writes them, so Envoy hands several to one body callback); and the same answer paced
-  (`PACE_US` between writes), so each event is its own body callback, as a model's tokens arrive.
+  (`PACE_US` between writes), so each event is its own body callback, as a model's tokens arrive; and
+  chunked (16 events per write, 1 ms apart, as `benches/streaming.py`'s verdict run writes them).
+  `PROFILE_ONLY=stream-2k-chunked` (a comma-separated list) runs only the workloads named.
 - After each workload the run waits until every turn report was answered by the sidecar, then reads the
   counters; per turn = the counter's growth over the workload ÷ its turns. Envoy CPU per turn (all its
   threads, /proc/<pid>/task/*/schedstat) is over the same span, so it includes the spans' own clock
@@ -48,6 +50,14 @@ STREAMS = 10 if QUICK else 60
 # callback (as a model's tokens arrive): the per-event cost, which the unpaced run hides.
 PACED_STREAMS = 2 if QUICK else 6
 PACE_US = 400
+# Streams written CHUNK_EVENTS events to a write, CHUNK_PACE_US apart (`benches/streaming.py`'s chunked
+# run, issue 13's CPU verdict): many events to a body callback, the chunking fixed.
+CHUNKED_STREAMS = 4 if QUICK else 30
+CHUNK_EVENTS = 16
+CHUNK_PACE_US = 1000
+# PROFILE_ONLY: a comma-separated list of the workloads to run (chat-4k, stream-2k, stream-2k-paced,
+# stream-2k-chunked); all by default.
+ONLY = [w for w in os.environ.get("PROFILE_ONLY", "").split(",") if w]
 STREAM_TOKENS = 2000
 WARMUP = 50
 # PROFILE_WASM: another profile build to measure (e.g. one of an earlier commit, for a before/after);
@@ -83,12 +93,11 @@ def baseline_cpu(upstream: UpstreamDouble, judge: JudgeSidecar, workdir: pathlib
     """Envoy CPU per turn for the same workloads through Envoy with no wasm filter or the no-op one."""
     envoy = Envoy(envoy_config(upstream.port, judge.port, variant), workdir, f"envoy-{variant}")
     try:
-        turn, stream, paced = workloads(envoy)
+        runs = workloads(envoy)
         for i in range(WARMUP):
-            turn(i)
+            runs["chat-4k"][0](i)
         out = {}
-        for name, run, n in (("chat-4k", turn, TURNS), ("stream-2k", stream, STREAMS),
-                             ("stream-2k-paced", paced, PACED_STREAMS)):
+        for name, (run, n) in runs.items():
             cpu0 = cpu_ns(envoy.pid)
             for i in range(n):
                 run(i)
@@ -98,9 +107,10 @@ def baseline_cpu(upstream: UpstreamDouble, judge: JudgeSidecar, workdir: pathlib
         envoy.stop()
 
 
-def workloads(envoy: Envoy):
-    """One keep-alive connection; a 4 KiB non-streamed Chat turn, a streamed 2,000-token answer, and
-    the same answer paced (one event per body callback)."""
+def workloads(envoy: Envoy) -> dict:
+    """One keep-alive connection; a 4 KiB non-streamed Chat turn, a streamed 2,000-token answer, the
+    same answer paced (one event per body callback) and chunked (16 events per write, paced): name →
+    (run one, how many), the ones PROFILE_ONLY names."""
     conn = http.client.HTTPConnection("127.0.0.1", envoy.port, timeout=30)
     body = chat_body(4096)
     stream_headers = {"content-type": "application/json", "x-bench-stream-tokens": str(STREAM_TOKENS)}
@@ -124,7 +134,17 @@ def workloads(envoy: Envoy):
         data = r.read()
         check(r.status == 200 and data.rstrip().endswith(b"data: [DONE]"), "a paced stream did not end with [DONE]")
 
-    return turn, stream, paced
+    def chunked(_i: int) -> None:
+        conn.request("POST", "/v1/chat/completions", body=chat_body(512),
+                     headers={**stream_headers, "x-bench-pace-us": str(CHUNK_PACE_US),
+                              "x-bench-group": str(CHUNK_EVENTS)})
+        r = conn.getresponse()
+        data = r.read()
+        check(r.status == 200 and data.rstrip().endswith(b"data: [DONE]"), "a chunked stream did not end with [DONE]")
+
+    runs = {"chat-4k": (turn, TURNS), "stream-2k": (stream, STREAMS), "stream-2k-paced": (paced, PACED_STREAMS),
+            "stream-2k-chunked": (chunked, CHUNKED_STREAMS)}
+    return {name: run for name, run in runs.items() if not ONLY or name in ONLY or name == "chat-4k"}
 
 
 def profile(envoy: Envoy) -> dict[str, tuple[int, int]]:
@@ -185,12 +205,11 @@ def main() -> int:
         baselines = {v: baseline_cpu(upstream, judge, workdir, v) for v in ("plain", "noop")}
         envoy = Envoy(envoy_config(upstream.port, judge.port), workdir, "envoy")
         try:
-            turn, stream, paced = workloads(envoy)
+            runs = workloads(envoy)
             for i in range(WARMUP):
-                turn(i)
-            results = {"chat-4k": measure(envoy, judge, TURNS, turn),
-                       "stream-2k": measure(envoy, judge, STREAMS, stream),
-                       "stream-2k-paced": measure(envoy, judge, PACED_STREAMS, paced)}
+                runs["chat-4k"][0](i)
+            results = {name: measure(envoy, judge, n, run) for name, (run, n) in runs.items()
+                       if not ONLY or name in ONLY}
             stats = envoy.stats()
             version = envoy.version()
         finally:
@@ -198,7 +217,8 @@ def main() -> int:
             judge.stop()
             upstream.stop()
     passed = stats.get("wasmcustom.livecheck.bench.out-codename.passed", 0)
-    check(passed >= WARMUP + TURNS + STREAMS + PACED_STREAMS, f"the output checks ran on too few turns ({passed})")
+    expected = WARMUP + sum(r["turns"] for r in results.values())
+    check(passed >= expected, f"the output checks ran on too few turns ({passed} of {expected})")
     for name, r in results.items():
         r["baselines"] = {v: b[name] for v, b in baselines.items()}
     write(results, version, time.monotonic() - started)
