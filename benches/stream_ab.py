@@ -9,7 +9,7 @@ Python server of the vendor's wire format, not a model) writes a 2,000-token Cha
 client reads it. Three Envoys of envoy/livecheck.yaml's shape (V8, `--concurrency 1`): (a) without
 the wasm filter, (base) livecheck built from AB_BASE, (head) the `.wasm` `make wasm` built from this
 tree, both with `benches/rules.json`. Each round streams once through each, in a rotating order, for
-AB_REPEATS rounds (default 15), so the machine's drift hits all alike. CPU per stream = all Envoy
+AB_REPEATS rounds (default 20), so the machine's drift hits all alike. CPU per stream = all Envoy
 threads' run time over the stream (/proc/<pid>/task/*/schedstat). A stream counts only when the client
 decoded exactly the text the double sent. Prints and writes `target/bench/results-stream-ab.md`
 (AB_OUT elsewhere): medians with min–max over rounds, each build over (a), and the per-round
@@ -33,7 +33,7 @@ os.environ["BENCH_SHAPE"] = "chat"
 import streaming  # noqa: E402
 from streaming import Double, Envoy, answer_text, envoy_config, latency_run  # noqa: E402
 
-REPEATS = int(os.environ.get("AB_REPEATS", "15"))
+REPEATS = int(os.environ.get("AB_REPEATS", "20"))
 CHUNK_EVENTS = int(os.environ.get("AB_CHUNK_EVENTS", str(streaming.CHUNK_EVENTS)))
 PACE_US = 1000
 OUT = pathlib.Path(os.environ.get("AB_OUT", REPO / "target" / "bench" / "results-stream-ab.md"))
