@@ -98,14 +98,11 @@ impl Decoder {
         self.extend_line(bytes)
     }
 
-    /// The event at the start of `bytes` when it has the shape most streams write, a nameless
-    /// event of one data line (`data: <line>\n\n`), and nothing of an earlier one is pending:
-    /// its data and its length in bytes. Pushing those bytes would dispatch exactly
-    /// `Event { event: None, data }` when the data is UTF-8 (and fail with [`SseError::NotUtf8`]
-    /// when not: a reader taking the event from here checks that), and leave the decoder as it
-    /// is, so a reader may take the event from here and push only what follows it. `None` for
-    /// anything else (another shape, an incomplete event, a line over the limit): push it.
-    pub fn whole_data_event<'a>(&self, bytes: &'a [u8]) -> Option<(&'a [u8], usize)> {
+    /// Where a nameless event of one data line would begin, in the shape most streams write
+    /// (`data: <line>\n\n`): when nothing of an earlier event is pending and `bytes` starts
+    /// with `data: `, the bytes after that prefix (the line, then the rest). A reader that reads
+    /// the line's data from there and knows where it ends asks [`Self::data_event`] for the event.
+    pub fn data_line<'a>(&self, bytes: &'a [u8]) -> Option<&'a [u8]> {
         let idle = self.line.is_empty()
             && !self.after_cr
             && !self.at_start
@@ -114,12 +111,23 @@ impl Decoder {
         if !idle {
             return None;
         }
-        let rest = bytes.strip_prefix(b"data: ")?;
-        let end = crate::swar::line_end(rest)?;
-        if rest.get(end..end.checked_add(2)?)? != b"\n\n" || end + 6 > self.limit {
+        bytes.strip_prefix(b"data: ")
+    }
+
+    /// The event whose data is the first `data_len` bytes of `line` ([`Self::data_line`]'s),
+    /// bytes the caller read as one line's data (no `\n` or `\r` in them): its data and its
+    /// length in bytes from the `data: ` prefix on, when the blank line follows at once and the
+    /// line is within the limit. Pushing those bytes would dispatch exactly
+    /// `Event { event: None, data }` when the data is UTF-8 (and fail with
+    /// [`SseError::NotUtf8`] when not: a reader taking the event from here checks that), and
+    /// leave the decoder as it is, so a reader may take the event from here and push only what
+    /// follows it. `None` otherwise: push it.
+    pub fn data_event<'a>(&self, line: &'a [u8], data_len: usize) -> Option<(&'a [u8], usize)> {
+        let (data, after) = line.split_at_checked(data_len)?;
+        if !after.starts_with(b"\n\n") || data_len.checked_add(6)? > self.limit {
             return None;
         }
-        Some((rest.get(..end)?, end + 8))
+        Some((data, data_len + 8))
     }
 
     /// The end of the stream: an event not followed by a blank line is still dispatched.
@@ -289,6 +297,14 @@ mod tests {
         assert_eq!(decoder.push(many, &mut out), Err(SseError::TooLong));
     }
 
+    /// The event `data_line` and `data_event` give for `bytes`, its line's data read as a
+    /// reader would (up to the first line end).
+    fn whole_data_event<'a>(decoder: &Decoder, bytes: &'a [u8]) -> Option<(&'a [u8], usize)> {
+        let line = decoder.data_line(bytes)?;
+        let end = line.iter().position(|&b| b == b'\n' || b == b'\r')?;
+        decoder.data_event(line, end)
+    }
+
     #[test]
     fn a_whole_data_event_is_what_pushing_it_dispatches() {
         let long = format!("data: {}\n\n", "x".repeat(30));
@@ -313,7 +329,7 @@ mod tests {
             let mut pushed = decoder.clone();
             let mut events = Vec::new();
             let all = pushed.push(bytes, &mut events);
-            let Some((data, n)) = decoder.whole_data_event(bytes) else {
+            let Some((data, n)) = whole_data_event(&decoder, bytes) else {
                 continue;
             };
             let (taken, rest) = bytes.split_at(n);
@@ -333,19 +349,19 @@ mod tests {
         }
         let taken: Vec<_> = cases
             .iter()
-            .filter_map(|b| decoder.whole_data_event(b))
+            .filter_map(|b| whole_data_event(&decoder, b))
             .map(|(data, _)| data)
             .collect();
         let expected: [&[u8]; 5] = [b"{\"a\":1}", b"x", b" space", b"", b"\xff"];
         assert_eq!(taken, expected);
         // Not at the stream's start (a byte order mark), nor with a line or an event pending.
-        assert_eq!(Decoder::new(32).whole_data_event(b"data: x\n\n"), None);
+        assert_eq!(Decoder::new(32).data_line(b"data: x\n\n"), None);
         let mut pending = decoder.clone();
         pending.push(b"data: a\n", &mut out).unwrap();
-        assert_eq!(pending.whole_data_event(b"data: x\n\n"), None);
+        assert_eq!(pending.data_line(b"data: x\n\n"), None);
         let mut pending = decoder.clone();
         pending.push(b"dat", &mut out).unwrap();
-        assert_eq!(pending.whole_data_event(b"data: x\n\n"), None);
+        assert_eq!(pending.data_line(b"data: x\n\n"), None);
     }
 
     #[test]

@@ -204,11 +204,9 @@ impl Chat {
         event: &sse::Event,
     ) -> Option<Result<(PlainUnit, Option<String>), Unreadable>> {
         if event.event.is_none() {
-            if let Some(alone) = self
-                .template
-                .as_ref()
-                .and_then(|t| t.read(event.data.as_bytes()))
-            {
+            let data = event.data.as_bytes();
+            let read = self.template.as_ref().and_then(|t| t.read(data));
+            if let Some((alone, _)) = read.filter(|(_, len)| *len == data.len()) {
                 self.deltas += 1;
                 let text = alone.text.into_owned();
                 return Some(Ok((PlainUnit::of(alone.place), Some(text))));
@@ -256,15 +254,20 @@ impl Chat {
             }
             None => None,
         };
+        // Data of one line only (several `data:` lines are joined by `\n`): a template's bytes
+        // are then a line's, which the short path reads in place (`Format::text_alone`).
+        let one_line = !event.data.contains('\n');
         self.template = match (&join_id, &content_span, &text) {
-            (Some(id), Some(content), Some(_)) if event.event.is_none() => Some(Template::new(
-                event.data.clone(),
-                content.clone(),
-                obfuscation,
-                id.clone(),
-                choice.index,
-                channel,
-            )),
+            (Some(id), Some(content), Some(_)) if event.event.is_none() && one_line => {
+                Some(Template::new(
+                    event.data.clone(),
+                    content.clone(),
+                    obfuscation,
+                    id.clone(),
+                    choice.index,
+                    channel,
+                ))
+            }
             _ => None,
         };
         let unit_lane = if text.is_some() {
@@ -329,10 +332,13 @@ impl Template {
         }
     }
 
-    /// A nameless event's data, read as text alone when it has the template's shape.
-    /// The data need not be UTF-8: every byte outside the literals is compared with the
-    /// template's (UTF-8) and each literal is read as UTF-8, so a chunk read here is UTF-8.
-    fn read<'d>(&self, data: &'d [u8]) -> Option<TextAlone<'d>> {
+    /// A nameless event's data at the start of `line` (what follows it is not read), read as text
+    /// alone when it has the template's shape; with its length. The data need not be UTF-8:
+    /// every byte outside the literals is compared with the template's (UTF-8, one line) and each
+    /// literal is read as a JSON string (no raw control character) and UTF-8, so data read here
+    /// is UTF-8 and holds no line end.
+    fn read<'d>(&self, line: &'d [u8]) -> Option<(TextAlone<'d>, usize)> {
+        let data = line;
         // Template offset `from` → chunk offset `at`, slot by slot.
         let (mut from, mut at) = (0usize, 0usize);
         let mut found = None;
@@ -355,13 +361,15 @@ impl Template {
             from = slot.end;
             at = end;
         }
-        if !swar::eq(data.get(at..)?, self.data.as_bytes().get(from..)?) {
+        let tail = self.data.as_bytes().get(from..)?;
+        let end = at.checked_add(tail.len())?;
+        if !swar::eq(data.get(at..end)?, tail) {
             return None;
         }
         let (content, text) = found.filter(|(_, text)| !text.is_empty())?;
         let id = self.id.start.checked_add_signed(shift_at_id)?
             ..self.id.end.checked_add_signed(shift_at_id)?;
-        Some(TextAlone {
+        let alone = TextAlone {
             text,
             place: TextPlace {
                 channel: self.channel,
@@ -370,7 +378,8 @@ impl Template {
                 span: content,
                 join_id: id,
             },
-        })
+        };
+        Some((alone, end))
     }
 }
 
@@ -597,10 +606,13 @@ impl Format for Chat {
         Ok(unit)
     }
 
-    fn text_alone<'d>(&mut self, data: &'d [u8]) -> Option<TextAlone<'d>> {
-        let alone = self.template.as_ref()?.read(data)?;
+    fn text_alone<'d>(&self, line: &'d [u8]) -> Option<(TextAlone<'d>, usize)> {
+        self.template.as_ref()?.read(line)
+    }
+
+    fn took(&mut self, _place: &TextPlace) {
+        // What `read` counts of a chunk of text.
         self.deltas += 1;
-        Some(alone)
     }
 
     fn passed(&mut self, place: &TextPlace) {
@@ -803,7 +815,8 @@ mod tests {
         let fast = with
             .template
             .as_ref()
-            .is_some_and(|t| t.read(next.as_bytes()).is_some());
+            .and_then(|t| t.read(next.as_bytes()))
+            .is_some_and(|(_, len)| len == next.len());
         let a = with.read(event(next));
         let b = without.read(event(next));
         assert_eq!(with.deltas, without.deltas);
@@ -825,6 +838,20 @@ mod tests {
             assert!(fast, "{next}");
             assert_eq!(a, b, "{next}");
         }
+    }
+
+    /// The short path reads a template's bytes as one line's: data of several `data:` lines
+    /// (joined by `\n`) makes none.
+    #[test]
+    fn data_of_several_lines_makes_no_template() {
+        let mut chat = Chat::new(&Request::default());
+        let two_lines = FIRST.replace(r#","model""#, ",\n\"model\"");
+        for _ in 0..2 {
+            chat.read(event(&two_lines)).unwrap();
+        }
+        assert!(chat.template.is_none());
+        chat.read(event(FIRST)).unwrap();
+        assert!(chat.template.is_some());
     }
 
     #[test]

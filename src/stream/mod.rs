@@ -326,16 +326,22 @@ impl Rewriter {
             && self.awaiting.is_empty()
             && self.answer_id.is_some()
         {
-            let Some((data, len)) = self.decoder.whole_data_event(chunk) else {
+            let Some(line) = self.decoder.data_line(chunk) else {
                 break;
             };
             // Behind a held rest, a text event takes the rest in (`Piece::absorb`): not as it came.
             if run.is_empty() && self.queue.back().is_some_and(|p| p.rest) {
                 break;
             }
-            let Some(alone) = self.format.text_alone(data) else {
+            // The format finds where the data ends (no pass over the line to look for it first);
+            // a data line of another shape, or not ended by a blank line, is the decoder's.
+            let Some((alone, data_len)) = self.format.text_alone(line) else {
                 break;
             };
+            let Some((data, len)) = self.decoder.data_event(line, data_len) else {
+                break;
+            };
+            self.format.took(&alone.place);
             let (event, rest) = chunk.split_at_checked(len).unwrap_or((chunk, &[]));
             chunk = rest;
             let channel = alone.place.channel;
@@ -1152,16 +1158,19 @@ pub(crate) trait Format {
     /// Writes one event for the caller, renumbering what the vendor numbers in emission order,
     /// and remembers what the caller has seen (for `close`).
     fn write(&mut self, ev: Ev, out: &mut Vec<u8>);
-    /// A nameless event's data read as text alone, when it is an event `write` sends byte for
-    /// byte as it came once its text is confirmed (most of a stream); `None` for any other event,
-    /// which `read` then reads (nothing was counted). The data is bytes not yet known to be UTF-8:
-    /// `Some` says they are. `Some` counts the event as read: it is then either sent as it came
+    /// A nameless event's data, at the start of `line` (the bytes after `data: `, then the rest
+    /// of the chunk), read as text alone when it is an event `write` sends byte for byte as it
+    /// came once its text is confirmed (most of a stream): with the data's length, the data UTF-8
+    /// without a line end. `None` for any other event, which `read` then reads. Nothing is
+    /// counted: an event taken from here is then [`Format::took`], and either sent as it came
     /// ([`Format::passed`]) or queued as [`TextPlace::ev`] makes it.
-    fn text_alone<'d>(&mut self, _data: &'d [u8]) -> Option<TextAlone<'d>> {
+    fn text_alone<'d>(&self, _line: &'d [u8]) -> Option<(TextAlone<'d>, usize)> {
         None
     }
     /// An event read by [`Format::text_alone`] went out as it came: what `write` would remember.
     fn passed(&mut self, _place: &TextPlace) {}
+    /// An event [`Format::text_alone`] read is taken: what `read` would count of it.
+    fn took(&mut self, _place: &TextPlace) {}
     /// The first part of a split event (its text fields already cut): what must not be repeated
     /// in the rest, or belongs at the end, is adjusted.
     fn part(&self, _ev: &mut Ev) {}
