@@ -62,12 +62,13 @@ def main() -> int:
     double = Double(workdir)
     envoys: list[Envoy] = []
     try:
-        variants = {
-            "a": Envoy(envoy_config(double.port, False), workdir, "plain"),
-            "base": livecheck_envoy(double, base_dir, workdir, "base"),
-            "head": livecheck_envoy(double, head_dir, workdir, "head"),
-        }
-        envoys.extend(variants.values())
+        # Each Envoy is stopped below even when a later one fails to start (a stale .wasm, say).
+        variants = {}
+        for name, start in (("a", lambda: Envoy(envoy_config(double.port, False), workdir, "plain")),
+                            ("base", lambda: livecheck_envoy(double, base_dir, workdir, "base")),
+                            ("head", lambda: livecheck_envoy(double, head_dir, workdir, "head"))):
+            variants[name] = start()
+            envoys.append(variants[name])
         expected = answer_text(streaming.TOKENS * streaming.DELTA_CHARS)
         for warm in range(2):
             for name, envoy in variants.items():
