@@ -64,7 +64,19 @@ impl Decoder {
     }
 
     /// Feeds a chunk; appends every event it completes to `out`.
-    pub fn push(&mut self, mut bytes: &[u8], out: &mut Vec<Event>) -> Result<(), SseError> {
+    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<Event>) -> Result<(), SseError> {
+        self.read(bytes, out, false).map(|_| ())
+    }
+
+    /// [`Self::push`] up to the end of the first event it completes: how many bytes of `bytes` it
+    /// read (all of them when it completed none). The rest is for a later push; the events are
+    /// the same however a stream is split.
+    pub fn push_event(&mut self, bytes: &[u8], out: &mut Vec<Event>) -> Result<usize, SseError> {
+        self.read(bytes, out, true)
+    }
+
+    fn read(&mut self, chunk: &[u8], out: &mut Vec<Event>, one: bool) -> Result<usize, SseError> {
+        let mut bytes = chunk;
         if self.after_cr && !bytes.is_empty() {
             self.after_cr = false;
             if let Some(rest) = bytes.strip_prefix(b"\n") {
@@ -85,6 +97,7 @@ impl Decoder {
                     None => self.after_cr = true,
                 }
             }
+            let dispatched = out.len();
             if self.line.is_empty() {
                 // The whole line is in this chunk: read in place, not copied.
                 self.fits(head)?;
@@ -94,8 +107,12 @@ impl Decoder {
                 let line = std::mem::take(&mut self.line);
                 self.line_done(&line, out)?;
             }
+            if one && out.len() > dispatched {
+                return Ok(chunk.len() - bytes.len());
+            }
         }
-        self.extend_line(bytes)
+        self.extend_line(bytes)?;
+        Ok(chunk.len())
     }
 
     /// Where a nameless event of one data line would begin, in the shape most streams write
@@ -263,6 +280,23 @@ mod tests {
         }
         let bytes: Vec<&[u8]> = STREAM.chunks(1).flat_map(|b| [b, &b""[..]]).collect();
         assert_eq!(decode_in(&bytes).unwrap(), whole);
+        // An event at a time: each push stops where its event ended, the rest pushed after.
+        for i in 0..=STREAM.len() {
+            let mut decoder = Decoder::new(1024);
+            let mut out = Vec::new();
+            for chunk in [&STREAM[..i], &STREAM[i..]] {
+                let mut rest = chunk;
+                while !rest.is_empty() {
+                    let before = out.len();
+                    let read = decoder.push_event(rest, &mut out).unwrap();
+                    assert!(out.len() - before <= 1, "split at {i}");
+                    assert!(read > 0 && (read == rest.len() || out.len() > before));
+                    rest = &rest[read..];
+                }
+            }
+            decoder.finish(&mut out).unwrap();
+            assert_eq!(out, whole, "split at {i}, an event at a time");
+        }
     }
 
     #[test]

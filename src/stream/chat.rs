@@ -332,13 +332,12 @@ impl Template {
         }
     }
 
-    /// A nameless event's data at the start of `line` (what follows it is not read), read as text
+    /// A nameless event's data at the start of `data` (what follows it is not read), read as text
     /// alone when it has the template's shape; with its length. The data need not be UTF-8:
     /// every byte outside the literals is compared with the template's (UTF-8, one line) and each
     /// literal is read as a JSON string (no raw control character) and UTF-8, so data read here
     /// is UTF-8 and holds no line end.
-    fn read<'d>(&self, line: &'d [u8]) -> Option<(TextAlone<'d>, usize)> {
-        let data = line;
+    fn read<'d>(&self, data: &'d [u8]) -> Option<(TextAlone<'d>, usize)> {
         // Template offset `from` → chunk offset `at`, slot by slot.
         let (mut from, mut at) = (0usize, 0usize);
         let mut found = None;

@@ -286,13 +286,12 @@ impl Rewriter {
             if rest.is_empty() || !self.reading() {
                 break;
             }
-            // The general path, up to the end of the next event (a nameless one ends in a blank
-            // line `\n\n`; in any other stream, to the chunk's end): the short path may take the
+            // The general path, up to the end of the next event: the short path may take the
             // events after it. The decoder gives the same events however its input is split.
-            let end = memchr::memmem::find(rest, b"\n\n").map_or(rest.len(), |at| at + 2);
-            let (head, tail) = rest.split_at_checked(end).unwrap_or((rest, &[]));
-            rest = tail;
-            decoded = self.decoder.push(head, &mut events);
+            match self.decoder.push_event(rest, &mut events) {
+                Ok(read) => rest = rest.get(read..).unwrap_or_default(),
+                Err(e) => decoded = Err(e),
+            }
             self.read_events(events.drain(..), &mut step);
             if decoded.is_err() {
                 break;

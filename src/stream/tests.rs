@@ -30,6 +30,11 @@ fn request(include_usage: bool) -> Request {
 /// Feeds `chunks`, then the end of the stream; everything the caller receives.
 fn run(api: Api, version: &Rc<Version>, hold: Hold, chunks: &[&[u8]]) -> (Vec<u8>, Option<Cut>) {
     let mut rw = Rewriter::new(api, Rc::clone(version), &request(true), hold, 1 << 20);
+    feed_all(&mut rw, chunks)
+}
+
+/// [`run`] with a rewriter of the test's own.
+fn feed_all(rw: &mut Rewriter, chunks: &[&[u8]]) -> (Vec<u8>, Option<Cut>) {
     let (mut out, mut cut) = (Vec::new(), None);
     for chunk in chunks {
         let step = rw.feed(chunk);
@@ -1187,15 +1192,8 @@ fn text_alone_on_the_short_path_is_sent_as_the_general_path_sends_it() {
             1 << 20,
         );
         rw.short_path = short;
-        let (mut out, mut cut) = (Vec::new(), None);
-        for chunk in chunks {
-            let step = rw.feed(chunk);
-            out.extend(step.out);
-            cut = cut.or(step.cut);
-        }
-        let step = rw.finish();
-        out.extend(step.out);
-        (out, cut.or(step.cut), rw.passed_whole)
+        let (out, cut) = feed_all(&mut rw, chunks);
+        (out, cut, rw.passed_whole)
     };
     for (texts, check) in cases {
         let stream = format!(
@@ -1293,6 +1291,7 @@ fn v8_profile_chat_stream() {
     let chunks: Vec<String> = std::iter::once(head.to_owned())
         .chain(events.chunks(16).map(|c| c.concat()))
         .collect();
+    let chunks: Vec<&[u8]> = chunks.iter().map(|c| c.as_bytes()).collect();
     let mut sent = 0;
     for _ in 0..streams {
         let mut rw = Rewriter::new(
@@ -1302,12 +1301,9 @@ fn v8_profile_chat_stream() {
             Hold::Rules,
             1 << 20,
         );
-        for chunk in &chunks {
-            let step = rw.feed(chunk.as_bytes());
-            assert_eq!(step.cut, None);
-            sent += step.out.len();
-        }
-        sent += rw.finish().out.len();
+        let (out, cut) = feed_all(&mut rw, &chunks);
+        assert_eq!(cut, None);
+        sent += out.len();
     }
     assert!(sent > 0);
 }
