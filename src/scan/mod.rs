@@ -1,7 +1,7 @@
 //! One multi-pattern automaton per agent version and stage: every rule check of that stage at once.
 //!
 //! Besides the searches over a whole text, a stage has a lazy DFA that reads a stream one byte at a
-//! time from a given start ([`RuleSet::start`], [`RuleSet::step`]): a streamed answer carries its
+//! time from a given start ([`Automaton::start`], [`Automaton::read`]): a streamed answer carries its
 //! state across events instead of rescanning, and holds back only text that can still become the
 //! start of a match (`stream::holdback`).
 
@@ -42,9 +42,12 @@ pub struct RuleSet {
 struct Streamer {
     dfa: DFA,
     cache: RefCell<Cache>,
+    /// No rule has an assertion (`\b`, `^`, `$`): a match's start does not depend on the byte
+    /// before it, so every start is the same state.
+    look_free: bool,
 }
 
-/// Where a match that began at some start stands after a byte, read by [`RuleSet::step`].
+/// Where a match that began at some start stands after a byte ([`Automaton::read`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     /// No match can begin at that start any more.
@@ -64,6 +67,9 @@ pub struct Automaton<'a> {
     dfa: &'a DFA,
     cache: std::cell::RefMut<'a, Cache>,
     checks: &'a [usize],
+    look_free: bool,
+    /// With `look_free`, the start once looked up, and the cache's clear count then.
+    start: Option<(usize, Step)>,
 }
 
 impl Automaton<'_> {
@@ -71,18 +77,42 @@ impl Automaton<'_> {
     /// text) starts, before any byte of it was read.
     #[inline]
     pub fn start(&mut self, look_behind: Option<u8>) -> Step {
+        if let Some((clears, step)) = self.start {
+            if clears == self.clears() {
+                return step;
+            }
+        }
         let config = start::Config::new()
             .anchored(Anchored::Yes)
             .look_behind(look_behind);
         let state = self.dfa.start_state(&mut self.cache, &config).ok();
-        self.step_of(state)
+        let step = self.step_of(state);
+        if self.look_free {
+            self.start = Some((self.clears(), step));
+        }
+        step
     }
 
-    /// Reads one more byte of a match in progress.
+    /// Reads `bytes` from `state` up to the first state that is not plain (a match, the end of
+    /// every match, a byte it gives up on): how many bytes were read, and where that left the
+    /// match; all of them read, `Live` without a match. The step of the common byte is a
+    /// transition lookup alone, with no [`Step`] made for it.
     #[inline]
-    pub fn step(&mut self, state: LazyStateID, byte: u8) -> Step {
-        let state = self.dfa.next_state(&mut self.cache, state, byte).ok();
-        self.step_of(state)
+    pub fn read(&mut self, mut state: LazyStateID, bytes: &[u8]) -> (usize, Step) {
+        let cache = &mut *self.cache;
+        for (i, &b) in bytes.iter().enumerate() {
+            match self.dfa.next_state(cache, state, b) {
+                Ok(next) if !next.is_tagged() => state = next,
+                next => return (i + 1, self.tagged_step(next.ok())),
+            }
+        }
+        (
+            bytes.len(),
+            Step::Live {
+                state,
+                matched: None,
+            },
+        )
     }
 
     /// Reads the end of the text.
@@ -148,16 +178,24 @@ impl RuleSet {
     /// Compiles `(check index, rule)` pairs for searches over whole texts (the input stage). Each
     /// rule was already validated on its own.
     pub fn new(rules: &[(usize, Rule)]) -> Result<Self, String> {
-        Self::build(rules, false)
+        Self::build(rules, None)
     }
 
     /// Like [`RuleSet::new`], and the automaton a stream is read with, a byte at a time (the
     /// output stage).
     pub fn streamed(rules: &[(usize, Rule)]) -> Result<Self, String> {
-        Self::build(rules, true)
+        Self::build(rules, Some(DFA::config().get_cache_capacity()))
     }
 
-    fn build(rules: &[(usize, Rule)], streamed: bool) -> Result<Self, String> {
+    /// [`RuleSet::streamed`] with the smallest cache the automaton works with: it is cleared
+    /// every few states, so the readers' handling of clears is exercised.
+    #[cfg(test)]
+    pub(crate) fn streamed_clearing(rules: &[(usize, Rule)]) -> Result<Self, String> {
+        Self::build(rules, Some(0))
+    }
+
+    /// `stream`: the stream automaton's cache capacity, when the set has one.
+    fn build(rules: &[(usize, Rule)], stream: Option<usize>) -> Result<Self, String> {
         let longest = rules.iter().map(|(_, r)| r.longest).max().unwrap_or(0);
         let checks = rules.iter().map(|(i, _)| *i).collect();
         let needles = Needles::new(rules.iter().map(|(_, r)| r.regex.as_str()), longest);
@@ -177,17 +215,25 @@ impl RuleSet {
                         None => "the rules could not be compiled together".to_owned(),
                     })
             };
-            let stream = if streamed {
+            let stream = if let Some(capacity) = stream {
                 let dfa = DFA::builder()
                     .configure(
                         DFA::config()
                             .match_kind(MatchKind::All)
-                            .unicode_word_boundary(true),
+                            .unicode_word_boundary(true)
+                            .cache_capacity(capacity)
+                            // Below the least that works, that least.
+                            .skip_cache_capacity_check(true),
                     )
                     .build_many(&sources)
                     .map_err(|_| "the rules could not be compiled together".to_owned())?;
                 let cache = RefCell::new(dfa.create_cache());
-                Some(Streamer { dfa, cache })
+                let look_free = dfa.get_nfa().look_set_any().is_empty();
+                Some(Streamer {
+                    dfa,
+                    cache,
+                    look_free,
+                })
             } else {
                 None
             };
@@ -216,6 +262,8 @@ impl RuleSet {
             dfa: &stream.dfa,
             cache: stream.cache.try_borrow_mut().ok()?,
             checks: &self.checks,
+            look_free: stream.look_free,
+            start: None,
         })
     }
 

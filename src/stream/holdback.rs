@@ -55,8 +55,12 @@ pub(crate) struct Holdback {
     found_folded: usize,
     /// The automaton's clear count when the threads' states were taken.
     clears: usize,
-    /// Scratch for merging many threads (kept to reuse its allocation).
+    /// Scratch for merging many threads, for the new text folded, where in it threads start, and
+    /// for the threads of the last read (kept to reuse their allocations).
     states: HashSet<LazyStateID>,
+    folded_bytes: Vec<u8>,
+    starts: Vec<Start>,
+    spare: Vec<Thread>,
     /// The channel's text is complete.
     ended: bool,
     /// Only counts: the text is read whole elsewhere (nothing streams, so nothing is held back).
@@ -77,6 +81,17 @@ struct Thread {
     folded: usize,
     /// Its automaton state; `None`: decided by a search instead.
     state: Option<LazyStateID>,
+}
+
+/// A folded character of the text being read, where a thread may start: its first byte in the
+/// folded text read, and the [`Thread`] fields of a thread starting there.
+#[derive(Debug, Clone, Copy)]
+struct Start {
+    byte: usize,
+    pos: usize,
+    at: usize,
+    sub: usize,
+    folded: usize,
 }
 
 /// Forbidden text that will be in the text whatever follows: where it starts, and its check.
@@ -156,174 +171,247 @@ impl Holdback {
         certain
     }
 
-    /// Every new folded character starts a thread (until a match was found: nothing after it
-    /// matters), and every live thread reads every new byte of the folded text.
+    /// Reads the text pushed since the last scan, folded. Most text is ASCII, which folds to
+    /// itself: its bytes are read where they are, and every byte is a folded character.
     fn read_new(&mut self, dfa: &mut Dfa<'_>) {
         let window = std::mem::take(&mut self.window);
-        let mut at = self.read;
-        for c in window.get(self.read..).unwrap_or_default().chars() {
-            let mut sub = 0;
-            crate::fold::fold_char(c, |f| {
-                self.read_folded(dfa, f, at, sub);
-                sub += f.len_utf8();
-            });
-            at += c.len_utf8();
-            self.read_pos += 1;
-        }
-        self.read = at;
-        self.window = window;
-    }
-
-    /// One folded character `f`, byte `sub` of the folded form of the character at byte `at`.
-    fn read_folded(&mut self, dfa: &mut Dfa<'_>, f: char, at: usize, sub: usize) {
-        if let (Ok(b), Some(a)) = (u8::try_from(f), dfa.as_mut()) {
-            if b.is_ascii() && self.read_plain(a, b, at, sub) {
-                return;
-            }
-        }
-        if self.found.is_none() {
-            if self.threads.iter().all(|t| t.state.is_none()) {
-                self.clears = clears(dfa);
-            }
-            let start = dfa.as_mut().map_or(Step::Unknown, |a| a.start(self.last));
-            let state = match start {
-                Step::Dead => None,
-                Step::Live { state, .. } => Some(Some(state)),
-                Step::Unknown => Some(None),
-            };
-            if let Some(state) = state {
-                self.threads.push(Thread {
-                    pos: self.read_pos,
-                    at,
-                    sub,
-                    folded: self.folded,
-                    state,
+        let mut starts = std::mem::take(&mut self.starts);
+        let mut folded = std::mem::take(&mut self.folded_bytes);
+        starts.clear();
+        folded.clear();
+        let new = window.get(self.read..).unwrap_or_default();
+        let (at0, pos0, folded0) = (self.read, self.read_pos, self.folded);
+        let ascii = crate::swar::is_ascii(new.as_bytes());
+        let mut chars = new.len();
+        if !ascii {
+            chars = 0;
+            for (i, c) in new.char_indices() {
+                let mut sub = 0;
+                crate::fold::fold_char(c, |f| {
+                    starts.push(Start {
+                        byte: folded.len(),
+                        pos: pos0 + chars,
+                        at: at0 + i,
+                        sub,
+                        folded: folded0 + starts.len(),
+                    });
+                    folded.extend_from_slice(f.encode_utf8(&mut [0; 4]).as_bytes());
+                    sub += f.len_utf8();
                 });
+                chars += 1;
             }
-            self.forget_if_cleared(dfa);
         }
-        let mut bytes = [0; 4];
-        for &b in f.encode_utf8(&mut bytes).as_bytes() {
-            self.step_all(dfa, |a, state| a.step(state, b));
+        let (bytes, count): (&[u8], usize) = if ascii {
+            (new.as_bytes(), new.len())
+        } else {
+            (&folded, starts.len())
+        };
+        let start_of = |k: usize| {
+            if ascii {
+                Some(Start {
+                    byte: k,
+                    pos: pos0 + k,
+                    at: at0 + k,
+                    sub: 0,
+                    folded: folded0 + k,
+                })
+            } else {
+                starts.get(k).copied()
+            }
+        };
+        self.read_bytes(dfa, bytes, count, start_of);
+        self.read = window.len();
+        self.read_pos = pos0 + chars;
+        self.folded = folded0 + count;
+        if let Some(&b) = bytes.last() {
             self.last = Some(b);
         }
-        self.folded += 1;
+        self.window = window;
+        self.starts = starts;
+        self.folded_bytes = folded;
+    }
+
+    /// Reads new folded `bytes` one thread at a time: every live thread reads all of them in one
+    /// run (until it dies), then each of the `count` new folded characters ([`Start`]) starts a
+    /// thread that reads the rest; threads that end in the same state are merged afterwards.
+    /// The outcome is what reading each byte with every thread in turn gives: a match recorded
+    /// at some start drops the later starts, and no thread starts after the byte that recorded
+    /// the first match. The runs are tight loops over a slice, with no bookkeeping per
+    /// character (which cost several times the automaton's steps when each byte was read by
+    /// every thread in turn).
+    fn read_bytes(
+        &mut self,
+        dfa: &mut Dfa<'_>,
+        bytes: &[u8],
+        count: usize,
+        start_of: impl Fn(usize) -> Option<Start>,
+    ) {
+        let mut old = std::mem::take(&mut self.threads);
+        std::mem::swap(&mut self.threads, &mut self.spare);
+        self.threads.clear();
+        // The states of `old` were taken at `old_clears`; those kept from now at `self.clears`.
+        let old_clears = self.clears;
+        self.clears = clears(dfa);
+        let starts_allowed = self.found.is_none();
+        // The byte whose reading recorded this read's first match.
+        let mut first_match: Option<usize> = None;
+        for t in old.drain(..) {
+            if self.found.is_some_and(|f| t.pos > f.pos) {
+                continue;
+            }
+            match (dfa.as_mut(), t.state) {
+                (Some(a), Some(state)) if a.clears() == old_clears => {
+                    self.run(a, t, state, bytes, 0, &mut first_match);
+                }
+                _ => self.threads.push(Thread { state: None, ..t }),
+            }
+        }
+        self.spare = old;
+        for k in 0..count {
+            let Some(s) = start_of(k) else {
+                break;
+            };
+            let later = self.found.is_some_and(|f| s.pos > f.pos)
+                || first_match.is_some_and(|j| s.byte > j);
+            if !starts_allowed || later {
+                break;
+            }
+            let t = Thread {
+                pos: s.pos,
+                at: s.at,
+                sub: s.sub,
+                folded: s.folded,
+                state: None,
+            };
+            let Some(a) = dfa.as_mut() else {
+                self.threads.push(t);
+                continue;
+            };
+            let look_behind = match s.byte.checked_sub(1) {
+                None => self.last,
+                Some(i) => bytes.get(i).copied(),
+            };
+            let start = a.start(look_behind);
+            self.forget_if_cleared(a.clears());
+            match start {
+                Step::Dead => {}
+                Step::Live { state, .. } => self.run(a, t, state, bytes, s.byte, &mut first_match),
+                Step::Unknown => self.threads.push(t),
+            }
+        }
         self.merge();
     }
 
-    /// [`Self::read_folded`] for the common character, with the same outcome: an ASCII byte that
-    /// ends no match and that every live start (and the new one at it) reads in the automaton,
-    /// with no match found yet and a handful of threads. The next states are worked out first and
-    /// kept only if all of that holds; otherwise nothing changed (`false`) and the general path
-    /// reads the character (a step is a pure function of the state and the byte, so reading it
-    /// again gives the same states; a cache clear meanwhile is seen there as any clear is).
-    fn read_plain(&mut self, a: &mut Automaton<'_>, b: u8, at: usize, sub: usize) -> bool {
-        let n = self.threads.len();
-        if self.found.is_some() || n >= FEW_THREADS {
-            return false;
-        }
-        if n == 0 {
-            self.clears = a.clears();
-        } else if a.clears() != self.clears {
-            return false;
-        }
-        let plain = |step: Step| match step {
-            Step::Dead => Some(None),
-            Step::Live {
-                state,
-                matched: None,
-            } => Some(Some(state)),
-            _ => None,
-        };
-        // The next state of every thread, in order (`None`: it died).
-        let mut next = [None; FEW_THREADS];
-        for (slot, t) in next.iter_mut().zip(&self.threads) {
-            let Some(state) = t.state else {
-                return false;
-            };
-            match plain(a.step(state, b)) {
-                Some(state) => *slot = state,
-                None => return false,
-            }
-        }
-        let fresh = match plain(a.start(self.last)) {
-            Some(Some(state)) => match plain(a.step(state, b)) {
-                Some(state) => state,
-                None => return false,
-            },
-            Some(None) => None,
-            None => return false,
-        };
-        if a.clears() != self.clears {
-            return false;
-        }
-        // Threads in the same state have the same future: the earliest is kept.
-        let mut kept = 0;
-        for i in 0..n {
-            let (Some(Some(state)), Some(t)) = (next.get(i).copied(), self.threads.get(i).copied())
-            else {
-                continue;
-            };
-            if next.get(..i).is_some_and(|e| e.contains(&Some(state))) {
-                continue;
-            }
-            if let Some(slot) = self.threads.get_mut(kept) {
-                *slot = Thread {
-                    state: Some(state),
-                    ..t
-                };
-            }
-            kept += 1;
-        }
-        self.threads.truncate(kept);
-        if let Some(state) = fresh {
-            if !self.threads.iter().any(|t| t.state == Some(state)) {
-                self.threads.push(Thread {
-                    pos: self.read_pos,
-                    at,
-                    sub,
-                    folded: self.folded,
-                    state: Some(state),
-                });
-            }
-        }
-        self.last = Some(b);
-        self.folded += 1;
-        true
-    }
-
-    /// The end of the text: assertions at the end are decided, and no thread reads further.
-    fn read_end(&mut self, dfa: &mut Dfa<'_>) {
-        self.step_all(dfa, |a, state| a.step_end(state));
-        // Every automaton thread has now said all it will; searches decide the rest.
-        self.threads.retain(|t| t.state.is_none());
-    }
-
-    /// Moves every automaton thread on by `step`, recording matches and dropping dead threads.
-    /// A state is never used after the automaton's cache was cleared (by any stream): from then
-    /// on its thread is decided by a search.
-    fn step_all(
+    /// Thread `t`, in `state`, reads `bytes` from `from` on until it dies: kept if it did not,
+    /// its matches recorded as they are read. Most threads die or read to the end without a
+    /// match or anything else to note: that is one read here; the rest are read again, from
+    /// `state`, by [`Self::run_noting`] (a step depends only on the state and the byte).
+    #[inline]
+    fn run(
         &mut self,
-        dfa: &mut Dfa<'_>,
-        step: impl Fn(&mut Automaton<'_>, LazyStateID) -> Step,
+        a: &mut Automaton<'_>,
+        t: Thread,
+        state: LazyStateID,
+        bytes: &[u8],
+        from: usize,
+        first_match: &mut Option<usize>,
     ) {
+        let rest = bytes.get(from..).unwrap_or_default();
+        let (read, step) = a.read(state, rest);
+        if a.clears() == self.clears {
+            match step {
+                Step::Dead => return,
+                Step::Live {
+                    state,
+                    matched: None,
+                } if read == rest.len() => {
+                    self.threads.push(Thread {
+                        state: Some(state),
+                        ..t
+                    });
+                    return;
+                }
+                _ => {}
+            }
+        }
+        self.run_noting(a, t, (read, step), bytes, from, first_match);
+    }
+
+    /// [`Self::run`] on from where its first read stopped (`first`: bytes read, and the step
+    /// there), for a thread that matches, meets a byte the automaton gives up on, or reads while
+    /// the automaton's cache is cleared.
+    #[inline(never)]
+    fn run_noting(
+        &mut self,
+        a: &mut Automaton<'_>,
+        t: Thread,
+        first: (usize, Step),
+        bytes: &[u8],
+        from: usize,
+        first_match: &mut Option<usize>,
+    ) {
+        let (mut read, mut step) = first;
+        let mut j = from;
+        let (mut state, mut alive) = (None, true);
+        loop {
+            j += read;
+            match step {
+                Step::Live {
+                    state: next,
+                    matched,
+                } => {
+                    state = Some(next);
+                    if let Some(check) = matched {
+                        // Recorded while reading byte j - 1.
+                        let at = j.saturating_sub(1);
+                        *first_match = Some(first_match.map_or(at, |f| f.min(at)));
+                        self.record(Found { pos: t.pos, check }, t.folded);
+                    }
+                    if j >= bytes.len() {
+                        break;
+                    }
+                    (read, step) = a.read(next, bytes.get(j..).unwrap_or_default());
+                }
+                Step::Dead => {
+                    alive = false;
+                    break;
+                }
+                // Decided by a search instead, from here on.
+                Step::Unknown => {
+                    state = None;
+                    break;
+                }
+            }
+        }
+        if a.clears() != self.clears {
+            self.forget_if_cleared(a.clears());
+            state = None;
+        }
+        if alive {
+            self.threads.push(Thread { state, ..t });
+        }
+    }
+
+    /// The end of the text: assertions at the end are decided, matches there recorded, and no
+    /// automaton thread reads further (searches decide the threads without a state). A state is
+    /// never used after the automaton's cache was cleared (by any stream).
+    fn read_end(&mut self, dfa: &mut Dfa<'_>) {
         let mut matched = Vec::new();
-        let clears = self.clears;
+        let taken = self.clears;
         self.threads.retain_mut(|t| {
             let (Some(a), Some(state)) = (dfa.as_mut(), t.state) else {
                 t.state = None;
                 return true;
             };
-            if a.clears() != clears {
+            if a.clears() != taken {
                 t.state = None;
                 return true;
             }
-            match step(a, state) {
+            match a.step_end(state) {
                 Step::Dead => false,
-                Step::Live { state, matched: m } => {
-                    t.state = Some(state);
+                Step::Live { matched: m, .. } => {
                     matched.extend(m.map(|check| (Found { pos: t.pos, check }, t.folded)));
-                    true
+                    false
                 }
                 Step::Unknown => {
                     t.state = None;
@@ -331,14 +419,14 @@ impl Holdback {
                 }
             }
         });
-        self.forget_if_cleared(dfa);
+        self.forget_if_cleared(clears(dfa));
         for (found, folded) in matched {
             self.record(found, folded);
         }
     }
 
-    fn forget_if_cleared(&mut self, dfa: &Dfa<'_>) {
-        let now = clears(dfa);
+    /// After a clear of the automaton's cache (`now` clears so far), no state kept is used.
+    fn forget_if_cleared(&mut self, now: usize) {
         if now != self.clears {
             self.clears = now;
             for t in &mut self.threads {
@@ -688,6 +776,46 @@ mod tests {
     }
 
     #[test]
+    fn a_cache_cleared_every_few_states_changes_no_finding() {
+        // The smallest cache: the states threads hold are thrown away again and again, mid-read
+        // too; a thread whose state went is decided by a search, never by a stale state.
+        let rules = [
+            (0, compile_pattern("aab", 3).unwrap()),
+            (1, compile_pattern(r"(?-u:\b)ba(?-u:\b)", 2).unwrap()),
+            (3, compile_pattern("N[ab]{1,2}", 3).unwrap()),
+            (4, compile_pattern("[ab]{2,6}N", 7).unwrap()),
+        ];
+        let mut texts = texts(5);
+        texts.push("ab ba aaab Nab abababN bba N".repeat(20));
+        // With the word boundary, and without (then every start is one state, looked up once).
+        for rules in [&rules[..], &[&rules[..1], &rules[2..]].concat()] {
+            let clearing = RuleSet::streamed_clearing(rules).unwrap();
+            let roomy = RuleSet::streamed(rules).unwrap();
+            for text in &texts {
+                let whole = roomy.first_hit(text).map(|h| Found {
+                    pos: h.start,
+                    check: h.check,
+                });
+                for pieces in [text.len(), 1, 3] {
+                    let mut hb = Holdback::default();
+                    let mut found = None;
+                    for piece in text.as_bytes().chunks(pieces.max(1)) {
+                        hb.push(std::str::from_utf8(piece).unwrap());
+                        found = found.or(hb.scan(&clearing));
+                        if let Some(hit) = whole {
+                            assert!(hb.confirmed() <= hit.pos, "{text:?} released a match");
+                        }
+                    }
+                    hb.end();
+                    assert_eq!(found.or(hb.scan(&clearing)), whole, "{text:?} in {pieces}s");
+                }
+            }
+            let clears = clearing.automaton().map_or(0, |a| a.clears());
+            assert!(clears > 100, "the cache was cleared {clears} times");
+        }
+    }
+
+    #[test]
     fn exhaustively_folded_text_is_read_as_the_whole_text_is_searched() {
         // A ligature that folds to two letters, a full-width letter and a zero-width space, around
         // rules that begin inside the ligature, span it, and need a word boundary.
@@ -720,6 +848,26 @@ mod tests {
             let first = at_once.scan(&rules);
             at_once.end();
             assert_eq!(first.or(at_once.scan(&rules)), whole, "{text:?} at once");
+        }
+    }
+
+    #[test]
+    fn in_a_ligature_the_match_at_its_first_folded_letter_is_named() {
+        // "ﬃ" folds to "ffi": the search finds "f" first (check 2); "i", an earlier check, starts
+        // later in the folded text, at the same character as written. (The x{0,5} keeps the
+        // match uncertain until the text ends, while a later start could still name another.)
+        let rules = RuleSet::streamed(&[
+            (0, compile_forbidden_text("i").unwrap()),
+            (2, compile_pattern("fx{0,5}", 6).unwrap()),
+        ])
+        .unwrap();
+        let hit = rules.first_hit("a \u{FB03}").unwrap();
+        let expected = Some(Found { pos: 2, check: 2 });
+        assert_eq!(hit.check, 2);
+        for pieces in [&["a \u{FB03}"][..], &["a ", "\u{FB03}"]] {
+            let (mut hb, found) = pushed(&rules, pieces);
+            hb.end();
+            assert_eq!(found.or(hb.scan(&rules)), expected, "{pieces:?}");
         }
     }
 
