@@ -26,8 +26,13 @@ from envoy_process import JudgeSidecar  # noqa: E402
 BATCHES, SIZE = 40, 256
 
 
+def turn_id() -> str:
+    """A turn id as the filter makes them (`src/turn/question.rs`): the time in ms, then random."""
+    return "lc_%012x%s" % (time.time_ns() // 1_000_000, uuid.uuid4().hex[:20])
+
+
 def report() -> dict:
-    return {"turn_id": "lc_" + uuid.uuid4().hex, "agent": "bench", "version": "1", "results": [
+    return {"turn_id": turn_id(), "agent": "bench", "version": "1", "results": [
         {"name": f"check-{k}", "stage": "input" if k < 5 else "output", "kind": "not_contains", "mode": "block",
          "attempt": 1, "outcome": "passed", "reason": "The text holds nothing it had to avoid.",
          "created_at_ms": 1_790_000_000_000} for k in range(10)]}

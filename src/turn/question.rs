@@ -156,8 +156,8 @@ impl Turn {
     /// A request the filter checks begins: its record (id, person) and the version it runs, from
     /// the agent header, else its host, else the default agent (the version header selects one).
     pub(super) fn begin(&mut self, host: &mut dyn Host) -> Result<Rc<Version>, SelectError> {
-        self.record = Record::new(format!("lc_{:016x}{:016x}", host.random(), host.random()));
         self.started_ms = host.now_unix_millis();
+        self.record = Record::new(turn_id(self.started_ms, host.random(), host.random()));
         if let Some(header) = &self.policy.person_header {
             self.record.person = host.request_header(header);
         }
@@ -207,4 +207,31 @@ fn retry_source(host: &mut dyn Host) -> Option<Source> {
             .filter_map(|h| Some(((*h).to_owned(), host.request_header(h)?)))
             .collect(),
     })
+}
+
+/// A turn's id: `lc_`, the time it began in milliseconds (12 hex digits), then 80 random bits (20
+/// hex digits). Ids of later turns sort later, so the sidecar's indexes on the turn id grow at
+/// their end (a random id touches a random page of each of them per stored row).
+fn turn_id(now_ms: u64, high: u64, low: u64) -> String {
+    format!(
+        "lc_{:012x}{high:016x}{:04x}",
+        now_ms.min(0xffff_ffff_ffff),
+        low & 0xffff
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::turn_id;
+
+    #[test]
+    fn turn_ids_sort_by_time_and_keep_their_length() {
+        let earlier = turn_id(1_790_000_000_000, u64::MAX, u64::MAX);
+        let later = turn_id(1_790_000_000_001, 0, 0);
+        assert!(earlier < later);
+        assert_eq!(earlier.len(), "lc_".len() + 32);
+        assert_eq!(later.len(), "lc_".len() + 32);
+        assert_ne!(turn_id(1, 1, 2), turn_id(1, 1, 3));
+        assert!(turn_id(u64::MAX, 0, 0).starts_with("lc_ffffffffffff"));
+    }
 }

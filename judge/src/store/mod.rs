@@ -1097,7 +1097,7 @@ async fn insert_results(
         for row in chunk {
             let result = &row.result;
             query = query
-                .bind(ids::random("rck_"))
+                .bind(ids::time_ordered("rck_"))
                 .bind(&row.turn.turn_id)
                 .bind(row.seq)
                 .bind(&row.turn.agent)
@@ -1155,7 +1155,7 @@ async fn queue_event(
     if !room.take_events(tx, webhooks.len()).await? {
         return Ok(0);
     }
-    let id = ids::random("evt_");
+    let id = ids::time_ordered("evt_");
     let body = events::check_failed_body(&id, now_ms, result, turn.public_id());
     for webhook in webhooks {
         sqlx::query(

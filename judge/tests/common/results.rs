@@ -97,7 +97,10 @@ impl Db {
         let mut admin = sqlx::postgres::PgConnection::connect(&base)
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL at {base} is not reachable: {e}"));
-        let name = format!("lc_{}", livecheck_judge::ids::random("").get(..16).unwrap());
+        let name = format!(
+            "lc_{}",
+            livecheck_judge::ids::time_ordered("").get(12..28).unwrap()
+        );
         sqlx::query(&format!("CREATE DATABASE {name}"))
             .execute(&mut admin)
             .await
@@ -416,7 +419,7 @@ pub fn alerting(mut r: CheckResult, failure_rate: f64, over_last: u32) -> CheckR
 }
 
 pub fn turn_id() -> String {
-    livecheck_judge::ids::random("lc_")
+    livecheck_judge::ids::time_ordered("lc_")
 }
 
 pub fn report(turn_id: &str, agent: &str, results: Vec<CheckResult>) -> TurnReport {
