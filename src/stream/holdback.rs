@@ -55,12 +55,8 @@ pub(crate) struct Holdback {
     found_folded: usize,
     /// The automaton's clear count when the threads' states were taken.
     clears: usize,
-    /// Scratch for merging many threads, for the new text folded, where in it threads start, and
-    /// for the threads of the last read (kept to reuse their allocations).
+    /// Scratch for merging many threads (kept to reuse its allocation).
     states: HashSet<LazyStateID>,
-    folded_bytes: Vec<u8>,
-    starts: Vec<Start>,
-    spare: Vec<Thread>,
     /// The channel's text is complete.
     ended: bool,
     /// Only counts: the text is read whole elsewhere (nothing streams, so nothing is held back).
@@ -175,10 +171,9 @@ impl Holdback {
     /// itself: its bytes are read where they are, and every byte is a folded character.
     fn read_new(&mut self, dfa: &mut Dfa<'_>) {
         let window = std::mem::take(&mut self.window);
-        let mut starts = std::mem::take(&mut self.starts);
-        let mut folded = std::mem::take(&mut self.folded_bytes);
-        starts.clear();
-        folded.clear();
+        // Non-ASCII text only: its folded bytes and where each folded character starts (nothing
+        // is kept between reads: a stream's memory stays what it holds back).
+        let (mut starts, mut folded) = (Vec::new(), Vec::new());
         let new = window.get(self.read..).unwrap_or_default();
         let (at0, pos0, folded0) = (self.read, self.read_pos, self.folded);
         let ascii = crate::swar::is_ascii(new.as_bytes());
@@ -227,8 +222,6 @@ impl Holdback {
             self.last = Some(b);
         }
         self.window = window;
-        self.starts = starts;
-        self.folded_bytes = folded;
     }
 
     /// Reads new folded `bytes` one thread at a time: every live thread reads all of them in one
@@ -246,27 +239,36 @@ impl Holdback {
         count: usize,
         start_of: impl Fn(usize) -> Option<Start>,
     ) {
-        let mut old = std::mem::take(&mut self.threads);
-        std::mem::swap(&mut self.threads, &mut self.spare);
-        self.threads.clear();
-        // The states of `old` were taken at `old_clears`; those kept from now at `self.clears`.
+        // The live threads' states were taken at `old_clears`; those of the threads kept from now
+        // on at `self.clears`.
         let old_clears = self.clears;
         self.clears = clears(dfa);
         let starts_allowed = self.found.is_none();
         // The byte whose reading recorded this read's first match.
         let mut first_match: Option<usize> = None;
-        for t in old.drain(..) {
+        // The live threads read in place, those still alive moved to the front. A match noted
+        // meanwhile drops no thread kept so far (they start no later than it: threads are in
+        // start order), and the threads after it are passed over here.
+        let mut kept = 0;
+        for i in 0..self.threads.len() {
+            let Some(t) = self.threads.get(i).copied() else {
+                break;
+            };
             if self.found.is_some_and(|f| t.pos > f.pos) {
                 continue;
             }
-            match (dfa.as_mut(), t.state) {
+            let state = match (dfa.as_mut(), t.state) {
                 (Some(a), Some(state)) if a.clears() == old_clears => {
-                    self.run(a, t, state, bytes, 0, &mut first_match);
+                    self.run(a, t, state, bytes, 0, &mut first_match)
                 }
-                _ => self.threads.push(Thread { state: None, ..t }),
+                _ => Some(None),
+            };
+            if let (Some(state), Some(slot)) = (state, self.threads.get_mut(kept)) {
+                *slot = Thread { state, ..t };
+                kept += 1;
             }
         }
-        self.spare = old;
+        self.threads.truncate(kept);
         for k in 0..count {
             let Some(s) = start_of(k) else {
                 break;
@@ -293,19 +295,22 @@ impl Holdback {
             };
             let start = a.start(look_behind);
             self.forget_if_cleared(a.clears());
-            match start {
-                Step::Dead => {}
+            let state = match start {
+                Step::Dead => None,
                 Step::Live { state, .. } => self.run(a, t, state, bytes, s.byte, &mut first_match),
-                Step::Unknown => self.threads.push(t),
+                Step::Unknown => Some(None),
+            };
+            if let Some(state) = state {
+                self.threads.push(Thread { state, ..t });
             }
         }
         self.merge();
     }
 
-    /// Thread `t`, in `state`, reads `bytes` from `from` on until it dies: kept if it did not,
-    /// its matches recorded as they are read. Most threads die or read to the end without a
-    /// match or anything else to note: that is one read here; the rest are read again, from
-    /// `state`, by [`Self::run_noting`] (a step depends only on the state and the byte).
+    /// Thread `t`, in `state`, reads `bytes` from `from` on until it dies (`None`), else its state
+    /// after them (`Some(None)`: decided by a search from now on); its matches are noted as they
+    /// are read. Most threads die or read to the end without a match or anything else to note:
+    /// that is one read here; [`Self::run_noting`] takes the rest on from where it stopped.
     #[inline]
     fn run(
         &mut self,
@@ -315,26 +320,20 @@ impl Holdback {
         bytes: &[u8],
         from: usize,
         first_match: &mut Option<usize>,
-    ) {
+    ) -> Option<Option<LazyStateID>> {
         let rest = bytes.get(from..).unwrap_or_default();
         let (read, step) = a.read(state, rest);
         if a.clears() == self.clears {
             match step {
-                Step::Dead => return,
+                Step::Dead => return None,
                 Step::Live {
                     state,
                     matched: None,
-                } if read == rest.len() => {
-                    self.threads.push(Thread {
-                        state: Some(state),
-                        ..t
-                    });
-                    return;
-                }
+                } if read == rest.len() => return Some(Some(state)),
                 _ => {}
             }
         }
-        self.run_noting(a, t, (read, step), bytes, from, first_match);
+        self.run_noting(a, t, (read, step), bytes, from, first_match)
     }
 
     /// [`Self::run`] on from where its first read stopped (`first`: bytes read, and the step
@@ -349,7 +348,7 @@ impl Holdback {
         bytes: &[u8],
         from: usize,
         first_match: &mut Option<usize>,
-    ) {
+    ) -> Option<Option<LazyStateID>> {
         let (mut read, mut step) = first;
         let mut j = from;
         let (mut state, mut alive) = (None, true);
@@ -365,7 +364,7 @@ impl Holdback {
                         // Recorded while reading byte j - 1.
                         let at = j.saturating_sub(1);
                         *first_match = Some(first_match.map_or(at, |f| f.min(at)));
-                        self.record(Found { pos: t.pos, check }, t.folded);
+                        self.note(Found { pos: t.pos, check }, t.folded);
                     }
                     if j >= bytes.len() {
                         break;
@@ -387,9 +386,7 @@ impl Holdback {
             self.forget_if_cleared(a.clears());
             state = None;
         }
-        if alive {
-            self.threads.push(Thread { state, ..t });
-        }
+        alive.then_some(state)
     }
 
     /// The end of the text: assertions at the end are decided, matches there recorded, and no
@@ -469,8 +466,15 @@ impl Holdback {
     }
 
     /// A match begins at `found.pos` (folded position `folded`): the earliest such start wins,
-    /// and there the earliest check.
+    /// and there the earliest check. The threads that start later are dropped.
     fn record(&mut self, found: Found, folded: usize) {
+        self.note(found, folded);
+        // Later starts cannot come before it.
+        self.threads.retain(|t| t.pos <= found.pos);
+    }
+
+    /// [`Self::record`] but for dropping the later threads, which the reader passes over.
+    fn note(&mut self, found: Found, folded: usize) {
         let better = self
             .found
             .is_none_or(|f| (found.pos, found.check) < (f.pos, f.check));
@@ -478,8 +482,6 @@ impl Holdback {
             self.found = Some(found);
             self.found_folded = folded;
         }
-        // Later starts cannot come before it.
-        self.threads.retain(|t| t.pos <= found.pos);
     }
 
     /// Keeps the earliest of the automaton threads that share a state: their futures are the same.
