@@ -79,17 +79,6 @@ struct Thread {
     state: Option<LazyStateID>,
 }
 
-/// A folded character of the text being read, where a thread may start: its first byte in the
-/// folded text read, and the [`Thread`] fields of a thread starting there.
-#[derive(Debug, Clone, Copy)]
-struct Start {
-    byte: usize,
-    pos: usize,
-    at: usize,
-    sub: usize,
-    folded: usize,
-}
-
 /// Forbidden text that will be in the text whatever follows: where it starts, and its check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Found {
@@ -183,13 +172,14 @@ impl Holdback {
             for (i, c) in new.char_indices() {
                 let mut sub = 0;
                 crate::fold::fold_char(c, |f| {
-                    starts.push(Start {
-                        byte: folded.len(),
+                    let thread = Thread {
                         pos: pos0 + chars,
                         at: at0 + i,
                         sub,
                         folded: folded0 + starts.len(),
-                    });
+                        state: None,
+                    };
+                    starts.push((folded.len(), thread));
                     folded.extend_from_slice(f.encode_utf8(&mut [0; 4]).as_bytes());
                     sub += f.len_utf8();
                 });
@@ -203,13 +193,14 @@ impl Holdback {
         };
         let start_of = |k: usize| {
             if ascii {
-                Some(Start {
-                    byte: k,
+                let thread = Thread {
                     pos: pos0 + k,
                     at: at0 + k,
                     sub: 0,
                     folded: folded0 + k,
-                })
+                    state: None,
+                };
+                Some((k, thread))
             } else {
                 starts.get(k).copied()
             }
@@ -225,8 +216,8 @@ impl Holdback {
     }
 
     /// Reads new folded `bytes` one thread at a time: every live thread reads all of them in one
-    /// run (until it dies), then each of the `count` new folded characters ([`Start`]) starts a
-    /// thread that reads the rest; threads that end in the same state are merged afterwards.
+    /// run (until it dies), then each of the `count` new folded characters (`start_of`: its first
+    /// byte in `bytes` and the thread starting there) starts a thread that reads the rest; threads that end in the same state are merged afterwards.
     /// The outcome is what reading each byte with every thread in turn gives: a match recorded
     /// at some start drops the later starts, and no thread starts after the byte that recorded
     /// the first match. The runs are tight loops over a slice, with no bookkeeping per
@@ -237,7 +228,7 @@ impl Holdback {
         dfa: &mut Dfa<'_>,
         bytes: &[u8],
         count: usize,
-        start_of: impl Fn(usize) -> Option<Start>,
+        start_of: impl Fn(usize) -> Option<(usize, Thread)>,
     ) {
         // The live threads' states were taken at `old_clears`; those of the threads kept from now
         // on at `self.clears`.
@@ -270,26 +261,19 @@ impl Holdback {
         }
         self.threads.truncate(kept);
         for k in 0..count {
-            let Some(s) = start_of(k) else {
+            let Some((byte, t)) = start_of(k) else {
                 break;
             };
-            let later = self.found.is_some_and(|f| s.pos > f.pos)
-                || first_match.is_some_and(|j| s.byte > j);
+            let later =
+                self.found.is_some_and(|f| t.pos > f.pos) || first_match.is_some_and(|j| byte > j);
             if !starts_allowed || later {
                 break;
             }
-            let t = Thread {
-                pos: s.pos,
-                at: s.at,
-                sub: s.sub,
-                folded: s.folded,
-                state: None,
-            };
             let Some(a) = dfa.as_mut() else {
                 self.threads.push(t);
                 continue;
             };
-            let look_behind = match s.byte.checked_sub(1) {
+            let look_behind = match byte.checked_sub(1) {
                 None => self.last,
                 Some(i) => bytes.get(i).copied(),
             };
@@ -297,7 +281,7 @@ impl Holdback {
             self.forget_if_cleared(a.clears());
             let state = match start {
                 Step::Dead => None,
-                Step::Live { state, .. } => self.run(a, t, state, bytes, s.byte, &mut first_match),
+                Step::Live { state, .. } => self.run(a, t, state, bytes, byte, &mut first_match),
                 Step::Unknown => Some(None),
             };
             if let Some(state) = state {
