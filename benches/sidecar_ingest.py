@@ -5,6 +5,8 @@ The real livecheck-judge (release; SQLite in a temporary directory) on loopback;
 BATCHES batches of SIZE reports, each of 10 rule results, to `POST /v1/results/batch` as the filter
 does, one at a time. Prints CPU per report (the sidecar's, /proc) and reports per second. Given several
 binaries (e.g. one built from an earlier commit), runs them interleaved, twice each, for a before/after.
+INGEST_BATCHES=N posts N batches instead of 40 (a longer run, e.g. to attach `perf record -p` to the
+sidecar while it stores).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ sys.path.insert(0, str(REPO / "benches"))
 from compare import tree_cpu_s  # noqa: E402
 from envoy_process import JudgeSidecar  # noqa: E402
 
-BATCHES, SIZE = 40, 256
+BATCHES, SIZE = int(__import__("os").environ.get("INGEST_BATCHES", "40")), 256
 
 
 def turn_id() -> str:
