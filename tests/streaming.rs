@@ -494,3 +494,94 @@ fn a_compressed_stream_is_refused_as_errored_in_the_callers_shape() {
         assert!(!caller.body_text().contains("NL9"));
     }
 }
+
+/// The memory run of `make bench` (`benches/compare.py`'s `memory_run`) in the harness: many Chat
+/// streams of the bench rules side by side, 40 characters an event and 100 events an upstream
+/// write cut into 16 KiB body callbacks, all held open mid-answer; prints the VM's memory grown per
+/// stream at 2,000 and 20,000 tokens. It gives what the Envoy run gives for the wasm VM (7.10 / 7.10
+/// KiB at c2ea18f, 7.23 / 8.58 at 0679448; ARCHITECTURE.md) in seconds, for any build:
+/// `LIVECHECK_WASM_DIR=<dir of a livecheck.wasm> cargo test --release --test streaming
+/// memory_per_held_stream_probe -- --ignored --nocapture` (`PROBE_STREAMS`, default 1,000).
+/// A probe, not a test: ignored in `make test`.
+#[test]
+#[ignore = "a memory probe"]
+fn memory_per_held_stream_probe() {
+    let streams: usize = std::env::var("PROBE_STREAMS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1000);
+    let words = [
+        "the ", "order ", "ships ", "from ", "our ", "depot ", "near ", "station ", "and ",
+        "arrives ", "within ", "days ", "please ", "keep ", "receipt ", "thanks ",
+    ];
+    let config = include_str!("../benches/rules.json");
+    for tokens in [2000usize, 20000] {
+        let text: String = words
+            .iter()
+            .cycle()
+            .flat_map(|w| w.chars())
+            .take(tokens * 4)
+            .collect();
+        let chars: Vec<char> = text.chars().collect();
+        let head = "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"gpt-4.1-mini\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n".to_owned();
+        let events: Vec<String> = std::iter::once(head)
+            .chain(chars.chunks(40).map(|piece| {
+                let piece: String = piece.iter().collect();
+                format!(
+                    "data: {{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\
+                     \"model\":\"gpt-4.1-mini\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{piece}\"}},\"finish_reason\":null}}]}}\n\n"
+                )
+            }))
+            .collect();
+        let callbacks: Vec<Vec<Vec<u8>>> = events
+            .chunks(100)
+            .map(|w| {
+                w.concat()
+                    .as_bytes()
+                    .chunks(16384)
+                    .map(<[u8]>::to_vec)
+                    .collect()
+            })
+            .collect();
+        let mut host = livecheck(config);
+        let open = |host: &mut Host| {
+            let s = send_request(
+                host,
+                "/v1/chat/completions",
+                &[],
+                r#"{"model":"gpt-4.1-mini","stream":true,"n":1,"messages":[{"role":"user","content":"Where is my order?"}]}"#,
+                Chunking::Whole,
+            );
+            host.send_response_headers(
+                s,
+                &[(":status", "200"), ("content-type", "text/event-stream")],
+                false,
+            )
+            .unwrap();
+            s
+        };
+        // Warm-up: one whole stream of at most 2,000 tokens.
+        let s = open(&mut host);
+        for write in callbacks.iter().take(3) {
+            for c in write {
+                host.send_response_body(s, c, false).unwrap();
+            }
+        }
+        host.send_response_body(s, b"data: [DONE]\n\n", true).unwrap();
+        host.advance_time(std::time::Duration::from_millis(500));
+        let before = host.memory_bytes();
+        let ids: Vec<StreamId> = (0..streams).map(|_| open(&mut host)).collect();
+        for write in &callbacks {
+            for &s in &ids {
+                for c in write {
+                    host.send_response_body(s, c, false).unwrap();
+                }
+            }
+        }
+        let grown = host.memory_bytes() - before;
+        eprintln!(
+            "memory_per_held_stream_probe: {tokens} tokens: {:.2} KiB per stream",
+            grown as f64 / 1024.0 / streams as f64
+        );
+    }
+}

@@ -163,6 +163,12 @@ impl Host {
         self.vm_starts
     }
 
+    /// The VM's linear memory in bytes: what it has grown to, as Envoy's V8 commits it. Linear
+    /// memory never shrinks, so this is the VM's peak so far.
+    pub fn memory_bytes(&mut self) -> usize {
+        self.vm.memory_bytes()
+    }
+
     /// Whether the current VM has failed.
     pub fn vm_failed(&self) -> bool {
         self.vm.state().vm.failed

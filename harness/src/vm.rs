@@ -85,6 +85,13 @@ impl Vm {
             .is_some()
     }
 
+    /// The size of the exported linear memory, in bytes (0 before the VM started).
+    pub(crate) fn memory_bytes(&mut self) -> usize {
+        self.instance
+            .and_then(|i| i.get_memory(&mut self.store, "memory"))
+            .map_or(0, |m| m.data_size(&self.store))
+    }
+
     /// Calls an export in context `context`. `Ok(None)` when the guest does not export it
     /// (Envoy then skips the callback); `Err` when it trapped: the VM has failed.
     pub(crate) fn call(

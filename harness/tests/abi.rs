@@ -285,3 +285,15 @@ fn request_headers_are_bad_argument_after_on_request_headers_continued() {
     assert_eq!(results(&host), vec![status::OK, status::BAD_ARGUMENT]);
     let _ = OK;
 }
+
+#[test]
+fn memory_bytes_is_the_linear_memory_the_guest_has_grown_to() {
+    // The common module starts with 4 pages; this one grows by 3 more when configured.
+    let mut host = wat_host(
+        r#"(func (export "proxy_on_configure") (param i32 i32) (result i32)
+            (drop (memory.grow (i32.const 3)))
+            i32.const 1)"#,
+        Options::default(),
+    );
+    assert_eq!(host.memory_bytes(), 7 * 65536);
+}
