@@ -10,7 +10,7 @@
 mod migrate;
 mod overview;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use livecheck_wire::{Alert, BackgroundCheck, CheckResult, Mode, Outcome, Stage, TurnReport};
@@ -1077,16 +1077,20 @@ async fn insert_results(
     tx: &mut Transaction<'_, Any>,
     rows: &[ResultRow<'_>],
 ) -> Result<Vec<bool>, StoreError> {
-    let mut new_keys = BTreeSet::new();
+    let mut stored = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        // A NULL DOUBLE PRECISION is never bound (see above): the score goes with a flag.
+        // A NULL DOUBLE PRECISION is never bound (see above): the score goes with a flag. Each row
+        // gets its id here, and the statement returns the ids it stored: one text a row to read
+        // back (rather than the four columns of the row's key), and a row repeated within the batch
+        // is new only where it was stored.
+        let ids: Vec<String> = chunk.iter().map(|_| ids::time_ordered("rck_")).collect();
         let sql = numbered(
             tx,
             &format!(
                 "INSERT INTO results (id, turn_id, seq, agent, version, name, stage, kind, mode, attempt, \
                  outcome, score, reason, judge_model, passed_on_error, created_at, tool, tool_call) VALUES {} \
                  ON CONFLICT (turn_id, name, attempt, tool_call) DO NOTHING \
-                 RETURNING turn_id, name, attempt, tool_call",
+                 RETURNING id",
                 rows_of(
                     chunk.len(),
                     "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, CASE WHEN ? = 1 THEN ? END, ?, ?, ?, ?, ?, ?"
@@ -1094,10 +1098,10 @@ async fn insert_results(
             ),
         );
         let mut query = sqlx::query(&sql);
-        for row in chunk {
+        for (row, id) in chunk.iter().zip(&ids) {
             let result = &row.result;
             query = query
-                .bind(ids::time_ordered("rck_"))
+                .bind(id.as_str())
                 .bind(&row.turn.turn_id)
                 .bind(row.seq)
                 .bind(&row.turn.agent)
@@ -1117,27 +1121,13 @@ async fn insert_results(
                 .bind(&result.tool)
                 .bind(i64::from(result.call.unwrap_or(0)));
         }
-        for stored in query.fetch_all(&mut **tx).await? {
-            let key: (String, String, i64, i64) = (
-                stored.try_get(0)?,
-                stored.try_get(1)?,
-                stored.try_get(2)?,
-                stored.try_get(3)?,
-            );
-            new_keys.insert(key);
+        let mut new_ids = HashSet::new();
+        for row in query.fetch_all(&mut **tx).await? {
+            new_ids.insert(row.try_get::<String, _>(0)?);
         }
+        stored.extend(ids.iter().map(|id| new_ids.contains(id)));
     }
-    Ok(rows
-        .iter()
-        .map(|row| {
-            new_keys.remove(&(
-                row.turn.turn_id.clone(),
-                row.result.name.clone(),
-                i64::from(row.result.attempt),
-                i64::from(row.result.call.unwrap_or(0)),
-            ))
-        })
-        .collect())
+    Ok(stored)
 }
 
 /// Queues a `response.check_failed` event per webhook for a result that did not pass.
