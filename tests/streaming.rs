@@ -567,7 +567,8 @@ fn memory_per_held_stream_probe() {
                 host.send_response_body(s, c, false).unwrap();
             }
         }
-        host.send_response_body(s, b"data: [DONE]\n\n", true).unwrap();
+        host.send_response_body(s, b"data: [DONE]\n\n", true)
+            .unwrap();
         host.advance_time(std::time::Duration::from_millis(500));
         let before = host.memory_bytes();
         let ids: Vec<StreamId> = (0..streams).map(|_| open(&mut host)).collect();

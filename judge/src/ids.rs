@@ -118,7 +118,9 @@ mod tests {
     #[test]
     fn ids_made_on_other_threads_differ_too() {
         let threads: Vec<_> = (0..8)
-            .map(|_| std::thread::spawn(|| (0..1000).map(|_| time_ordered("evt_")).collect::<Vec<_>>()))
+            .map(|_| {
+                std::thread::spawn(|| (0..1000).map(|_| time_ordered("evt_")).collect::<Vec<_>>())
+            })
             .collect();
         let mut all = std::collections::HashSet::new();
         for t in threads {
