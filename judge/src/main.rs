@@ -4,6 +4,13 @@
 #[cfg(target_family = "wasm")]
 fn main() {}
 
+/// musl's allocator is slow under the sidecar's load (see judge/Cargo.toml): the static build uses
+/// mimalloc, which also takes malloc's place for the C code (SQLite); the glibc build keeps the
+/// system's.
+#[cfg(all(target_env = "musl", not(target_family = "wasm")))]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[cfg(not(target_family = "wasm"))]
 fn main() -> std::process::ExitCode {
     native::main()
