@@ -217,7 +217,8 @@ impl Holdback {
 
     /// Reads new folded `bytes` one thread at a time: every live thread reads all of them in one
     /// run (until it dies), then each of the `count` new folded characters (`start_of`: its first
-    /// byte in `bytes` and the thread starting there) starts a thread that reads the rest; threads that end in the same state are merged afterwards.
+    /// byte in `bytes` and the thread starting there) starts a thread that reads the rest; threads
+    /// that end in the same state are merged afterwards.
     /// The outcome is what reading each byte with every thread in turn gives: a match recorded
     /// at some start drops the later starts, and no thread starts after the byte that recorded
     /// the first match. The runs are tight loops over a slice, with no bookkeeping per
