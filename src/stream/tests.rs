@@ -1110,28 +1110,37 @@ fn a_chat_chunk_with_a_key_twice_is_read_and_written_as_a_tree() {
     assert_eq!(tree["choices"][0]["delta"]["content"], "b");
 }
 
-#[test]
-fn a_chunk_of_many_events_leaves_no_room_behind_in_the_stream() {
-    let version = version(POLICY);
-    let chunk = |text: &str| {
-        format!(
-            r#"{{"id":"chatcmpl-5","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":null}}]}}"#
-        )
-    };
-    let many: Vec<String> = (0..500).map(|i| chunk(&format!("word{i} "))).collect();
-    let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+/// A Chat stream whose events after the first carry these texts, not yet ended (no `[DONE]`).
+fn chat_texts_unended(texts: impl Iterator<Item = String>) -> String {
+    let chunks: Vec<String> = texts
+        .map(|text| {
+            format!(
+                r#"{{"id":"chatcmpl-5","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":null}}]}}"#
+            )
+        })
+        .collect();
+    let refs: Vec<&str> = chunks.iter().map(String::as_str).collect();
     let stream = chat_after_first(&refs);
-    let body = &stream.as_bytes()[..stream.len() - "data: [DONE]\n\n".len()];
-    let mut rw = Rewriter::new(
+    stream.strip_suffix("data: [DONE]\n\n").unwrap().to_owned()
+}
+
+fn chat_rewriter(policy: &str) -> Rewriter {
+    Rewriter::new(
         Api::ChatCompletions,
-        Rc::clone(&version),
+        version(policy),
         &request(true),
         Hold::Rules,
         1 << 20,
-    );
+    )
+}
+
+#[test]
+fn a_chunk_of_many_events_leaves_no_room_behind_in_the_stream() {
+    let body = chat_texts_unended((0..500).map(|i| format!("word{i} ")));
+    let mut rw = chat_rewriter(POLICY);
     // The general path's queue (the short path takes such events without it).
     rw.short_path = false;
-    let step = rw.feed(body);
+    let step = rw.feed(body.as_bytes());
     assert_eq!(step.cut, None);
     assert_eq!(
         events(&step.out).len(),
@@ -1139,7 +1148,39 @@ fn a_chunk_of_many_events_leaves_no_room_behind_in_the_stream() {
         "every event went in the same callback"
     );
     // What a stream keeps between chunks does not grow with the chunk.
-    assert!(rw.queue.capacity() <= QUEUE_KEPT, "{}", rw.queue.capacity());
+    assert_eq!(rw.queue.capacity(), rw.queue.len());
+}
+
+/// A stream's memory between chunks is what it holds, not the most any chunk before needed: the
+/// queue keeps no room beyond its pieces, on both paths, whatever the chunks were.
+#[test]
+fn between_chunks_the_queue_keeps_room_for_what_it_holds_only() {
+    // "NL" may begin the IBAN rule's match: held until the next event's text.
+    let body = chat_texts_unended((0..400).map(|i| format!("word{i} and NL")));
+    let body = body.as_bytes();
+    for short_path in [true, false] {
+        let mut rw = chat_rewriter(POLICY);
+        rw.short_path = short_path;
+        let mut most = 0;
+        let mut at = 0;
+        // Chunks of 1 byte up to many events, cut anywhere.
+        for size in [1, 7, 180, 4000, 33, 16384, 250, 9000].iter().cycle() {
+            let end = (at + size).min(body.len());
+            let step = rw.feed(&body[at..end]);
+            assert_eq!(step.cut, None);
+            most = most.max(rw.queue.len());
+            assert_eq!(
+                rw.queue.capacity(),
+                rw.queue.len(),
+                "short path {short_path}"
+            );
+            at = end;
+            if at == body.len() {
+                break;
+            }
+        }
+        assert!(most >= 1, "the stream held a piece between chunks");
+    }
 }
 
 /// Chat chunks of text alone whose text is confirmed as it is read go out as the bytes they came
