@@ -302,6 +302,13 @@ bench-profile: venv
 bench-ab-stream: wasm venv
 	AB_BASE="$(AB_BASE)" $(PYTHON) benches/stream_ab.py
 
+# Memory per held stream through real Envoy for livecheck builds side by side (benches/memory_ab.py,
+# make bench's memory run; ~30 s per build, shape and length): MEMORY_AB=dir1,dir2, a livecheck.wasm in each.
+.PHONY: bench-memory-ab
+bench-memory-ab: venv
+	cargo build --release --locked -p upstream-double -p livecheck-judge
+	MEMORY_AB="$(MEMORY_AB)" $(PYTHON) benches/memory_ab.py
+
 .PHONY: bench-ab
 bench-ab: wasm venv $(OHA) $(BENCH_VENV)/.installed
 	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib
