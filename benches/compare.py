@@ -677,6 +677,14 @@ def tool_version(cmd: list[str]) -> str:
         return "unknown"
 
 
+def judge_sidecar(workdir: pathlib.Path) -> JudgeSidecar:
+    """The real sidecar livecheck reports its turns to (its judge backend is never called: the bench
+    rules are all rule checks)."""
+    return JudgeSidecar(workdir / "sidecar", [
+        {"name": "unused", "api": "openai", "base_url": "http://127.0.0.1:9", "models": ["*"]}],
+        binary=JUDGE_BIN)
+
+
 # --- main --------------------------------------------------------------------------------------------------
 
 
@@ -691,9 +699,7 @@ def main() -> int:
     r: dict = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "load_start": os.getloadavg()}
     double = UpstreamDouble()
     global SIDECAR
-    SIDECAR = JudgeSidecar(workdir / "sidecar", [
-        {"name": "unused", "api": "openai", "base_url": "http://127.0.0.1:9", "models": ["*"]}],
-        binary=JUDGE_BIN)
+    SIDECAR = judge_sidecar(workdir)
     proxies: dict = {}
     try:
         # ---- 1. non-streamed turns ----

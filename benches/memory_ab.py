@@ -24,7 +24,6 @@ import tempfile
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import compare  # noqa: E402
-from envoy_process import JudgeSidecar  # noqa: E402
 
 
 def main() -> int:
@@ -36,21 +35,20 @@ def main() -> int:
     reps = int(os.environ.get("MEMORY_REPS", "1"))
     for d in dirs:
         compare.check((pathlib.Path(d) / "livecheck.wasm").is_file(), f"{d}/livecheck.wasm is missing")
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     compare.check(hard >= 4 * compare.MEMORY_STREAMS + 512, f"open files limit {hard} is too low")
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="livecheck-memory-ab-"))
     double = compare.UpstreamDouble()
-    compare.SIDECAR = JudgeSidecar(workdir / "sidecar", [
-        {"name": "unused", "api": "openai", "base_url": "http://127.0.0.1:9", "models": ["*"]}],
-        binary=compare.JUDGE_BIN)
+    compare.SIDECAR = compare.judge_sidecar(workdir)
     print("| build | shape | tokens × streams | wasm VM KiB/stream | RSS peak KiB/stream | Envoy heap KiB/stream |")
     print("|---|---|---|---|---|---|")
     try:
         for rep in range(reps):
             for shape in shapes:
                 for tokens in tokens_list:
-                    for i, d in (list(enumerate(dirs)) if rep % 2 == 0 else list(enumerate(dirs))[::-1]):
+                    order = list(enumerate(dirs))
+                    for i, d in (order if rep % 2 == 0 else order[::-1]):
                         os.environ["LIVECHECK_WASM_DIR"] = d
                         m = compare.memory_run(double, workdir, "c", tokens, rep * 100 + i, shape)
                         print(f"| {d} | {shape} | {tokens} × {m['streams']} | {m['per_stream_vm_kib']:.2f} | "

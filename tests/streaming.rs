@@ -505,7 +505,7 @@ fn a_compressed_stream_is_refused_as_errored_in_the_callers_shape() {
 /// memory_per_held_stream_probe -- --ignored --nocapture` (`PROBE_STREAMS`, default 1,000).
 /// A probe, not a test: ignored in `make test`. No substitute for the Envoy run either: there the
 /// queue grew to room for 8 pieces from a stream's third write on, here from its first, so the probe
-/// showed that part of the gap at both lengths.
+/// had that room at both lengths and never showed that part of the gap.
 #[test]
 #[ignore = "a memory probe"]
 fn memory_per_held_stream_probe() {

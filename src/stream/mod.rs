@@ -576,9 +576,7 @@ impl Rewriter {
         // Between chunks a stream keeps room for the pieces it holds and no more: room kept for
         // the most any chunk queued made a stream's memory depend on its history (room for 8
         // pieces, 1,088 bytes in the VM, from the first chunk that queued more than 4).
-        if self.queue.capacity() > self.queue.len() {
-            self.queue.shrink_to_fit();
-        }
+        self.queue.shrink_to_fit();
     }
 
     /// The stream still reads upstream events: not ended, and no round ended early.
