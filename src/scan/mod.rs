@@ -18,8 +18,10 @@ use crate::fold::{fold, original_offset};
 use crate::pattern::Rule;
 
 mod needles;
+mod prefixes;
 
 use needles::Needles;
+use prefixes::Prefixes;
 
 /// The rule checks of one stage, compiled together.
 #[derive(Debug)]
@@ -45,6 +47,20 @@ struct Streamer {
     /// No rule has an assertion (`\b`, `^`, `$`): a match's start does not depend on the byte
     /// before it, so every start is the same state.
     look_free: bool,
+    /// The rules' prefixes, read backwards: where text that could still become a match begins.
+    prefixes: Option<Prefixes>,
+}
+
+/// A lazy DFA that reads a stream a byte at a time: every match reported (a stream needs all of
+/// them), Unicode `\b` on ASCII (it gives up on a non-ASCII byte beside one), a cache of
+/// `capacity` bytes shared by the VM's streams.
+fn stream_config(capacity: usize) -> regex_automata::hybrid::dfa::Config {
+    DFA::config()
+        .match_kind(MatchKind::All)
+        .unicode_word_boundary(true)
+        .cache_capacity(capacity)
+        // Below the least that works, that least.
+        .skip_cache_capacity_check(true)
 }
 
 /// Where a match that began at some start stands after a byte ([`Automaton::read`]).
@@ -91,6 +107,18 @@ impl Automaton<'_> {
             self.start = Some((self.clears(), step));
         }
         step
+    }
+
+    /// Where every match beginning at or after a position (`look_behind`: the byte before it)
+    /// stands before any byte was read: the automaton reading ahead for all starts at once, which
+    /// says that some match ended ([`Self::read`] stops at it) but not where it began. `None`
+    /// when it cannot tell (a byte it gives up on).
+    pub fn unanchored(&mut self, look_behind: Option<u8>) -> Option<LazyStateID> {
+        let config = start::Config::new()
+            .anchored(Anchored::No)
+            .look_behind(look_behind);
+        let state = self.dfa.start_state(&mut self.cache, &config).ok()?;
+        (!state.is_tagged()).then_some(state)
     }
 
     /// Reads `bytes` from `state` up to the first state that is not plain (a match, the end of
@@ -217,14 +245,7 @@ impl RuleSet {
             };
             let stream = if let Some(capacity) = stream {
                 let dfa = DFA::builder()
-                    .configure(
-                        DFA::config()
-                            .match_kind(MatchKind::All)
-                            .unicode_word_boundary(true)
-                            .cache_capacity(capacity)
-                            // Below the least that works, that least.
-                            .skip_cache_capacity_check(true),
-                    )
+                    .configure(stream_config(capacity))
                     .build_many(&sources)
                     .map_err(|_| "the rules could not be compiled together".to_owned())?;
                 let cache = RefCell::new(dfa.create_cache());
@@ -233,6 +254,7 @@ impl RuleSet {
                     dfa,
                     cache,
                     look_free,
+                    prefixes: Prefixes::new(&sources, capacity),
                 })
             } else {
                 None
@@ -265,6 +287,18 @@ impl RuleSet {
             look_free: stream.look_free,
             start: None,
         })
+    }
+
+    /// The first position of folded `text` (bytes, from where a stream's held text begins) from
+    /// which the rest of it could still begin a match; `text.len()` when none. `before`: the byte
+    /// before `text` (`None`: the stream's start). `None` when it cannot be told here (no stream
+    /// automaton, or a byte it gives up on): the caller reads the text start by start instead.
+    pub fn held_from(&self, text: &[u8], before: Option<u8>) -> Option<usize> {
+        self.stream
+            .as_ref()?
+            .prefixes
+            .as_ref()?
+            .held_from(text, before)
     }
 
     /// The check whose match begins at byte `at` of `haystack`, decided by a search: `haystack`

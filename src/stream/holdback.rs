@@ -57,6 +57,17 @@ pub(crate) struct Holdback {
     clears: usize,
     /// Scratch for merging many threads (kept to reuse its allocation).
     states: HashSet<LazyStateID>,
+    /// Read start by start (the threads above); otherwise read ahead (below).
+    threaded: bool,
+    /// Reading ahead: the unanchored automaton's state after the text read (all starts at once),
+    /// and its clear count then; `None`: read the held text again from its start.
+    ahead: Option<LazyStateID>,
+    ahead_clears: usize,
+    /// Reading ahead: where `window` begins (its character and folded positions, and the
+    /// folded byte before it).
+    base_pos: usize,
+    base_folded: usize,
+    base_last: Option<u8>,
     /// The channel's text is complete.
     ended: bool,
     /// Only counts: the text is read whole elsewhere (nothing streams, so nothing is held back).
@@ -100,6 +111,9 @@ impl Holdback {
 
     /// No forbidden text starts before this position.
     pub(crate) fn confirmed(&self) -> usize {
+        if !self.threaded {
+            return self.base_pos.min(self.read_pos);
+        }
         let held = self.threads.first().map(|t| t.pos);
         let found = self.found.map(|f| f.pos);
         [held, found, Some(self.read_pos)]
@@ -113,6 +127,7 @@ impl Holdback {
         self.len += text.chars().count();
         if self.passive {
             self.read_pos = self.len;
+            self.base_pos = self.len;
         } else {
             self.window.push_str(text);
         }
@@ -130,10 +145,17 @@ impl Holdback {
             self.window.clear();
             self.read = 0;
             self.read_pos = self.len;
+            self.base_pos = self.len;
             return None;
         }
         // One borrow of the automaton's cache for all the new text.
         let mut dfa = rules.automaton();
+        if !self.threaded {
+            if self.read_ahead(&mut dfa, rules) {
+                return None;
+            }
+            self.read_by_threads();
+        }
         self.read_new(&mut dfa);
         if self.ended {
             self.read_end(&mut dfa);
@@ -152,8 +174,108 @@ impl Holdback {
         });
         if certain.is_none() {
             self.trim();
+            self.read_ahead_when_idle();
         }
         certain
+    }
+
+    /// Reads the new text with the automaton reading ahead for every start at once: most text
+    /// holds no match, and then only where the held text begins is needed, which the rules'
+    /// prefixes read backwards from the end tell ([`RuleSet::held_from`]): a byte read once
+    /// ahead, and the held text (a word or so) once back, instead of a thread per start. `false`
+    /// when the text must be read start by start: some match ended (where it begins and which
+    /// check it is are the threads' to tell), the text is not ASCII (its folding maps
+    /// positions), or the automaton cannot tell.
+    fn read_ahead(&mut self, dfa: &mut Dfa<'_>, rules: &RuleSet) -> bool {
+        let Some(a) = dfa.as_mut() else {
+            return false;
+        };
+        let new = self.window.as_bytes().get(self.read..).unwrap_or_default();
+        if !crate::swar::is_ascii(new) {
+            return false;
+        }
+        // A state taken before a clear of the cache (by any stream) means nothing: the held
+        // text is read again from its start (no match can begin before it).
+        let (state, from) = match self.ahead {
+            Some(state) if self.ahead_clears == a.clears() => (state, self.read),
+            _ => match a.unanchored(self.base_last) {
+                Some(state) => (state, 0),
+                None => return false,
+            },
+        };
+        let unread = self.window.as_bytes().get(from..).unwrap_or_default();
+        let state = match a.read(state, unread) {
+            (
+                read,
+                Step::Live {
+                    state,
+                    matched: None,
+                },
+            ) if read == unread.len() => state,
+            _ => return false,
+        };
+        if self.ended
+            && !matches!(
+                a.step_end(state),
+                Step::Dead | Step::Live { matched: None, .. }
+            )
+        {
+            return false;
+        }
+        let held_from = if self.ended {
+            self.window.len()
+        } else {
+            match rules.held_from(self.window.as_bytes(), self.base_last) {
+                Some(at) => at,
+                None => return false,
+            }
+        };
+        self.ahead = Some(state);
+        self.ahead_clears = a.clears();
+        let new = self.window.len() - self.read;
+        self.read_pos += new;
+        self.folded += new;
+        self.read = self.window.len();
+        self.last = self.window.as_bytes().last().copied().or(self.base_last);
+        // ASCII: a byte is a character and folds to itself.
+        if let Some(&before) = held_from
+            .checked_sub(1)
+            .and_then(|i| self.window.as_bytes().get(i))
+        {
+            self.context = Some(char::from(before));
+            self.base_last = Some(before);
+        }
+        self.window.drain(..held_from);
+        self.read -= held_from;
+        self.base_pos += held_from;
+        self.base_folded += held_from;
+        true
+    }
+
+    /// From reading ahead to reading start by start: the held text is read again from its
+    /// start, a thread per character (no match begins before it).
+    fn read_by_threads(&mut self) {
+        self.threaded = true;
+        self.threads.clear();
+        self.read = 0;
+        self.read_pos = self.base_pos;
+        self.folded = self.base_folded;
+        self.last = self.base_last;
+        self.ahead = None;
+    }
+
+    /// Back to reading ahead once no start is alive and nothing was found: nothing is held then,
+    /// so the automaton reading ahead starts afresh after the text read.
+    fn read_ahead_when_idle(&mut self) {
+        if self.threads.is_empty() && self.found.is_none() && !self.ended && self.window.is_empty()
+        {
+            self.threaded = false;
+            self.read = 0;
+            self.base_pos = self.read_pos;
+            self.base_folded = self.folded;
+            self.base_last = self.last;
+            self.ahead = None;
+        }
     }
 
     /// Reads the text pushed since the last scan, folded. Most text is ASCII, which folds to
@@ -563,6 +685,10 @@ mod tests {
         let rules = rules();
         let (hb, _) = pushed(&rules, &["pay to NL91AB"]);
         assert_eq!(hb.confirmed(), 7, "held from the N");
+        assert!(
+            !hb.threaded && hb.threads.is_empty(),
+            "read ahead, no thread per start"
+        );
         let (hb, _) = pushed(&rules, &["it is a sec"]);
         assert_eq!(hb.confirmed(), 8, "held from the s of sec");
         let (hb, _) = pushed(&rules, &["NL9 no"]);
@@ -667,6 +793,40 @@ mod tests {
     }
 
     #[test]
+    fn without_rules_or_passive_everything_is_confirmed() {
+        let none = RuleSet::streamed(&[]).unwrap();
+        let (hb, found) = pushed(&none, &["a sec", "ret NL91"]);
+        assert_eq!((found, hb.confirmed()), (None, 13));
+        let mut passive = Holdback::passive();
+        passive.push("a sec");
+        assert_eq!(passive.confirmed(), 5);
+    }
+
+    #[test]
+    fn rules_whose_prefixes_are_too_large_to_read_ahead_are_read_start_by_start() {
+        let rules =
+            RuleSet::streamed(&[(0, compile_pattern(r"\w{1,64}@\w{1,63}", 128).unwrap())]).unwrap();
+        let text = "write to ana@example now, or to bob";
+        let whole = rules.first_hit(text).map(|h| Found {
+            pos: h.start,
+            check: h.check,
+        });
+        assert_eq!(whole, Some(Found { pos: 9, check: 0 }));
+        for size in [1, 3, text.len()] {
+            let mut hb = Holdback::default();
+            let mut found = None;
+            for piece in text.as_bytes().chunks(size) {
+                hb.push(std::str::from_utf8(piece).unwrap());
+                found = found.or(hb.scan(&rules));
+                assert!(hb.confirmed() <= 9, "released a match");
+            }
+            hb.end();
+            assert_eq!(found.or(hb.scan(&rules)), whole, "in pieces of {size}");
+            assert!(hb.threaded);
+        }
+    }
+
+    #[test]
     fn a_rule_set_built_for_searches_only_holds_by_search_and_releases_no_match() {
         let rules =
             RuleSet::new(&[(0, compile_pattern(r"NL\d{2}[A-Z]{4}\d{10}", 18).unwrap())]).unwrap();
@@ -728,6 +888,8 @@ mod tests {
     fn exhaustively_nothing_is_held_that_cannot_begin_a_match_and_no_match_is_released() {
         let rules = small_rules();
         let mut memo = std::collections::HashMap::new();
+        // Scans that ended reading ahead, and start by start: both ways are checked.
+        let (mut ahead, mut threaded) = (0, 0);
         for text in texts(5) {
             let whole = rules.first_hit(&text);
             let mut hb = Holdback::default();
@@ -735,6 +897,11 @@ mod tests {
             for (i, c) in text.char_indices() {
                 hb.push(&c.to_string());
                 found = found.or(hb.scan(&rules));
+                if hb.threaded {
+                    threaded += 1;
+                } else {
+                    ahead += 1;
+                }
                 let prefix = &text[..=i];
                 if found.is_none() {
                     assert_eq!(
@@ -760,6 +927,10 @@ mod tests {
             at_once.end();
             assert_eq!(first.or(at_once.scan(&rules)), expected, "{text:?} at once");
         }
+        assert!(
+            ahead > 500 && threaded > 500,
+            "{ahead} ahead, {threaded} threaded"
+        );
     }
 
     #[test]
