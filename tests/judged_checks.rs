@@ -402,3 +402,53 @@ fn a_streamed_answer_feeds_background_checks_once_it_completed() {
         }
     }
 }
+
+#[test]
+fn a_held_stream_past_max_body_bytes_is_withheld_as_errored_without_asking_the_judge() {
+    // The held round lives in the filter's memory: bounded by `max_body_bytes`, as a
+    // non-streamed answer is, and then undecidable (fail closed), so the judge is never asked.
+    let config = JUDGED.replacen(
+        r#"{"default_agent": "a","#,
+        r#"{"default_agent": "a", "max_body_bytes": 4096,"#,
+        1,
+    );
+    for vendor in VENDORS {
+        let mut host = livecheck(&config);
+        let s = send_request(
+            &mut host,
+            vendor.path(),
+            &[("authorization", "Bearer sk-turn")],
+            &vendor.request(CLEAN_QUESTION, true),
+            Chunking::Whole,
+        );
+        answer_all(&mut host, "passed");
+        let pieces: Vec<String> = (0..200).map(|i| format!("order {i} ships. ")).collect();
+        let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+        let body = stream(vendor, &pieces).concat();
+        assert!(body.len() > 8192, "{vendor:?}");
+        send_answer(
+            &mut host,
+            s,
+            &[("content-type", "text/event-stream")],
+            &body,
+            Chunking::Bytes(512),
+        );
+        assert!(
+            host.pending_callouts().is_empty(),
+            "{vendor:?}: no judge call"
+        );
+        let caller = host.caller_received(s);
+        let got = read_stream(vendor, &caller.body_text());
+        assert_eq!(got.text, "Not allowed.", "{vendor:?}");
+        assert!(!caller.body_text().contains("ships"), "{vendor:?}");
+        assert!(
+            caller.reset,
+            "{vendor:?}: closed, so the model stops generating"
+        );
+        assert_eq!(
+            host.metric("livecheck.a.polite-out.errored"),
+            Some(1),
+            "{vendor:?}"
+        );
+    }
+}

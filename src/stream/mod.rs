@@ -186,6 +186,12 @@ pub struct Rewriter {
     awaiting: BTreeSet<u64>,
     /// How many upstream events were read (each piece's `seq`).
     seq: u64,
+    /// The policy's `max_body_bytes`: the most of the upstream held whole (a held round, a tool
+    /// call waiting to complete or for its checks, and what follows it), as a non-streamed answer
+    /// is held whole only up to it.
+    limit: usize,
+    /// Upstream bytes read since something was held whole ([`Self::holds_whole`]).
+    held_bytes: usize,
     /// Scratch: the channels an event touched.
     touched: Vec<usize>,
     /// Tests: whether [`Self::pass_whole`] may take events, and how many it sent as they came.
@@ -226,7 +232,9 @@ struct Channel {
 }
 
 impl Rewriter {
-    /// `limit` bounds one SSE line and one event's data (the policy's `max_body_bytes`).
+    /// `limit` (the policy's `max_body_bytes`) bounds one SSE line, one event's data, and what is
+    /// held whole (a held round, a tool call and the events after it): past it the stream is cut
+    /// as unreadable.
     pub fn new(
         api: Api,
         version: Rc<Version>,
@@ -256,6 +264,8 @@ impl Rewriter {
             abandoned: None,
             awaiting: BTreeSet::new(),
             seq: 0,
+            limit,
+            held_bytes: 0,
             touched: Vec::new(),
             #[cfg(test)]
             short_path: true,
@@ -275,6 +285,15 @@ impl Rewriter {
         let mut step = Step::default();
         if self.phase == Phase::Done || self.abandoned.is_some() {
             return step;
+        }
+        // What is held whole lives in the VM: past the limit it cannot be checked whole, and the
+        // stream ends as one that cannot be read (fail closed), before the chunk is kept.
+        if self.holds_whole() {
+            self.held_bytes = self.held_bytes.saturating_add(chunk.len());
+            if self.held_bytes > self.limit {
+                self.unreadable(&mut step);
+                return step;
+            }
         }
         // What goes out is about what came in: grown once, not per event.
         step.out.reserve(chunk.len() + chunk.len() / 8);
@@ -301,7 +320,20 @@ impl Rewriter {
         if decoded.is_err() {
             self.unreadable(&mut step);
         }
+        if !self.holds_whole() {
+            self.held_bytes = 0;
+        }
         step
+    }
+
+    /// Whether the upstream is being held whole: a round of a whole-text mode not yet decided, or
+    /// a tool call open or waiting for its checks (the events after it wait too).
+    fn holds_whole(&self) -> bool {
+        match self.phase {
+            Phase::Open | Phase::Decide if self.hold != Hold::Rules => true,
+            Phase::Done => false,
+            _ => !self.open_calls.is_empty() || !self.awaiting.is_empty(),
+        }
     }
 
     /// The common case on a short path: whole events of text alone (most of a stream) are read

@@ -1125,12 +1125,16 @@ fn chat_texts_unended(texts: impl Iterator<Item = String>) -> String {
 }
 
 fn chat_rewriter(policy: &str) -> Rewriter {
+    chat_rewriter_limited(policy, Hold::Rules, 1 << 20)
+}
+
+fn chat_rewriter_limited(policy: &str, hold: Hold, limit: usize) -> Rewriter {
     Rewriter::new(
         Api::ChatCompletions,
         version(policy),
         &request(true),
-        Hold::Rules,
-        1 << 20,
+        hold,
+        limit,
     )
 }
 
@@ -1350,4 +1354,80 @@ fn v8_profile_chat_stream() {
     assert!(sent > 0);
     let per_event = began.elapsed().as_nanos() as f64 / (streams * events.len()) as f64;
     eprintln!("v8_profile_chat_stream: {per_event:.0} ns per event over {streams} streams");
+}
+
+/// What is held whole lives in the VM, so it is bounded as a non-streamed answer is: past the
+/// policy's `max_body_bytes` of upstream the stream ends as one that cannot be read, and nothing
+/// of what was held reaches the caller.
+#[test]
+fn a_held_round_past_the_limit_is_cut_as_unreadable_and_none_of_it_is_sent() {
+    let body = chat_texts_unended((0..400).map(|i| format!("word{i} ")));
+    assert!(body.len() > 40_000);
+    for hold in [Hold::WholeText, Hold::Everything] {
+        let mut rw = chat_rewriter_limited(POLICY_JUDGED, hold, 8192);
+        let (mut out, mut cut, mut fed) = (Vec::new(), None, 0);
+        for chunk in body.as_bytes().chunks(1000) {
+            let step = rw.feed(chunk);
+            assert!(step.round_end.is_none(), "{hold:?}");
+            out.extend(step.out);
+            if step.cut.is_some() {
+                cut = step.cut;
+                break;
+            }
+            fed += chunk.len();
+        }
+        let cut = cut.unwrap_or_else(|| panic!("{hold:?}: never cut"));
+        assert_eq!(cut.why, CutWhy::Unreadable, "{hold:?}");
+        assert!(fed <= 8192, "{hold:?}: held {fed} bytes");
+        let seen = read_chat(&out);
+        assert!(seen.filtered, "{hold:?}");
+        assert_eq!(seen.answer, "Sorry, I can't share that.", "{hold:?}");
+        assert!(rw.feed(b"data: more\n\n").out.is_empty(), "{hold:?}: ended");
+    }
+}
+
+#[test]
+fn a_stream_checked_by_rules_is_never_cut_for_its_length() {
+    let body = chat_texts_unended((0..400).map(|i| format!("word{i} ")));
+    let mut rw = chat_rewriter_limited(POLICY, Hold::Rules, 8192);
+    let body = format!("{body}data: [DONE]\n\n");
+    let chunks: Vec<&[u8]> = body.as_bytes().chunks(1000).collect();
+    let (out, cut) = feed_all(&mut rw, &chunks);
+    assert_eq!(cut, None);
+    let words: String = (0..400).map(|i| format!("word{i} ")).collect();
+    assert!(read_chat(&out).answer.ends_with(&words));
+}
+
+#[test]
+fn a_tool_call_held_past_the_limit_is_cut_and_never_shown_in_part() {
+    let start = r#"data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Sending it."},"finish_reason":null}]}
+
+data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"send","arguments":"{\"body\": \""}}]},"finish_reason":null}]}
+
+"#;
+    let delta = r#"data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"lorem ipsum "}}]},"finish_reason":null}]}
+
+"#;
+    let body = format!("{start}{}", delta.repeat(200));
+    let mut rw = chat_rewriter_limited(POLICY, Hold::Rules, 8192);
+    let (mut out, mut cut) = (Vec::new(), None);
+    for chunk in body.as_bytes().chunks(500) {
+        let step = rw.feed(chunk);
+        out.extend(step.out);
+        if step.cut.is_some() {
+            cut = step.cut;
+            break;
+        }
+    }
+    assert_eq!(cut.map(|c| c.why), Some(CutWhy::Unreadable));
+    let seen = read_chat(&out);
+    assert!(seen.filtered);
+    assert_eq!(
+        seen.answer, "Sending it.",
+        "the text before the call streamed"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out).contains("lorem"),
+        "no part of the call"
+    );
 }

@@ -30,6 +30,7 @@ import pytest
 from cut_support import VENDOR_EVENTS, VENDOR_PATH, Tee, anthropic_final, anthropic_iter, chat_iter, responses_iter, x_core_check
 from envoy_process import Envoy, JudgeSidecar, envoy_for_judge
 from judge_backend_double import FAIL_MARKER, SLOW_MARKER, JudgeBackendDouble
+import raw_client
 from upstream_double import Answer
 
 BLOCKED = "I can only help with orders."
@@ -368,3 +369,42 @@ def test_a_judge_slower_than_the_checks_timeout_fails_closed_unless_on_error_pas
     assert (stop, text) == ("stop", CLEAN_ANSWER)
     assert x_core_check(raw.headers) is None
     assert len(double.requests()) == 1
+
+
+def test_a_held_stream_past_max_body_bytes_ends_with_the_blocked_reply_and_no_judge_call(double, judge_backend,
+                                                                                         tmp_path):
+    """A streamed answer held whole for a judged check is kept in the filter's memory, so it is bounded by
+    `max_body_bytes` as a non-streamed answer is: past it the check cannot decide (fail closed), the
+    caller gets the blocked reply, nothing of the answer, and the judge is never asked. The OpenAI SDK
+    ends at `[DONE]` (docs/cut-matrix.md); the raw bytes are read by a raw client."""
+    config = {"default_agent": "tone", "max_body_bytes": 16384, "agents": {"tone": _agent(_polite("gpt-judge"))}}
+    judge = JudgeSidecar(tmp_path / "judge", _backends(judge_backend))
+    envoy = envoy_for_judge(judge, double.port, config, tmp_path)
+    words = [f"Your order {i} ships tomorrow. " for i in range(600)]
+    try:
+        for client in ("sdk", "raw"):
+            stop = threading.Event()
+            double.script(default=Answer(headers=SSE_HEADERS, body_chunks=VENDOR_EVENTS["chat"](0, words=words),
+                                         chunk_delay=0.001, watch_peer=True, stop=stop))
+            judge_backend.reset()
+            began = time.monotonic()
+            try:
+                if client == "sdk":
+                    got: dict = {}
+                    chat_iter(envoy.url, {}, [], got, timeout=CLIENT_TIMEOUT)
+                    assert got == {"text": BLOCKED, "end": "content_filter"}
+                else:
+                    body = json.dumps({"model": "gpt-4o", "stream": True,
+                                       "messages": [{"role": "user", "content": CLEAN_QUESTION}]}).encode()
+                    reply = raw_client.send(envoy.port, "POST", "/v1/chat/completions",
+                                            {"content-type": "application/json"}, [body])
+                    assert reply.status == 200
+                    assert BLOCKED.encode() in reply.body and b"data: [DONE]" in reply.body
+                    assert b"ships tomorrow" not in reply.body
+            finally:
+                stop.set()
+            assert time.monotonic() - began < 5, f"{client}: ended at the limit, not at the model's end"
+            assert judge_backend.seen() == [], client
+    finally:
+        envoy.stop()
+        judge.close()
