@@ -96,8 +96,9 @@ pub struct Step {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cut {
-    /// Index of the check that stopped the stream, in its version.
-    pub check: usize,
+    /// Index of the check that stopped the stream, in its version; `None`: an unreadable stream of
+    /// a version with no blocking output check (tool checks alone), which names no check.
+    pub check: Option<usize>,
     pub why: CutWhy,
 }
 
@@ -564,7 +565,7 @@ impl Rewriter {
     pub fn cut(&mut self, check: usize) -> Vec<u8> {
         let mut step = Step::default();
         if self.phase != Phase::Done {
-            self.cut_now(check, CutWhy::Decided, None, &mut step);
+            self.cut_now(Some(check), CutWhy::Decided, None, &mut step);
         }
         step.out
     }
@@ -793,7 +794,7 @@ impl Rewriter {
         match found {
             Some(found) => {
                 self.cut_now(
-                    found.check,
+                    Some(found.check),
                     CutWhy::Matched,
                     Some((channel, found.pos)),
                     step,
@@ -965,11 +966,17 @@ impl Rewriter {
         let check = blocking()
             .find(|(_, c)| !c.on_error_pass)
             .or_else(|| blocking().next())
-            .map_or(0, |(i, _)| i);
+            .map(|(i, _)| i);
         self.cut_now(check, CutWhy::Unreadable, None, step);
     }
 
-    fn cut_now(&mut self, check: usize, why: CutWhy, at: Option<(usize, usize)>, step: &mut Step) {
+    fn cut_now(
+        &mut self,
+        check: Option<usize>,
+        why: CutWhy,
+        at: Option<(usize, usize)>,
+        step: &mut Step,
+    ) {
         if at.is_some() {
             self.release_queue(at, &mut step.out);
         }

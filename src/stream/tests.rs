@@ -334,7 +334,11 @@ fn every_example_split_at_every_byte_never_sends_a_match() {
         assert!(upstream.has_whole_calls(&seen), "{api:?} {name}: {seen:?}");
         assert_eq!(rules.first_hit(seen.channel(0)), None, "{api:?} {name}");
         assert_eq!(seen.filtered, hit.is_some(), "{api:?} {name}");
-        assert_eq!(cut.map(|c| c.check), hit.map(|h| h.check), "{api:?} {name}");
+        assert_eq!(
+            cut.and_then(|c| c.check),
+            hit.map(|h| h.check),
+            "{api:?} {name}"
+        );
         if let Some(cut) = cut {
             assert_eq!(cut.why, CutWhy::Matched);
         }
@@ -387,7 +391,7 @@ fn the_examples_stop_where_expected() {
         assert_eq!(
             cut,
             Some(Cut {
-                check,
+                check: Some(check),
                 why: CutWhy::Matched
             })
         );
@@ -404,7 +408,7 @@ fn chat_choices_are_separate_texts() {
     // else, so the first choice ends where the stream stopped.
     assert_eq!(seen.channel(0), "First: NL91");
     assert_eq!(seen.channel(1), "Second: ");
-    assert_eq!(cut.map(|c| c.check), Some(IBAN));
+    assert_eq!(cut.and_then(|c| c.check), Some(IBAN));
     for i in 0..=stream.len() {
         let (a, b) = stream.split_at(i);
         let (out, split_cut) = run(Api::ChatCompletions, &version, Hold::Rules, &[a, b]);
@@ -413,7 +417,7 @@ fn chat_choices_are_separate_texts() {
             (split.channel(0), split.channel(1)),
             ("First: NL91", "Second: ")
         );
-        assert_eq!(split_cut.map(|c| c.check), Some(IBAN));
+        assert_eq!(split_cut.and_then(|c| c.check), Some(IBAN));
     }
 }
 
@@ -487,7 +491,7 @@ fn unreadable_json_cuts_with_the_first_blocking_check_errored() {
     assert_eq!(
         cut,
         Some(Cut {
-            check: IBAN,
+            check: Some(IBAN),
             why: CutWhy::Unreadable
         })
     );
@@ -1093,7 +1097,7 @@ fn a_chat_chunk_with_a_key_twice_is_read_and_written_as_a_tree() {
         r#"{"id":"chatcmpl-5","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4.1-mini","choices":[{"index":0,"delta":{"content":"clean ","content":"pay NL91ABNA0417164300 now"},"finish_reason":null}]}"#,
     ];
     let (out, cut) = run_chat(&version, chat_after_first(&twice).as_bytes());
-    assert_eq!(cut.map(|c| c.check), Some(IBAN));
+    assert_eq!(cut.and_then(|c| c.check), Some(IBAN));
     assert!(!String::from_utf8_lossy(&out).contains("clean"));
     assert_eq!(
         read(Api::ChatCompletions, &out).channel(0),
@@ -1250,7 +1254,7 @@ fn text_alone_on_the_short_path_is_sent_as_the_general_path_sends_it() {
         let (whole, cut, passed) = run_with(true, &[stream]);
         assert!(passed >= 1, "{texts:?}: nothing took the short path");
         assert_eq!(run_with(false, &[stream]).0, whole, "{texts:?}");
-        assert_eq!(cut.map(|c| c.check), check, "{texts:?}");
+        assert_eq!(cut.and_then(|c| c.check), check, "{texts:?}");
         if check.is_none() && texts.iter().all(|t| !t.contains("NL9")) {
             // Nothing held: every byte after the first chunk (read as a tree) as it came.
             assert!(whole.ends_with(&stream[head.len()..]), "{texts:?}");
@@ -1429,5 +1433,23 @@ data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choice
     assert!(
         !String::from_utf8_lossy(&out).contains("lorem"),
         "no part of the call"
+    );
+}
+
+#[test]
+fn an_unreadable_stream_of_a_version_with_tool_checks_alone_names_no_check() {
+    // Its only check is an input check, already decided: the cut must not count it again.
+    let policy = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {
+      "live_checks": [{"name": "in", "stage": "input", "kind": "not_contains", "expected": "x"}],
+      "tool_checks": [{"name": "billing", "when": "The call has billing information"}]}}}}}"#;
+    assert_eq!(Hold::for_version(&version(policy)), Some(Hold::Rules));
+    let mut rw = chat_rewriter(policy);
+    let step = rw.feed(b"data: {not json\n\n");
+    assert_eq!(
+        step.cut,
+        Some(Cut {
+            check: None,
+            why: CutWhy::Unreadable
+        })
     );
 }

@@ -392,7 +392,7 @@ fn close_round(
     {
         Some(check) => {
             step.cut = Some(crate::stream::Cut {
-                check,
+                check: Some(check),
                 why: CutWhy::Decided,
             });
             s.rewriter.cut(check)
@@ -422,7 +422,9 @@ fn finish_step(
                 CutWhy::Unreadable => Outcome::Errored,
                 _ => Outcome::Failed,
             };
-            count_one(host, record, &s.asked.version, cut.check, outcome);
+            if let Some(check) = cut.check {
+                count_one(host, record, &s.asked.version, check, outcome);
+            }
         }
         s.ended = true;
         s.cut = true;
