@@ -72,6 +72,9 @@ pub(crate) struct Holdback {
     ended: bool,
     /// Only counts: the text is read whole elsewhere (nothing streams, so nothing is held back).
     passive: bool,
+    /// Tests: read start by start only, never ahead (the reference the reading ahead must equal).
+    #[cfg(test)]
+    threads_only: bool,
 }
 
 /// Up to this many live threads are merged by comparing states pairwise.
@@ -267,6 +270,10 @@ impl Holdback {
     /// Back to reading ahead once no start is alive and nothing was found: nothing is held then,
     /// so the automaton reading ahead starts afresh after the text read.
     fn read_ahead_when_idle(&mut self) {
+        #[cfg(test)]
+        if self.threads_only {
+            return;
+        }
         if self.threads.is_empty() && self.found.is_none() && !self.ended && self.window.is_empty()
         {
             self.threaded = false;
@@ -931,6 +938,80 @@ mod tests {
             ahead > 500 && threaded > 500,
             "{ahead} ahead, {threaded} threaded"
         );
+    }
+
+    /// Reading ahead holds exactly what reading start by start holds, and finds the same match,
+    /// after every piece of random texts read in random pieces, with the bench's rules (an e-mail
+    /// address's counted repetitions, an IBAN, a card number, an API key, a forbidden word).
+    #[cfg(not(target_arch = "wasm32"))]
+    mod ahead_equals_threads {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn bench_rules() -> RuleSet {
+            RuleSet::streamed(&[
+                (0, compile_forbidden_text("project-bluebird").unwrap()),
+                (1, compile_pattern("[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}", 34).unwrap()),
+                (2, compile_pattern("[0-9]{4}[ -]?[0-9]{4}[ -]?[0-9]{4}[ -]?[0-9]{4}", 19).unwrap()),
+                (
+                    3,
+                    compile_pattern(
+                        r"[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(\.[A-Za-z0-9-]{1,63}){0,1}\.[A-Za-z]{2,6}",
+                        200,
+                    )
+                    .unwrap(),
+                ),
+                (4, compile_pattern("sk-[A-Za-z0-9]{32}", 35).unwrap()),
+            ])
+            .unwrap()
+        }
+
+        const PIECES: [&str; 16] = [
+            "word ", "ana", "@", "example", ".", "com", " ", "NL91", "ABNA", "0417", "1643", "-",
+            "sk-", "Ab3", "project", "é",
+        ];
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(300))]
+            #[test]
+            fn same_holds_and_finds(
+                parts in prop::collection::vec(0..PIECES.len(), 0..80),
+                sizes in prop::collection::vec(1usize..12, 1..8),
+            ) {
+                let rules = bench_rules();
+                let text: String = parts.iter().map(|&i| PIECES[i]).collect();
+                let mut ahead = Holdback::default();
+                let mut threads = Holdback { threaded: true, threads_only: true, ..Holdback::default() };
+                let (mut found_ahead, mut found_threads) = (None, None);
+                let chars: Vec<char> = text.chars().collect();
+                let mut at = 0;
+                for &size in sizes.iter().cycle() {
+                    if at >= chars.len() {
+                        break;
+                    }
+                    let piece: String = chars[at..(at + size).min(chars.len())].iter().collect();
+                    at += size;
+                    ahead.push(&piece);
+                    threads.push(&piece);
+                    found_ahead = found_ahead.or(ahead.scan(&rules));
+                    found_threads = found_threads.or(threads.scan(&rules));
+                    prop_assert_eq!(found_ahead, found_threads, "{:?} at {}", text, at);
+                    if found_ahead.is_none() {
+                        prop_assert_eq!(ahead.confirmed(), threads.confirmed(), "{:?} at {}", text, at);
+                    }
+                }
+                ahead.end();
+                threads.end();
+                found_ahead = found_ahead.or(ahead.scan(&rules));
+                found_threads = found_threads.or(threads.scan(&rules));
+                prop_assert_eq!(found_ahead, found_threads, "{:?} at the end", text);
+                let whole = rules.first_hit(&text).map(|h| Found {
+                    pos: text[..h.start].chars().count(),
+                    check: h.check,
+                });
+                prop_assert_eq!(found_ahead, whole, "{:?}", text);
+            }
+        }
     }
 
     #[test]
