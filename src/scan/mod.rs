@@ -6,7 +6,7 @@
 //! start of a match (`stream::holdback`).
 
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 
 use regex_automata::hybrid::dfa::{Cache, DFA};
 use regex_automata::hybrid::LazyStateID;
@@ -48,7 +48,12 @@ struct Streamer {
     /// before it, so every start is the same state.
     look_free: bool,
     /// The rules' prefixes, read backwards: where text that could still become a match begins.
-    prefixes: Option<Prefixes>,
+    /// Built on the first stream that needs it (a version that never streams never pays for it);
+    /// `None` inside: too large to build, and streams read start by start.
+    prefixes: OnceCell<Option<Prefixes>>,
+    /// What the prefixes are built from: the rules' patterns, and the cache's capacity.
+    sources: Vec<String>,
+    capacity: usize,
 }
 
 /// A lazy DFA that reads a stream a byte at a time: every match reported (a stream needs all of
@@ -254,7 +259,9 @@ impl RuleSet {
                     dfa,
                     cache,
                     look_free,
-                    prefixes: Prefixes::new(&sources, capacity),
+                    prefixes: OnceCell::new(),
+                    sources: sources.iter().map(|s| (*s).to_owned()).collect(),
+                    capacity,
                 })
             } else {
                 None
@@ -294,11 +301,12 @@ impl RuleSet {
     /// before `text` (`None`: the stream's start). `None` when it cannot be told here (no stream
     /// automaton, or a byte it gives up on): the caller reads the text start by start instead.
     pub fn held_from(&self, text: &[u8], before: Option<u8>) -> Option<usize> {
-        self.stream
-            .as_ref()?
-            .prefixes
-            .as_ref()?
-            .held_from(text, before)
+        let stream = self.stream.as_ref()?;
+        let prefixes = stream.prefixes.get_or_init(|| {
+            let sources: Vec<&str> = stream.sources.iter().map(String::as_str).collect();
+            Prefixes::new(&sources, stream.capacity)
+        });
+        prefixes.as_ref()?.held_from(text, before)
     }
 
     /// The check whose match begins at byte `at` of `haystack`, decided by a search: `haystack`
@@ -503,6 +511,16 @@ mod tests {
                 prop_assert_eq!(with.failed_checks(&text), whole.failed_checks(&text));
             }
         }
+    }
+
+    #[test]
+    fn the_prefixes_are_built_on_the_first_stream_that_needs_them() {
+        let rules = RuleSet::streamed(&[(0, compile_forbidden_text("secret").unwrap())]).unwrap();
+        let built = |rules: &RuleSet| rules.stream.as_ref().unwrap().prefixes.get().is_some();
+        assert!(!built(&rules), "not at configure time");
+        assert_eq!(rules.held_from(b"a sec", None), Some(2));
+        assert!(built(&rules));
+        assert_eq!(rules.held_from(b"a se", None), Some(2));
     }
 
     #[test]
