@@ -36,6 +36,19 @@ fn ask(host: &mut Host, vendor: Vendor) -> StreamId {
     )
 }
 
+/// A clean question that asks for a streamed answer, its judged input checks passed.
+fn ask_streamed_and_passed(host: &mut Host, vendor: Vendor) -> StreamId {
+    let s = send_request(
+        host,
+        vendor.path(),
+        &[("authorization", "Bearer sk-turn")],
+        &vendor.request(CLEAN_QUESTION, true),
+        Chunking::Whole,
+    );
+    answer_all(host, "passed");
+    s
+}
+
 fn judge_request(c: &Callout) -> serde_json::Value {
     json(&c.body)
 }
@@ -256,14 +269,7 @@ fn a_streamed_answer_is_held_whole_until_the_judge_passed_it() {
     for (outcome, passed) in [("passed", true), ("failed", false), ("errored", false)] {
         for vendor in VENDORS {
             let mut host = host();
-            let s = send_request(
-                &mut host,
-                vendor.path(),
-                &[("authorization", "Bearer sk-turn")],
-                &vendor.request(CLEAN_QUESTION, true),
-                Chunking::Whole,
-            );
-            answer_all(&mut host, "passed");
+            let s = ask_streamed_and_passed(&mut host, vendor);
             let pieces = ["Your order ", "ships ", "tomorrow."];
             let body = stream(vendor, &pieces).concat();
             send_answer(
@@ -414,14 +420,7 @@ fn a_held_stream_past_max_body_bytes_is_withheld_as_errored_without_asking_the_j
     );
     for vendor in VENDORS {
         let mut host = livecheck(&config);
-        let s = send_request(
-            &mut host,
-            vendor.path(),
-            &[("authorization", "Bearer sk-turn")],
-            &vendor.request(CLEAN_QUESTION, true),
-            Chunking::Whole,
-        );
-        answer_all(&mut host, "passed");
+        let s = ask_streamed_and_passed(&mut host, vendor);
         let pieces: Vec<String> = (0..200).map(|i| format!("order {i} ships. ")).collect();
         let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
         let body = stream(vendor, &pieces).concat();

@@ -37,7 +37,7 @@ impl Prefixes {
     /// cache's, as the stream automaton's.
     pub(super) fn new(sources: &[&str], capacity: usize) -> Option<Self> {
         let hirs = syntax::parse_many(sources).ok()?;
-        let prefixes: Vec<Hir> = hirs.iter().map(prefixes).collect();
+        let prefixes: Vec<Hir> = hirs.iter().map(prefixes).collect::<Option<_>>()?;
         let nfa = thompson::Compiler::new()
             .configure(
                 thompson::Config::new()
@@ -93,22 +93,23 @@ impl Prefixes {
     }
 }
 
-/// Every prefix of a match of `hir`, the empty one included.
-fn prefixes(hir: &Hir) -> Hir {
+/// Every prefix of a match of `hir`, the empty one included; `None` for a literal that is not
+/// UTF-8 (rules are parsed as UTF-8, so none is): fewer prefixes would release text too early.
+fn prefixes(hir: &Hir) -> Option<Hir> {
     let or_nothing = |hir: Hir| Hir::alternation(vec![Hir::empty(), hir]);
-    match hir.kind() {
+    Some(match hir.kind() {
         HirKind::Empty => Hir::empty(),
         // Character by character: a stream's text ends between characters.
-        HirKind::Literal(literal) => match std::str::from_utf8(&literal.0) {
-            Ok(text) => text.chars().rev().fold(Hir::empty(), |rest, c| {
-                let mut utf8 = [0; 4];
-                let c = Hir::literal(c.encode_utf8(&mut utf8).as_bytes());
-                or_nothing(Hir::concat(vec![c, rest]))
-            }),
-            Err(_) => literal.0.iter().rev().fold(Hir::empty(), |rest, &b| {
-                or_nothing(Hir::concat(vec![Hir::literal([b]), rest]))
-            }),
-        },
+        HirKind::Literal(literal) => {
+            std::str::from_utf8(&literal.0)
+                .ok()?
+                .chars()
+                .rev()
+                .fold(Hir::empty(), |rest, c| {
+                    let c = Hir::literal(c.encode_utf8(&mut [0; 4]).as_bytes());
+                    or_nothing(Hir::concat(vec![c, rest]))
+                })
+        }
         HirKind::Class(_) | HirKind::Look(_) => or_nothing(hir.clone()),
         HirKind::Repetition(rep) => match rep.max {
             Some(0) => Hir::empty(),
@@ -119,23 +120,26 @@ fn prefixes(hir: &Hir) -> Hir {
                     greedy: rep.greedy,
                     sub: rep.sub.clone(),
                 }),
-                prefixes(&rep.sub),
+                prefixes(&rep.sub)?,
             ]),
         },
-        HirKind::Capture(capture) => prefixes(&capture.sub),
+        HirKind::Capture(capture) => prefixes(&capture.sub)?,
         HirKind::Concat(parts) => {
             let mut parts = parts.iter().rev();
             let Some(last) = parts.next() else {
-                return Hir::empty();
+                return Some(Hir::empty());
             };
-            parts.fold(prefixes(last), |rest, part| {
-                Hir::alternation(vec![prefixes(part), Hir::concat(vec![part.clone(), rest])])
-            })
+            parts.try_fold(prefixes(last)?, |rest, part| {
+                Some(Hir::alternation(vec![
+                    prefixes(part)?,
+                    Hir::concat(vec![part.clone(), rest]),
+                ]))
+            })?
         }
         HirKind::Alternation(alternatives) => {
-            Hir::alternation(alternatives.iter().map(prefixes).collect())
+            Hir::alternation(alternatives.iter().map(prefixes).collect::<Option<_>>()?)
         }
-    }
+    })
 }
 
 #[cfg(test)]

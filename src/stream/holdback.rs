@@ -63,11 +63,6 @@ pub(crate) struct Holdback {
     /// and its clear count then; `None`: read the held text again from its start.
     ahead: Option<LazyStateID>,
     ahead_clears: usize,
-    /// Reading ahead: where `window` begins (its character and folded positions, and the
-    /// folded byte before it).
-    base_pos: usize,
-    base_folded: usize,
-    base_last: Option<u8>,
     /// The channel's text is complete.
     ended: bool,
     /// Only counts: the text is read whole elsewhere (nothing streams, so nothing is held back).
@@ -115,7 +110,7 @@ impl Holdback {
     /// No forbidden text starts before this position.
     pub(crate) fn confirmed(&self) -> usize {
         if !self.threaded {
-            return self.base_pos.min(self.read_pos);
+            return self.window_start();
         }
         let held = self.threads.first().map(|t| t.pos);
         let found = self.found.map(|f| f.pos);
@@ -130,7 +125,6 @@ impl Holdback {
         self.len += text.chars().count();
         if self.passive {
             self.read_pos = self.len;
-            self.base_pos = self.len;
         } else {
             self.window.push_str(text);
         }
@@ -148,7 +142,6 @@ impl Holdback {
             self.window.clear();
             self.read = 0;
             self.read_pos = self.len;
-            self.base_pos = self.len;
             return None;
         }
         // One borrow of the automaton's cache for all the new text.
@@ -201,7 +194,7 @@ impl Holdback {
         // text is read again from its start (no match can begin before it).
         let (state, from) = match self.ahead {
             Some(state) if self.ahead_clears == a.clears() => (state, self.read),
-            _ => match a.unanchored(self.base_last) {
+            _ => match a.unanchored(self.before_window()) {
                 Some(state) => (state, 0),
                 None => return false,
             },
@@ -228,7 +221,7 @@ impl Holdback {
         let held_from = if self.ended {
             self.window.len()
         } else {
-            match rules.held_from(self.window.as_bytes(), self.base_last) {
+            match rules.held_from(self.window.as_bytes(), self.before_window()) {
                 Some(at) => at,
                 None => return false,
             }
@@ -239,19 +232,21 @@ impl Holdback {
         self.read_pos += new;
         self.folded += new;
         self.read = self.window.len();
-        self.last = self.window.as_bytes().last().copied().or(self.base_last);
+        self.last = self
+            .window
+            .as_bytes()
+            .last()
+            .copied()
+            .or(self.before_window());
         // ASCII: a byte is a character and folds to itself.
         if let Some(&before) = held_from
             .checked_sub(1)
             .and_then(|i| self.window.as_bytes().get(i))
         {
             self.context = Some(char::from(before));
-            self.base_last = Some(before);
         }
         self.window.drain(..held_from);
         self.read -= held_from;
-        self.base_pos += held_from;
-        self.base_folded += held_from;
         true
     }
 
@@ -260,10 +255,10 @@ impl Holdback {
     fn read_by_threads(&mut self) {
         self.threaded = true;
         self.threads.clear();
+        self.read_pos = self.window_start();
+        self.folded -= self.read;
+        self.last = self.before_window();
         self.read = 0;
-        self.read_pos = self.base_pos;
-        self.folded = self.base_folded;
-        self.last = self.base_last;
         self.ahead = None;
     }
 
@@ -277,10 +272,6 @@ impl Holdback {
         if self.threads.is_empty() && self.found.is_none() && !self.ended && self.window.is_empty()
         {
             self.threaded = false;
-            self.read = 0;
-            self.base_pos = self.read_pos;
-            self.base_folded = self.folded;
-            self.base_last = self.last;
             self.ahead = None;
         }
     }
@@ -501,6 +492,19 @@ impl Holdback {
             state = None;
         }
         alive.then_some(state)
+    }
+
+    /// Reading ahead: where `window` begins, in characters. The window's text read so far is
+    /// ASCII (a byte is a character and folds to itself), so it is that far behind what was read.
+    fn window_start(&self) -> usize {
+        self.read_pos.saturating_sub(self.read)
+    }
+
+    /// The folded byte before `window` (the look-behind of its first start): the last of
+    /// `context`'s.
+    fn before_window(&self) -> Option<u8> {
+        self.context
+            .and_then(|c| c.encode_utf8(&mut [0; 4]).as_bytes().last().copied())
     }
 
     /// The end of the text: assertions at the end are decided, matches there recorded, and no
