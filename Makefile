@@ -316,6 +316,16 @@ bench-ab: wasm venv $(OHA) $(BENCH_VENV)/.installed
 	cargo build --release --locked -p upstream-double -p livecheck-judge
 	AB_BASE="$(AB_BASE)" $(BENCH_VENV)/bin/python benches/ab_cpu.py
 
+# What Envoy charges any checking filter before it decides anything (benches/floor.py, ~7 minutes; not part
+# of `make bench`): the no-op filter given a checking filter's host work (hold and read both bodies, the
+# header maps and writes, ten counters) beside plain Envoy, the no-op filter and livecheck.
+.PHONY: bench-floor
+bench-floor: wasm venv $(OHA) $(BENCH_VENV)/.installed
+	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib
+	touch $(WASM_DIR)/noop_filter.wasm
+	cargo build --release --locked -p upstream-double -p livecheck-judge
+	$(BENCH_VENV)/bin/python benches/floor.py
+
 # Coverage-guided fuzzing (issue 18; not part of `make test`): cargo-fuzz (libFuzzer) on the nightly
 # toolchain runs each target of fuzz/fuzz_targets/ for FUZZ_SECONDS at `nice -n 10`, from the checked-in
 # seeds in fuzz/corpus/<target>/ and a working corpus in fuzz/target/corpus/<target>/, and prints a table

@@ -2,24 +2,110 @@
 //! livecheck is (V8, same filter position, same plugin settings), it is the benchmarks' baseline for
 //! what any wasm filter costs in Envoy (the VM calls, copying headers in and out), so the difference
 //! to livecheck is livecheck's own work.
+//!
+//! Given a plugin configuration naming actions (a comma-separated list, e.g.
+//! `hold_request,read_request`), it does those and nothing else: what a checking filter must ask of
+//! Envoy for a non-streamed turn, without deciding anything (`benches/floor.py`, `make bench-floor`).
+//! `{}` or an empty configuration is the no-op filter.
+//!
+//! - `request_headers`: read the request's header map whole (`request_header_map`), set
+//!   `accept-encoding: identity` (`accept_encoding`);
+//! - `hold_request`: hold the request body until its end (`Pause`, Envoy buffers it);
+//! - `read_request`: copy the whole request body into the VM at its end;
+//! - `response_headers`: read the answer's header map whole (`response_header_map`), add a turn-id
+//!   header (`turn_id`), remove `content-length` (`drop_content_length`: a held answer may change
+//!   size);
+//! - `hold_response`, `read_response`: the same as for the request, on the answer;
+//! - `lookups`: ten request headers and three of the answer's read one host call each, instead of
+//!   the maps whole (`benches/floor.py`'s comparison of the two);
+//! - `counters`: ten counters defined at configure time, each incremented once per turn at its end.
 
 #[cfg(target_os = "wasi")]
 mod filter {
+    use std::rc::Rc;
+
+    use proxy_wasm::hostcalls;
     use proxy_wasm::traits::{Context, HttpContext, RootContext};
-    use proxy_wasm::types::{ContextType, LogLevel};
+    use proxy_wasm::types::{Action, ContextType, LogLevel, MetricType};
 
     proxy_wasm::main! {{
         proxy_wasm::set_log_level(LogLevel::Warn);
-        proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root) });
+        proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::default()) });
     }}
 
-    struct Root;
+    #[derive(Default, Clone)]
+    struct Actions {
+        request_header_map: bool,
+        accept_encoding: bool,
+        hold_request: bool,
+        read_request: bool,
+        response_header_map: bool,
+        turn_id: bool,
+        drop_content_length: bool,
+        hold_response: bool,
+        read_response: bool,
+        lookups: bool,
+        counters: Vec<u32>,
+    }
+
+    #[derive(Default)]
+    struct Root {
+        actions: Rc<Actions>,
+    }
 
     impl Context for Root {}
 
     impl RootContext for Root {
+        fn on_configure(&mut self, _size: usize) -> bool {
+            let text = self
+                .get_plugin_configuration()
+                .and_then(|b| String::from_utf8(b).ok())
+                .unwrap_or_default();
+            let mut actions = Actions::default();
+            for name in text.split(',').map(str::trim) {
+                match name {
+                    "" | "{}" => {}
+                    "request_headers" => {
+                        actions.request_header_map = true;
+                        actions.accept_encoding = true;
+                    }
+                    "request_header_map" => actions.request_header_map = true,
+                    "accept_encoding" => actions.accept_encoding = true,
+                    "hold_request" => actions.hold_request = true,
+                    "read_request" => actions.read_request = true,
+                    "response_headers" => {
+                        actions.response_header_map = true;
+                        actions.turn_id = true;
+                        actions.drop_content_length = true;
+                    }
+                    "response_header_map" => actions.response_header_map = true,
+                    "turn_id" => actions.turn_id = true,
+                    "drop_content_length" => actions.drop_content_length = true,
+                    "lookups" => actions.lookups = true,
+                    "hold_response" => actions.hold_response = true,
+                    "read_response" => actions.read_response = true,
+                    "counters" => {
+                        for i in 0..10 {
+                            match hostcalls::define_metric(
+                                MetricType::Counter,
+                                &format!("floor.check{i}.passed"),
+                            ) {
+                                Ok(id) => actions.counters.push(id),
+                                Err(_) => return false,
+                            }
+                        }
+                    }
+                    _ => return false,
+                }
+            }
+            self.actions = Rc::new(actions);
+            true
+        }
+
         fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-            Some(Box::new(Noop))
+            Some(Box::new(Filter {
+                actions: Rc::clone(&self.actions),
+            }))
         }
 
         fn get_type(&self) -> Option<ContextType> {
@@ -27,10 +113,92 @@ mod filter {
         }
     }
 
-    /// The SDK's default callbacks: headers, body and trailers all `Continue`, nothing read.
-    struct Noop;
+    /// The request headers a checking filter reads, one host call each (`lookups`), as against the
+    /// whole map in one (`request_header_map`).
+    const REQUEST_LOOKUPS: [&str; 10] = [
+        ":method",
+        ":path",
+        ":authority",
+        "x-livecheck-agent",
+        "x-livecheck-version",
+        "authorization",
+        "x-api-key",
+        "content-encoding",
+        "content-length",
+        "accept-encoding",
+    ];
+    const RESPONSE_LOOKUPS: [&str; 3] = [":status", "content-encoding", "content-type"];
 
-    impl Context for Noop {}
+    /// With no actions, the SDK's defaults: headers, body and trailers all `Continue`, nothing read.
+    struct Filter {
+        actions: Rc<Actions>,
+    }
 
-    impl HttpContext for Noop {}
+    impl Context for Filter {}
+
+    impl HttpContext for Filter {
+        fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
+            let identity = self.actions.request_header_map
+                && self
+                    .get_http_request_headers()
+                    .iter()
+                    .any(|(k, v)| k == "accept-encoding" && v == "identity");
+            if self.actions.lookups {
+                for name in REQUEST_LOOKUPS {
+                    let _value = self.get_http_request_header(name);
+                }
+            }
+            if self.actions.accept_encoding && !identity {
+                self.set_http_request_header("accept-encoding", Some("identity"));
+            }
+            Action::Continue
+        }
+
+        fn on_http_request_body(&mut self, size: usize, end_of_stream: bool) -> Action {
+            if self.actions.hold_request && !end_of_stream {
+                return Action::Pause;
+            }
+            if self.actions.read_request && end_of_stream {
+                let _body = self.get_http_request_body(0, size);
+            }
+            Action::Continue
+        }
+
+        fn on_http_response_headers(&mut self, _: usize, _: bool) -> Action {
+            if self.actions.response_header_map {
+                let _headers = self.get_http_response_headers();
+            }
+            if self.actions.lookups {
+                for name in RESPONSE_LOOKUPS {
+                    let _value = self.get_http_response_header(name);
+                }
+            }
+            if self.actions.turn_id {
+                self.set_http_response_header(
+                    "x-livecheck-turn-id",
+                    Some("lc_0123456789abcdef0123456789abcdef"),
+                );
+            }
+            if self.actions.drop_content_length {
+                self.set_http_response_header("content-length", None);
+            }
+            Action::Continue
+        }
+
+        fn on_http_response_body(&mut self, size: usize, end_of_stream: bool) -> Action {
+            if self.actions.hold_response && !end_of_stream {
+                return Action::Pause;
+            }
+            if self.actions.read_response && end_of_stream {
+                let _body = self.get_http_response_body(0, size);
+            }
+            Action::Continue
+        }
+
+        fn on_log(&mut self) {
+            for id in &self.actions.counters {
+                let _ = hostcalls::increment_metric(*id, 1);
+            }
+        }
+    }
 }
