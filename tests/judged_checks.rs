@@ -410,6 +410,65 @@ fn a_streamed_answer_feeds_background_checks_once_it_completed() {
 }
 
 #[test]
+fn a_held_stream_past_max_body_bytes_goes_on_unjudged_when_its_judged_check_passes_on_error() {
+    // `on_error: "pass"` on the only judged output check: past the limit it cannot decide and lets
+    // the answer through, as for a non-streamed answer over the limit: what was held is sent, the
+    // rest streams, the judge is never asked, and the result says errored, passed on error.
+    let config = JUDGED
+        .replacen(
+            r#"{"default_agent": "a","#,
+            r#"{"default_agent": "a", "max_body_bytes": 4096,"#,
+            1,
+        )
+        .replacen(
+            r#""judge_model": "judge-1"}"#,
+            r#""judge_model": "judge-1", "on_error": "pass"}"#,
+            1,
+        );
+    assert_ne!(config, JUDGED);
+    for vendor in VENDORS {
+        let mut host = livecheck(&config);
+        let s = ask_streamed_and_passed(&mut host, vendor);
+        let pieces: Vec<String> = (0..200).map(|i| format!("order {i} ships. ")).collect();
+        let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+        let body = stream(vendor, &pieces).concat();
+        assert!(body.len() > 8192, "{vendor:?}");
+        send_answer(
+            &mut host,
+            s,
+            &[("content-type", "text/event-stream")],
+            &body,
+            Chunking::Bytes(512),
+        );
+        assert!(
+            callouts_to(&host, "/v1/judge").is_empty(),
+            "{vendor:?}: no judge call"
+        );
+        let caller = host.caller_received(s);
+        let got = read_stream(vendor, &caller.body_text());
+        assert_eq!(got.text, pieces.concat(), "{vendor:?}");
+        assert!(!caller.reset, "{vendor:?}");
+        assert_eq!(
+            host.metric("livecheck.a.polite-out.errored"),
+            Some(1),
+            "{vendor:?}"
+        );
+        host.finish_stream(s).unwrap();
+        host.advance_time(std::time::Duration::from_millis(250));
+        let report = report_of(&report_callouts(&host)[0]);
+        let result = report["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "polite-out")
+            .unwrap()
+            .clone();
+        assert_eq!(result["outcome"], "errored", "{vendor:?}");
+        assert_eq!(result["passed_on_error"], true, "{vendor:?}");
+    }
+}
+
+#[test]
 fn a_held_stream_past_max_body_bytes_is_withheld_as_errored_without_asking_the_judge() {
     // The held round lives in the filter's memory: bounded by `max_body_bytes`, as a
     // non-streamed answer is, and then undecidable (fail closed), so the judge is never asked.

@@ -92,6 +92,9 @@ pub struct Step {
     /// Tool calls complete in this step that the version's tool checks read: each call's events
     /// wait until [`Rewriter::allow_calls`] or [`Rewriter::deny_calls`], by its key.
     pub calls: Vec<(u64, ToolCall)>,
+    /// The held round outgrew `max_body_bytes` and goes on as a rules-only stream: its judged
+    /// checks could not decide, and each passes on error ([`Rewriter::feed`]).
+    pub unjudged: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,11 +292,15 @@ impl Rewriter {
         }
         // What is held whole lives in the VM: past the limit it cannot be checked whole, and the
         // stream ends as one that cannot be read (fail closed), before the chunk is kept.
+        // A round held only for judged checks that all pass on error goes on unjudged instead.
         if self.holds_whole() {
             self.held_bytes = self.held_bytes.saturating_add(chunk.len());
             if self.held_bytes > self.limit {
-                self.unreadable(&mut step);
-                return step;
+                if !self.goes_on_unjudged() {
+                    self.outgrown(&mut step);
+                    return step;
+                }
+                self.stop_holding_whole(&mut step);
             }
         }
         // What goes out is about what came in: grown once, not per event.
@@ -335,6 +342,41 @@ impl Rewriter {
             Phase::Done => false,
             _ => !self.open_calls.is_empty() || !self.awaiting.is_empty(),
         }
+    }
+
+    /// Whether a held round that outgrew the limit goes on as if its judged checks had passed:
+    /// it is held only for them (no recovery, no tool call open or waiting) and every one of them
+    /// says `on_error: "pass"`, so none can decide and none stops the turn for that (the
+    /// non-streamed answer over the limit passes likewise). The rule checks go on reading it.
+    fn goes_on_unjudged(&self) -> bool {
+        self.hold == Hold::WholeText
+            && self.phase == Phase::Open
+            && self.open_calls.is_empty()
+            && self.awaiting.is_empty()
+            && self
+                .version
+                .checks
+                .iter()
+                .filter(|c| c.stage == Stage::Output && c.mode == Mode::Block)
+                .filter(|c| !c.kind.is_rule())
+                .all(|c| c.on_error_pass)
+    }
+
+    /// The held round goes on as a rules-only stream: what it set aside joins the queue in
+    /// upstream order and leaves as its text is confirmed, as any later text does.
+    fn stop_holding_whole(&mut self, step: &mut Step) {
+        self.hold = Hold::Rules;
+        let held = std::mem::take(&mut self.held);
+        if !held.is_empty() {
+            let mut merged: Vec<Piece> = self.queue.drain(..).chain(held).collect();
+            merged.sort_by_key(|p| p.seq);
+            self.queue = merged.into();
+        }
+        for ch in self.channels.values_mut() {
+            ch.answer = String::new();
+            ch.rule = String::new();
+        }
+        step.unjudged = true;
     }
 
     /// The common case on a short path: whole events of text alone (most of a stream) are read
@@ -950,6 +992,24 @@ impl Rewriter {
         }
         end.rule_text = rules.join("\n");
         step.round_end = Some(end);
+    }
+
+    /// What is held whole outgrew the limit: the check that cannot decide is one that holds it (a
+    /// judged check, else one that recovers), the first without `on_error: "pass"` first; held
+    /// for a tool call alone, as any unreadable stream.
+    fn outgrown(&mut self, step: &mut Step) {
+        let holds = |c: &&crate::config::Check| {
+            c.stage == Stage::Output && c.mode == Mode::Block && (!c.kind.is_rule() || c.recover)
+        };
+        let checks = &self.version.checks;
+        let check = checks
+            .iter()
+            .position(|c| holds(&c) && !c.on_error_pass)
+            .or_else(|| checks.iter().position(|c| holds(&c)));
+        match check {
+            Some(check) => self.cut_now(Some(check), CutWhy::Unreadable, None, step),
+            None => self.unreadable(step),
+        }
     }
 
     fn unreadable(&mut self, step: &mut Step) {

@@ -1390,6 +1390,95 @@ fn a_held_round_past_the_limit_is_cut_as_unreadable_and_none_of_it_is_sent() {
     }
 }
 
+/// The judged check says `on_error: "pass"`: past the limit it cannot decide, so the round goes on
+/// as if it had passed (as a non-streamed answer over the limit does): what was held is sent, the
+/// rest streams under the rules, and a rule match later still cuts where it starts.
+#[test]
+fn a_held_round_past_the_limit_goes_on_unjudged_when_its_judged_checks_pass_on_error() {
+    let policy = POLICY_JUDGED.replace(
+        r#""kind": "polite_tone"}"#,
+        r#""kind": "polite_tone", "on_error": "pass"}"#,
+    );
+    let words: String = (0..400).map(|i| format!("word{i} ")).collect();
+    let body = format!(
+        "{}data: [DONE]\n\n",
+        chat_texts_unended((0..400).map(|i| format!("word{i} ")))
+    );
+    let mut rw = chat_rewriter_limited(&policy, Hold::WholeText, 8192);
+    let (mut out, mut unjudged, mut fed, mut sent_at) = (Vec::new(), 0, 0, None);
+    for chunk in body.as_bytes().chunks(1000) {
+        let step = rw.feed(chunk);
+        assert_eq!(step.cut, None);
+        assert!(step.round_end.is_none(), "no round for the judge");
+        unjudged += usize::from(step.unjudged);
+        fed += chunk.len();
+        if sent_at.is_none() && !step.out.is_empty() {
+            sent_at = Some(fed);
+        }
+        out.extend(step.out);
+    }
+    let last = rw.finish();
+    assert_eq!(last.cut, None);
+    assert!(last.round_end.is_none());
+    out.extend(last.out);
+    assert_eq!(unjudged, 1, "said once");
+    let sent_at = sent_at.unwrap_or_default();
+    assert!(
+        sent_at > 8192 && sent_at <= 8192 + 1000,
+        "held until past the limit, then sent: first bytes after {sent_at}"
+    );
+    let seen = read_chat(&out);
+    assert!(!seen.filtered);
+    assert!(seen.answer.ends_with(&words), "all of it, in order");
+
+    // The rules still read what follows, and cut at a match.
+    let body = chat_texts_unended(
+        (0..400)
+            .map(|i| format!("word{i} "))
+            .chain(["NL91ABNA0417164300 ".to_owned(), "after".to_owned()]),
+    );
+    let mut rw = chat_rewriter_limited(&policy, Hold::WholeText, 8192);
+    let (out, cut) = feed_all(
+        &mut rw,
+        &body.as_bytes().chunks(1000).collect::<Vec<&[u8]>>(),
+    );
+    assert_eq!(
+        cut.map(|c| (c.check, c.why)),
+        Some((Some(0), CutWhy::Matched))
+    );
+    let seen = read_chat(&out);
+    assert!(
+        seen.answer.ends_with("word399 "),
+        "{:?}",
+        &seen.answer[seen.answer.len() - 40..]
+    );
+    assert!(
+        seen.filtered,
+        "ends as the vendor's content filter ends an answer"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out).contains("NL91ABNA"),
+        "nothing of the match"
+    );
+
+    // A judged check without `on_error: "pass"` among them: cut as unreadable, as before.
+    let both = policy.replace(
+        r#"{"name": "polite", "stage": "output", "kind": "polite_tone", "on_error": "pass"}"#,
+        r#"{"name": "polite", "stage": "output", "kind": "polite_tone", "on_error": "pass"},
+    {"name": "tone", "stage": "output", "kind": "polite_tone"}"#,
+    );
+    assert_ne!(both, policy);
+    let mut rw = chat_rewriter_limited(&both, Hold::WholeText, 8192);
+    let (_, cut) = feed_all(
+        &mut rw,
+        &body.as_bytes().chunks(1000).collect::<Vec<&[u8]>>(),
+    );
+    assert_eq!(
+        cut.map(|c| (c.check, c.why)),
+        Some((Some(2), CutWhy::Unreadable))
+    );
+}
+
 #[test]
 fn a_stream_checked_by_rules_is_never_cut_for_its_length() {
     let body = chat_texts_unended((0..400).map(|i| format!("word{i} ")));

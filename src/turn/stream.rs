@@ -159,6 +159,9 @@ pub(super) fn stream_chunk(
         }
     }
     let mut step = s.rewriter.feed(fresh);
+    if step.unjudged {
+        count_unjudged(host, record, &s.asked.version);
+    }
     if record.response_id.is_none() {
         record.response_id = s.rewriter.answer_id().map(str::to_owned);
     }
@@ -255,6 +258,19 @@ pub(super) fn stream_chunk(
         end_of_stream,
         (body_size, &buffered),
     )
+}
+
+/// A held round outgrew `max_body_bytes` and went on unread by the judge: each blocking judged
+/// check could not decide, and passed on error (the rewriter goes on so only when all say so).
+fn count_unjudged(host: &mut dyn Host, record: &mut Record, version: &Version) {
+    for (i, check) in version.checks.iter().enumerate() {
+        if check.stage == Stage::Output
+            && check.mode == crate::config::Mode::Block
+            && !check.kind.is_rule()
+        {
+            count_one(host, record, version, i, Outcome::Errored);
+        }
+    }
 }
 
 /// A streamed round with verdicts in hand: when one stops it or none is pending, the round is

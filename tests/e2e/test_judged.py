@@ -408,3 +408,28 @@ def test_a_held_stream_past_max_body_bytes_ends_with_the_blocked_reply_and_no_ju
     finally:
         envoy.stop()
         judge.close()
+
+
+def test_a_held_stream_past_max_body_bytes_streams_on_unjudged_when_its_judged_check_passes_on_error(
+        double, judge_backend, tmp_path):
+    """The same stream with `on_error: "pass"` on the judged check: past `max_body_bytes` the check cannot
+    decide and lets the answer through (as a non-streamed answer over the limit passes): the caller gets
+    all of it and its own end, the judge is never asked, and the check counts as errored."""
+    config = {"default_agent": "tone", "max_body_bytes": 16384,
+              "agents": {"tone": _agent({**_polite("gpt-judge"), "on_error": "pass"})}}
+    judge = JudgeSidecar(tmp_path / "judge", _backends(judge_backend))
+    envoy = envoy_for_judge(judge, double.port, config, tmp_path)
+    words = [f"Your order {i} ships tomorrow. " for i in range(600)]
+    errored = "wasmcustom.livecheck.tone.polite-out.errored"
+    try:
+        double.script(default=Answer(headers=SSE_HEADERS, body_chunks=VENDOR_EVENTS["chat"](0, words=words),
+                                     chunk_delay=0.001))
+        judge_backend.reset()
+        got: dict = {}
+        chat_iter(envoy.url, {}, [], got, timeout=CLIENT_TIMEOUT)
+        assert got == {"text": "".join(words), "end": "stop"}
+        assert judge_backend.seen() == []
+        assert envoy.stats(errored).get(errored) == 1
+    finally:
+        envoy.stop()
+        judge.close()
