@@ -409,6 +409,25 @@ fn a_streamed_answer_feeds_background_checks_once_it_completed() {
     }
 }
 
+/// A streamed answer of over 8 KiB (200 sentences) through `config`, sent in 512-byte chunks after
+/// a question that passed; the host, the stream and the answer's text.
+fn long_held_stream(config: &str, vendor: Vendor) -> (Host, StreamId, String) {
+    let mut host = livecheck(config);
+    let s = ask_streamed_and_passed(&mut host, vendor);
+    let pieces: Vec<String> = (0..200).map(|i| format!("order {i} ships. ")).collect();
+    let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    let body = stream(vendor, &pieces).concat();
+    assert!(body.len() > 8192, "{vendor:?}");
+    send_answer(
+        &mut host,
+        s,
+        &[("content-type", "text/event-stream")],
+        &body,
+        Chunking::Bytes(512),
+    );
+    (host, s, pieces.concat())
+}
+
 #[test]
 fn a_held_stream_past_max_body_bytes_goes_on_unjudged_when_its_judged_check_passes_on_error() {
     // `on_error: "pass"` on the only judged output check: past the limit it cannot decide and lets
@@ -427,26 +446,14 @@ fn a_held_stream_past_max_body_bytes_goes_on_unjudged_when_its_judged_check_pass
         );
     assert_ne!(config, JUDGED);
     for vendor in VENDORS {
-        let mut host = livecheck(&config);
-        let s = ask_streamed_and_passed(&mut host, vendor);
-        let pieces: Vec<String> = (0..200).map(|i| format!("order {i} ships. ")).collect();
-        let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
-        let body = stream(vendor, &pieces).concat();
-        assert!(body.len() > 8192, "{vendor:?}");
-        send_answer(
-            &mut host,
-            s,
-            &[("content-type", "text/event-stream")],
-            &body,
-            Chunking::Bytes(512),
-        );
+        let (mut host, s, text) = long_held_stream(&config, vendor);
         assert!(
             callouts_to(&host, "/v1/judge").is_empty(),
             "{vendor:?}: no judge call"
         );
         let caller = host.caller_received(s);
         let got = read_stream(vendor, &caller.body_text());
-        assert_eq!(got.text, pieces.concat(), "{vendor:?}");
+        assert_eq!(got.text, text, "{vendor:?}");
         assert!(!caller.reset, "{vendor:?}");
         assert_eq!(
             host.metric("livecheck.a.polite-out.errored"),
@@ -478,19 +485,7 @@ fn a_held_stream_past_max_body_bytes_is_withheld_as_errored_without_asking_the_j
         1,
     );
     for vendor in VENDORS {
-        let mut host = livecheck(&config);
-        let s = ask_streamed_and_passed(&mut host, vendor);
-        let pieces: Vec<String> = (0..200).map(|i| format!("order {i} ships. ")).collect();
-        let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
-        let body = stream(vendor, &pieces).concat();
-        assert!(body.len() > 8192, "{vendor:?}");
-        send_answer(
-            &mut host,
-            s,
-            &[("content-type", "text/event-stream")],
-            &body,
-            Chunking::Bytes(512),
-        );
+        let (host, s, _) = long_held_stream(&config, vendor);
         assert!(
             host.pending_callouts().is_empty(),
             "{vendor:?}: no judge call"
