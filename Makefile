@@ -326,6 +326,14 @@ bench-floor: wasm venv $(OHA) $(BENCH_VENV)/.installed
 	cargo build --release --locked -p upstream-double -p livecheck-judge
 	$(BENCH_VENV)/bin/python benches/floor.py
 
+# The same for a streamed answer (benches/stream_floor.py, ~2 minutes): the no-op filter reading every
+# chunk of the answer beside plain Envoy, the no-op filter and livecheck on streaming.py's chunked run.
+.PHONY: bench-floor-stream
+bench-floor-stream: wasm venv
+	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib
+	touch $(WASM_DIR)/noop_filter.wasm
+	$(PYTHON) benches/stream_floor.py
+
 # Coverage-guided fuzzing (issue 18; not part of `make test`): cargo-fuzz (libFuzzer) on the nightly
 # toolchain runs each target of fuzz/fuzz_targets/ for FUZZ_SECONDS at `nice -n 10`, from the checked-in
 # seeds in fuzz/corpus/<target>/ and a working corpus in fuzz/target/corpus/<target>/, and prints a table

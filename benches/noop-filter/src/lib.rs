@@ -16,6 +16,8 @@
 //!   header (`turn_id`), remove `content-length` (`drop_content_length`: a held answer may change
 //!   size);
 //! - `hold_response`, `read_response`: the same as for the request, on the answer;
+//! - `read_chunks`: copy each chunk of the answer into the VM as it passes, held by nothing (the
+//!   least a filter checking a streamed answer does: `benches/stream_floor.py`);
 //! - `lookups`: ten request headers and three of the answer's read one host call each, instead of
 //!   the maps whole (`benches/floor.py`'s comparison of the two);
 //! - `counters`: ten counters defined at configure time, each incremented once per turn at its end.
@@ -44,6 +46,7 @@ mod filter {
         drop_content_length: bool,
         hold_response: bool,
         read_response: bool,
+        read_chunks: bool,
         lookups: bool,
         counters: Vec<u32>,
     }
@@ -82,6 +85,7 @@ mod filter {
                     "turn_id" => actions.turn_id = true,
                     "drop_content_length" => actions.drop_content_length = true,
                     "lookups" => actions.lookups = true,
+                    "read_chunks" => actions.read_chunks = true,
                     "hold_response" => actions.hold_response = true,
                     "read_response" => actions.read_response = true,
                     "counters" => {
@@ -189,7 +193,7 @@ mod filter {
             if self.actions.hold_response && !end_of_stream {
                 return Action::Pause;
             }
-            if self.actions.read_response && end_of_stream {
+            if (self.actions.read_response && end_of_stream) || self.actions.read_chunks {
                 let _body = self.get_http_response_body(0, size);
             }
             Action::Continue
