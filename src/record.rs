@@ -354,6 +354,47 @@ pub fn tools_decided(
     }
 }
 
+/// An answer the tool checks could not read (over `max_body_bytes`, not JSON, a stream that could
+/// not be read): whatever calls it held went unchecked, so `allowed_tools` and every row count one
+/// errored result for the turn (no tool, no call: none could be read), as a denial.
+pub fn tools_unread(host: &mut dyn Host, record: &mut Record, version: &Version, attempt: u32) {
+    let now_ms = host.now_unix_millis();
+    let tools = &version.tools;
+    let allowed = tools.allowed.as_ref().map(|_| {
+        (
+            crate::config::ALLOWED_TOOLS,
+            crate::config::ALLOWED_TOOLS,
+            &tools.allowed_counters,
+        )
+    });
+    let rows = tools
+        .rows
+        .iter()
+        .map(|r| (r.name.as_str(), r.test.kind(), &r.counters));
+    for (name, kind, counters) in allowed.into_iter().chain(rows) {
+        let result = WireResult {
+            name: name.to_owned(),
+            stage: WireStage::Output,
+            kind: kind.to_owned(),
+            mode: WireMode::Block,
+            attempt,
+            outcome: WireOutcome::Errored,
+            score: None,
+            reason: reasons::TOOL_COULD_NOT_CHECK.to_owned(),
+            judge_model: None,
+            passed_on_error: false,
+            created_at_ms: now_ms,
+            alert: None,
+            tool: None,
+            call: None,
+        };
+        // Writing a struct of strings and numbers into a Vec cannot fail.
+        let _ = serde_json::to_writer(record.results.next(), &result);
+        let [_, _, errored] = counters;
+        host.increment_counter(errored);
+    }
+}
+
 /// The fixed sentence of a rule check's result. They speak of "the answer" on input checks too, as
 /// an evaluation's do.
 fn rule_reason(kind: &Kind, outcome: Outcome) -> &'static str {

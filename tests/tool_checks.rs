@@ -1094,3 +1094,87 @@ fn a_streamed_answer_sends_no_call_until_every_call_is_decided() {
         );
     }
 }
+
+/// An answer the tool checks cannot read (over `max_body_bytes`, not JSON) may hold calls nobody
+/// checked: it is withheld (fail closed: tool checks have no `on_error`) and each check counts one
+/// errored result, as for a stream cut because a call in it outgrew the limit.
+#[test]
+fn an_answer_the_tool_checks_cannot_read_is_withheld() {
+    let policy = POLICY.replacen(
+        r#"{"default_agent": "mail","#,
+        r#"{"default_agent": "mail", "max_body_bytes": 4096,"#,
+        1,
+    );
+    let long = "x".repeat(8192);
+    for vendor in VENDORS {
+        for (what, headers, body) in [
+            (
+                "over the limit",
+                vec![content_type(false)],
+                answer_with(vendor, &[("drop_tables", json!({"why": long}))]),
+            ),
+            (
+                "not JSON",
+                vec![content_type(false)],
+                "drop_tables(now)".to_owned(),
+            ),
+            (
+                "not JSON by its type",
+                vec![("content-type", "text/plain")],
+                answer_with(vendor, &[("drop_tables", json!({}))]),
+            ),
+            (
+                "streamed, over the limit",
+                vec![content_type(true)],
+                stream_with(vendor, &[("drop_tables", json!({"why": long}))]),
+            ),
+        ] {
+            let streamed = what == "streamed, over the limit";
+            let mut host = livecheck(&policy);
+            let s = ask(&mut host, vendor, streamed);
+            send_answer(&mut host, s, &headers, &body, Chunking::Bytes(512));
+            assert!(checks(&host).is_empty(), "{vendor:?} {what}: no judge");
+            let got = host.caller_received(s);
+            if what == "not JSON by its type" {
+                // Decided with the answer's headers: the caller's say which check could not.
+                assert_eq!(
+                    got.header("x-core-check"),
+                    Some(r#"stage=output, check="allowed_tools", code=check_errored"#),
+                    "{vendor:?}"
+                );
+            }
+            assert!(
+                !got.body_text().contains("drop_tables"),
+                "{vendor:?} {what}: withheld"
+            );
+            assert_eq!(
+                host.metric("livecheck.mail.allowed_tools.errored"),
+                Some(1),
+                "{vendor:?} {what}"
+            );
+            host.finish_stream(s).unwrap();
+            host.advance_time(std::time::Duration::from_millis(250));
+            // One result per check for the turn: no tool, no call (none could be read).
+            let report = report(&host);
+            let results: Vec<(&str, &str)> = report["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    assert!(r.get("tool").is_none() && r.get("call").is_none());
+                    (r["name"].as_str().unwrap(), r["outcome"].as_str().unwrap())
+                })
+                .collect();
+            assert_eq!(
+                results,
+                [
+                    ("allowed_tools", "errored"),
+                    ("no-billing", "errored"),
+                    ("on-task", "errored"),
+                    ("no-rival", "errored")
+                ],
+                "{vendor:?} {what}"
+            );
+        }
+    }
+}

@@ -241,6 +241,20 @@ impl Turn {
             1,
         );
         self.state = State::Done;
+        if answer.is_none() && rules.stop.is_none() && asked.version.tools.any() {
+            // Calls nobody could read went unchecked: withheld (tool checks have no `on_error`).
+            decided(host, &mut self.record, &asked.version, &rules.results);
+            crate::record::tools_unread(host, &mut self.record, &asked.version, 1);
+            let stop = tools_unread_stop(&asked.version);
+            let withheld = withheld(host, &asked);
+            return self.answer_instead(
+                host,
+                Some(&stop),
+                withheld.content_type,
+                &withheld.body,
+                false,
+            );
+        }
         if let (None, Some(answer)) = (&rules.stop, &answer) {
             if !answer.calls.is_empty() && asked.version.tools.any() {
                 // Rules passed; the calls are checked next (judged checks read no answer that
@@ -303,5 +317,20 @@ impl Turn {
     ) -> Flow {
         let body = api::with_usage(asked.api, &withheld.body, usage).unwrap_or(withheld.body);
         self.answer_instead(host, Some(stop), withheld.content_type, &body, resumed)
+    }
+}
+
+/// The stop of an answer the tool checks could not read: the first of them (`allowed_tools`, else
+/// the first row) could not decide.
+fn tools_unread_stop(version: &Version) -> Stop {
+    let tools = &version.tools;
+    let check = match (&tools.allowed, tools.rows.first()) {
+        (Some(_), _) | (None, None) => crate::config::ALLOWED_TOOLS.to_owned(),
+        (None, Some(row)) => row.name.clone(),
+    };
+    Stop {
+        stage: Stage::Output,
+        check,
+        code: stop::Code::CheckErrored,
     }
 }

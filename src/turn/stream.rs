@@ -438,8 +438,13 @@ fn finish_step(
                 CutWhy::Unreadable => Outcome::Errored,
                 _ => Outcome::Failed,
             };
-            if let Some(check) = cut.check {
-                count_one(host, record, &s.asked.version, check, outcome);
+            match cut.check {
+                Some(check) => count_one(host, record, &s.asked.version, check, outcome),
+                // Unreadable with tool checks alone: the calls in it went unchecked.
+                None if s.asked.version.tools.any() => {
+                    crate::record::tools_unread(host, record, &s.asked.version, 1);
+                }
+                None => {}
             }
         }
         s.ended = true;
