@@ -1128,8 +1128,13 @@ fn an_answer_the_tool_checks_cannot_read_is_withheld() {
                 vec![content_type(true)],
                 stream_with(vendor, &[("drop_tables", json!({"why": long}))]),
             ),
+            (
+                "streamed, encoded",
+                vec![content_type(true), ("content-encoding", "gzip")],
+                stream_with(vendor, &[("drop_tables", json!({}))]),
+            ),
         ] {
-            let streamed = what == "streamed, over the limit";
+            let streamed = what.starts_with("streamed");
             let mut host = livecheck(&policy);
             let s = ask(&mut host, vendor, streamed);
             send_answer(&mut host, s, &headers, &body, Chunking::Bytes(512));

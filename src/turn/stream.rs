@@ -63,6 +63,11 @@ impl Turn {
         if !identity {
             // Compressed despite `accept-encoding: identity`: nothing can be read, so the turn is
             // refused now, in the shape the caller asked for, and says so in its header.
+            let version = &streamed.asked.version;
+            if first_blocking_output_check(version).is_none() && version.tools.any() {
+                // Tool checks alone: whatever calls it holds went unchecked.
+                crate::record::tools_unread(host, &mut self.record, version, 1);
+            }
             if let Some(check) = first_blocking_output_check(&streamed.asked.version) {
                 let stop = stop_errored(&streamed.asked.version, check);
                 if let Some(value) = stop.header_value() {
