@@ -357,7 +357,7 @@ pub fn tools_decided(
 /// An answer the tool checks could not read (over `max_body_bytes`, not JSON, a stream that could
 /// not be read): whatever calls it held went unchecked, so `allowed_tools` and every row count one
 /// errored result for the turn (no tool, no call: none could be read), as a denial.
-pub fn tools_unread(host: &mut dyn Host, record: &mut Record, version: &Version, attempt: u32) {
+pub fn tools_unread(host: &mut dyn Host, record: &mut Record, version: &Version) {
     let now_ms = host.now_unix_millis();
     let tools = &version.tools;
     let allowed = tools.allowed.as_ref().map(|_| {
@@ -377,7 +377,7 @@ pub fn tools_unread(host: &mut dyn Host, record: &mut Record, version: &Version,
             stage: WireStage::Output,
             kind: kind.to_owned(),
             mode: WireMode::Block,
-            attempt,
+            attempt: 1,
             outcome: WireOutcome::Errored,
             score: None,
             reason: reasons::TOOL_COULD_NOT_CHECK.to_owned(),

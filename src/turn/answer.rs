@@ -244,7 +244,7 @@ impl Turn {
         if answer.is_none() && rules.stop.is_none() && asked.version.tools.any() {
             // Calls nobody could read went unchecked: withheld (tool checks have no `on_error`).
             decided(host, &mut self.record, &asked.version, &rules.results);
-            crate::record::tools_unread(host, &mut self.record, &asked.version, 1);
+            crate::record::tools_unread(host, &mut self.record, &asked.version);
             let stop = tools_unread_stop(&asked.version);
             let withheld = withheld(host, &asked);
             return self.answer_instead(

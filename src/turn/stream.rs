@@ -66,7 +66,7 @@ impl Turn {
             let version = &streamed.asked.version;
             if first_blocking_output_check(version).is_none() && version.tools.any() {
                 // Tool checks alone: whatever calls it holds went unchecked.
-                crate::record::tools_unread(host, &mut self.record, version, 1);
+                crate::record::tools_unread(host, &mut self.record, version);
             }
             if let Some(check) = first_blocking_output_check(&streamed.asked.version) {
                 let stop = stop_errored(&streamed.asked.version, check);
@@ -447,7 +447,7 @@ fn finish_step(
                 Some(check) => count_one(host, record, &s.asked.version, check, outcome),
                 // Unreadable with tool checks alone: the calls in it went unchecked.
                 None if s.asked.version.tools.any() => {
-                    crate::record::tools_unread(host, record, &s.asked.version, 1);
+                    crate::record::tools_unread(host, record, &s.asked.version);
                 }
                 None => {}
             }
