@@ -50,6 +50,7 @@ NOOP = REPO / "target" / "wasm32-wasip1" / "release" / "noop_filter.wasm"
 FLOORS = {
     "maps": "request_header_map,response_header_map",
     "lookups": "lookups",
+    "crossings": "crossings",
     "writes": "accept_encoding,turn_id",
     "no-length": "drop_content_length",
     "headers": "request_headers,response_headers",
@@ -63,6 +64,7 @@ LABELS = {
     "b": "(b) no-op filter",
     "maps": "both header maps read whole",
     "lookups": "ten request headers and three of the answer's read one at a time instead",
+    "crossings": "a hundred clock reads (host calls returning no data) in each body and header callback",
     "writes": "`accept-encoding: identity` set, a turn-id header added",
     "no-length": "the answer's `content-length` dropped (so it goes to the caller chunked)",
     "headers": "the three above together",

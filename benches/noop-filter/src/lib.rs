@@ -20,6 +20,8 @@
 //!   least a filter checking a streamed answer does: `benches/stream_floor.py`);
 //! - `lookups`: ten request headers and three of the answer's read one host call each, instead of
 //!   the maps whole (`benches/floor.py`'s comparison of the two);
+//! - `crossings`: a hundred host calls that return no data (the clock) in each callback, to price
+//!   one crossing from the VM into Envoy and back;
 //! - `counters`: ten counters defined at configure time, each incremented once per turn at its end.
 
 #[cfg(target_os = "wasi")]
@@ -48,6 +50,7 @@ mod filter {
         read_response: bool,
         read_chunks: bool,
         lookups: bool,
+        crossings: bool,
         counters: Vec<u32>,
     }
 
@@ -86,6 +89,7 @@ mod filter {
                     "drop_content_length" => actions.drop_content_length = true,
                     "lookups" => actions.lookups = true,
                     "read_chunks" => actions.read_chunks = true,
+                    "crossings" => actions.crossings = true,
                     "hold_response" => actions.hold_response = true,
                     "read_response" => actions.read_response = true,
                     "counters" => {
@@ -140,8 +144,19 @@ mod filter {
 
     impl Context for Filter {}
 
+    impl Filter {
+        fn cross(&self) {
+            if self.actions.crossings {
+                for _ in 0..100 {
+                    let _ = hostcalls::get_current_time();
+                }
+            }
+        }
+    }
+
     impl HttpContext for Filter {
         fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
+            self.cross();
             let identity = self.actions.request_header_map
                 && self
                     .get_http_request_headers()
@@ -159,6 +174,7 @@ mod filter {
         }
 
         fn on_http_request_body(&mut self, size: usize, end_of_stream: bool) -> Action {
+            self.cross();
             if self.actions.hold_request && !end_of_stream {
                 return Action::Pause;
             }
@@ -169,6 +185,7 @@ mod filter {
         }
 
         fn on_http_response_headers(&mut self, _: usize, _: bool) -> Action {
+            self.cross();
             if self.actions.response_header_map {
                 let _headers = self.get_http_response_headers();
             }
@@ -190,6 +207,7 @@ mod filter {
         }
 
         fn on_http_response_body(&mut self, size: usize, end_of_stream: bool) -> Action {
+            self.cross();
             if self.actions.hold_response && !end_of_stream {
                 return Action::Pause;
             }
