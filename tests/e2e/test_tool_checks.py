@@ -707,6 +707,40 @@ def test_results_one_per_row_and_call_naming_tool_and_call_never_the_arguments(s
             assert never not in raw, f"{never!r}: the results carry a call's arguments"
 
 
+@pytest.fixture(scope="module")
+def small_stack(double, sidecar, tmp_path_factory):
+    """The same policy with `max_body_bytes` at 4 KiB: an answer with a long call cannot be read."""
+    policy = json.loads(json.dumps(POLICY))
+    policy["max_body_bytes"] = 4096
+    s = ToolCheckStack(double, sidecar, tmp_path_factory.mktemp("tool-checks-small"), policy)
+    yield s
+    s.close()
+
+
+LONG_CALL = Case(DoubleToolCall("delete_account", json.dumps({"user": "ann-7731", "note": "word " * 2000})),
+                 [b"delete_account", b"ann-7731"])
+
+
+@every_vendor
+@every_path
+def test_an_answer_whose_calls_are_too_long_to_read_is_withheld(small_stack, double, judge_backend, vendor, stream):
+    """Tool checks have no `on_error`: an answer past `max_body_bytes` cannot have its calls read, so it is
+    withheld (it passed unchecked before, non-streamed), and every tool check counts one errored result
+    for the turn, with no tool or call named (none could be read)."""
+    judge_backend.reset()
+    got = turn(small_stack, double, vendor, stream, [LONG_CALL])
+    assert got.calls == [], f"an unchecked call reached the caller: {got.calls}"
+    for never in LONG_CALL.never:
+        assert never not in got.body, never
+    assert judge_backend.seen() == []
+    assert got.denials.get("allowed_tools.errored") == 1, got.denials
+    turn_id = got.headers.get("x-core-response-id")
+    rows = ["allowed_tools", *(r["name"] for r in POLICY["agents"][AGENT]["versions"]["1"]["tool_checks"])]
+    items, _ = small_stack.wait_checks(turn_id, len(rows))
+    assert sorted((i["name"], i["outcome"], i.get("tool"), i.get("call")) for i in items) == \
+        sorted((name, "errored", None, None) for name in rows)
+
+
 # --- (h) the other shapes of a call ----------------------------------------------------------------------
 
 
