@@ -148,7 +148,7 @@ def write(runs: dict, version: str, took: float) -> None:
     rps = {v: [x["rps"] for x in rs] for v, rs in runs.items()}
 
     def cell(xs: list[float], fmt: str = "{:.1f}") -> str:
-        return f"{fmt.format(statistics.median(xs))} ({fmt.format(min(xs))}–{fmt.format(max(xs))})"
+        return compare.cell(xs, fmt)
 
     def over(v: str, base: str) -> list[float]:
         return [x - y for x, y in zip(cpu[v], cpu[base])]

@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 # The shape of streaming.py's chat mode (the verdict's), here and in the double it starts.
 os.environ["BENCH_SHAPE"] = "chat"
+import compare  # noqa: E402
 import streaming  # noqa: E402
 from envoy_process import render_config  # noqa: E402
 from streaming import NOOP_WASM, Double, Envoy, answer_text, envoy_config, latency_run  # noqa: E402
@@ -84,7 +85,7 @@ def main() -> int:
 
 def write_report(cpu: dict[str, list[float]], took: float) -> None:
     def cell(xs: list[float]) -> str:
-        return f"{statistics.median(xs):,.0f} ({min(xs):,.0f}–{max(xs):,.0f})"
+        return compare.cell(xs, "{:,.0f}")
 
     def ratio(name: str) -> float:
         return statistics.median([x / y for x, y in zip(cpu[name], cpu["a"])])

@@ -142,6 +142,25 @@ pub struct Check {
     pub report_head: String,
 }
 
+impl Version {
+    /// The check counted errored when what the checks `picks` read could not be read: the first of
+    /// them without `on_error: "pass"`, else the first of them.
+    pub fn errored_check(&self, picks: impl Fn(&Check) -> bool) -> Option<usize> {
+        let checks = &self.checks;
+        checks
+            .iter()
+            .position(|c| picks(c) && !c.on_error_pass)
+            .or_else(|| checks.iter().position(&picks))
+    }
+}
+
+impl Check {
+    /// A blocking output check: it may stop an answer.
+    pub fn blocks_output(&self) -> bool {
+        self.stage == Stage::Output && self.mode == Mode::Block
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Stage {
     Input,

@@ -33,7 +33,7 @@ use std::rc::Rc;
 use serde_json::Value;
 
 use crate::api::{Api, Request, ToolCall};
-use crate::config::{Mode, Stage, Version};
+use crate::config::{Check, Stage, Version};
 use crate::sse;
 use args::ArgsReader;
 use holdback::Holdback;
@@ -64,7 +64,7 @@ impl Hold {
         let blocking: Vec<_> = version
             .checks
             .iter()
-            .filter(|c| c.stage == Stage::Output && c.mode == Mode::Block)
+            .filter(|c| c.blocks_output())
             .collect();
         if blocking.is_empty() {
             // Tool checks alone: the text streams as it comes, tool calls wait for their checks.
@@ -353,13 +353,9 @@ impl Rewriter {
             && self.phase == Phase::Open
             && self.open_calls.is_empty()
             && self.awaiting.is_empty()
-            && self
-                .version
-                .checks
-                .iter()
-                .filter(|c| c.stage == Stage::Output && c.mode == Mode::Block)
-                .filter(|c| !c.kind.is_rule())
-                .all(|c| c.on_error_pass)
+            && crate::judge::blocking_judged(&self.version, Stage::Output)
+                .into_iter()
+                .all(|i| self.version.checks.get(i).is_some_and(|c| c.on_error_pass))
     }
 
     /// The held round goes on as a rules-only stream: what it set aside joins the queue in
@@ -998,15 +994,10 @@ impl Rewriter {
     /// judged check, else one that recovers), the first without `on_error: "pass"` first; held
     /// for a tool call alone, as any unreadable stream.
     fn outgrown(&mut self, step: &mut Step) {
-        let holds = |c: &&crate::config::Check| {
-            c.stage == Stage::Output && c.mode == Mode::Block && (!c.kind.is_rule() || c.recover)
-        };
-        let checks = &self.version.checks;
-        let check = checks
-            .iter()
-            .position(|c| holds(&c) && !c.on_error_pass)
-            .or_else(|| checks.iter().position(|c| holds(&c)));
-        match check {
+        let holds = self
+            .version
+            .errored_check(|c| c.blocks_output() && (!c.kind.is_rule() || c.recover));
+        match holds {
             Some(check) => self.cut_now(Some(check), CutWhy::Unreadable, None, step),
             None => self.unreadable(step),
         }
@@ -1016,17 +1007,7 @@ impl Rewriter {
         if self.phase == Phase::Done {
             return;
         }
-        let blocking = || {
-            self.version
-                .checks
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.stage == Stage::Output && c.mode == Mode::Block)
-        };
-        let check = blocking()
-            .find(|(_, c)| !c.on_error_pass)
-            .or_else(|| blocking().next())
-            .map(|(i, _)| i);
+        let check = self.version.errored_check(Check::blocks_output);
         self.cut_now(check, CutWhy::Unreadable, None, step);
     }
 

@@ -210,18 +210,7 @@ fn check_index(version: &Version, name: &str) -> Option<usize> {
 }
 
 fn first_blocking_output_check(version: &Version) -> Option<usize> {
-    version
-        .checks
-        .iter()
-        .position(|c| {
-            c.stage == Stage::Output && c.mode == crate::config::Mode::Block && !c.on_error_pass
-        })
-        .or_else(|| {
-            version
-                .checks
-                .iter()
-                .position(|c| c.stage == Stage::Output && c.mode == crate::config::Mode::Block)
-        })
+    version.errored_check(crate::config::Check::blocks_output)
 }
 
 fn stop_errored(version: &Version, check: usize) -> Stop {
@@ -261,10 +250,7 @@ fn count_one(
 /// A stream that ended without a cut: every blocking output rule check passed.
 fn count_passed(host: &mut dyn Host, record: &mut Record, version: &Version) {
     for (i, check) in version.checks.iter().enumerate() {
-        if check.stage == Stage::Output
-            && check.mode == crate::config::Mode::Block
-            && check.kind.is_rule()
-        {
+        if check.blocks_output() && check.kind.is_rule() {
             count_one(host, record, version, i, Outcome::Passed);
         }
     }
@@ -327,7 +313,7 @@ fn has_blocking_output_checks(version: &Version) -> bool {
         || version
             .checks
             .iter()
-            .any(|c| c.stage == Stage::Output && c.mode == crate::config::Mode::Block)
+            .any(crate::config::Check::blocks_output)
 }
 
 impl Turn {

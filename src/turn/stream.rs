@@ -268,13 +268,8 @@ pub(super) fn stream_chunk(
 /// A held round outgrew `max_body_bytes` and went on unread by the judge: each blocking judged
 /// check could not decide, and passed on error (the rewriter goes on so only when all say so).
 fn count_unjudged(host: &mut dyn Host, record: &mut Record, version: &Version) {
-    for (i, check) in version.checks.iter().enumerate() {
-        if check.stage == Stage::Output
-            && check.mode == crate::config::Mode::Block
-            && !check.kind.is_rule()
-        {
-            count_one(host, record, version, i, Outcome::Errored);
-        }
+    for check in judge::blocking_judged(version, Stage::Output) {
+        count_one(host, record, version, check, Outcome::Errored);
     }
 }
 
