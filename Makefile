@@ -326,6 +326,16 @@ bench-floor: wasm venv $(OHA) $(BENCH_VENV)/.installed
 	cargo build --release --locked -p upstream-double -p livecheck-judge
 	$(BENCH_VENV)/bin/python benches/floor.py
 
+# Where Envoy's CPU per checked turn goes, by the code that runs it (benches/envoy_perf.py, ~3 minutes; not
+# part of `make bench`): `perf` samples of Envoy under plain Envoy, the no-op filter, the floor and livecheck,
+# sorted into the filter's compiled wasm, its host calls, Envoy's own code, the kernel and libc. Needs `perf`.
+.PHONY: bench-perf
+bench-perf: wasm venv $(OHA)
+	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib
+	touch $(WASM_DIR)/noop_filter.wasm
+	cargo build --release --locked -p upstream-double -p livecheck-judge
+	$(PYTHON) benches/envoy_perf.py
+
 # The same for a streamed answer (benches/stream_floor.py, ~2 minutes): the no-op filter reading every
 # chunk of the answer beside plain Envoy, the no-op filter and livecheck on streaming.py's chunked run.
 .PHONY: bench-floor-stream

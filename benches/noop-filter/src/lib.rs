@@ -23,6 +23,14 @@
 //! - `crossings`: a hundred host calls that return no data (the clock) in each callback, to price
 //!   one crossing from the VM into Envoy and back;
 //! - `counters`: ten counters defined at configure time, each incremented once per turn at its end.
+//! - `touch=N`: write one byte of every 64 over N KiB of the VM's memory per turn (at its end),
+//!   moving on through an 8 MiB ring so each turn touches lines the last did not, as a filter whose
+//!   turns allocate and write that much does: to price what a filter's data footprint costs Envoy's
+//!   own code (its caches), apart from the writes themselves.
+//! - `code=N`: run N × 1,024 distinct steps of straight-line code per turn (at its end; N ≤ 16,
+//!   ~25 KiB of wasm each, every instruction run once), as a filter whose turn runs that much of
+//!   its code does: to price what a filter's code footprint costs Envoy's own code, apart from the
+//!   run itself.
 
 #[cfg(target_os = "wasi")]
 mod filter {
@@ -52,6 +60,63 @@ mod filter {
         lookups: bool,
         crossings: bool,
         counters: Vec<u32>,
+        touch_kib: usize,
+        code: usize,
+    }
+
+    /// Four copies of its body.
+    macro_rules! x4 {
+        ($($body:tt)*) => { $($body)* $($body)* $($body)* $($body)* };
+    }
+
+    /// Functions of 4^5 = 1,024 copies of one step each, each step its own code (`black_box` keeps
+    /// them apart); 16 of them, each with its own constant (identical ones would be folded into
+    /// one), are 16,384 steps.
+    macro_rules! steps {
+        ($($name:ident $k:literal)*) => {
+            $(
+                #[inline(never)]
+                fn $name(mut x: u64) -> u64 {
+                    x4! { x4! { x4! { x4! { x4! {
+                        x = std::hint::black_box(x).wrapping_mul(0x9E37_79B9_7F4A_7C15 ^ $k).rotate_left(7);
+                    } } } } }
+                    x
+                }
+            )*
+            /// Runs the first `n` of the functions.
+            fn run_code(n: usize, seed: u64) -> u64 {
+                let mut x = seed;
+                let all: &[fn(u64) -> u64] = &[$($name),*];
+                for f in all.iter().take(n) {
+                    x = f(x);
+                }
+                x
+            }
+        };
+    }
+    steps!(s0 0 s1 1 s2 2 s3 3 s4 4 s5 5 s6 6 s7 7 s8 8 s9 9 s10 10 s11 11 s12 12 s13 13 s14 14 s15 15);
+
+    const RING_BYTES: usize = 8 << 20;
+
+    thread_local! {
+        static RING: std::cell::RefCell<(Vec<u8>, usize)> = const { std::cell::RefCell::new((Vec::new(), 0)) };
+    }
+
+    /// Writes one byte of every cache line over `kib` KiB of the ring, from where the last turn stopped.
+    fn touch(kib: usize) {
+        RING.with(|ring| {
+            let mut ring = ring.borrow_mut();
+            let (buf, at) = &mut *ring;
+            if buf.is_empty() {
+                buf.resize(RING_BYTES, 0);
+            }
+            for _ in 0..kib * 16 {
+                *at = (*at + 64) % RING_BYTES;
+                if let Some(b) = buf.get_mut(*at) {
+                    *b = b.wrapping_add(1);
+                }
+            }
+        });
     }
 
     #[derive(Default)]
@@ -103,7 +168,17 @@ mod filter {
                             }
                         }
                     }
-                    _ => return false,
+                    _ => match name.split_once('=') {
+                        Some(("touch", kib)) => match kib.parse() {
+                            Ok(kib) => actions.touch_kib = kib,
+                            Err(_) => return false,
+                        },
+                        Some(("code", n)) => match n.parse() {
+                            Ok(n) if n <= 16 => actions.code = n,
+                            _ => return false,
+                        },
+                        _ => return false,
+                    },
                 }
             }
             self.actions = Rc::new(actions);
@@ -218,6 +293,12 @@ mod filter {
         }
 
         fn on_log(&mut self) {
+            if self.actions.code > 0 {
+                std::hint::black_box(run_code(self.actions.code, std::hint::black_box(1)));
+            }
+            if self.actions.touch_kib > 0 {
+                touch(self.actions.touch_kib);
+            }
             for id in &self.actions.counters {
                 let _ = hostcalls::increment_metric(*id, 1);
             }
