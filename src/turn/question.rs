@@ -212,12 +212,25 @@ fn retry_source(host: &mut dyn Host) -> Option<Source> {
 /// A turn's id: `lc_`, the time it began in milliseconds (12 hex digits), then 80 random bits (20
 /// hex digits). Ids of later turns sort later, so the sidecar's indexes on the turn id grow at
 /// their end (a random id touches a random page of each of them per stored row).
+/// Written digit by digit: `format!`'s machinery cost ~0.3 µs a turn under Node's V8 (`make
+/// bench-v8-turn`, 100,000 turns: 12.97 → 12.67 µs inside a turn).
 fn turn_id(now_ms: u64, high: u64, low: u64) -> String {
-    format!(
-        "lc_{:012x}{high:016x}{:04x}",
-        now_ms.min(0xffff_ffff_ffff),
-        low & 0xffff
-    )
+    let mut id = String::with_capacity(TURN_ID_LEN);
+    id.push_str("lc_");
+    push_hex(&mut id, now_ms.min(0xffff_ffff_ffff), 12);
+    push_hex(&mut id, high, 16);
+    push_hex(&mut id, low & 0xffff, 4);
+    id
+}
+
+const TURN_ID_LEN: usize = "lc_".len() + 32;
+
+/// The low `digits` hex digits of `value`, lowercase, most significant first.
+fn push_hex(out: &mut String, value: u64, digits: u32) {
+    for i in (0..digits).rev() {
+        let nibble = value.checked_shr(4 * i).unwrap_or(0) & 0xf;
+        out.push(char::from_digit(nibble as u32, 16).unwrap_or('0'));
+    }
 }
 
 #[cfg(test)]
@@ -233,5 +246,30 @@ mod tests {
         assert_eq!(later.len(), "lc_".len() + 32);
         assert_ne!(turn_id(1, 1, 2), turn_id(1, 1, 3));
         assert!(turn_id(u64::MAX, 0, 0).starts_with("lc_ffffffffffff"));
+    }
+
+    #[test]
+    fn turn_ids_are_the_hex_digits_of_their_parts() {
+        let cases = [
+            (0, 0, 0),
+            (
+                1_790_000_000_000,
+                0x0123_4567_89ab_cdef,
+                0xfedc_ba98_7654_3210,
+            ),
+            (0xffff_ffff_ffff, u64::MAX, u64::MAX),
+            (u64::MAX, 1, 0x1_0000),
+            (0xa, 0xb, 0xc),
+        ];
+        for (ms, high, low) in cases {
+            assert_eq!(
+                turn_id(ms, high, low),
+                format!(
+                    "lc_{:012x}{high:016x}{:04x}",
+                    ms.min(0xffff_ffff_ffff),
+                    low & 0xffff
+                )
+            );
+        }
     }
 }
