@@ -17,8 +17,9 @@ compiled wasm and its stubs all keep) and sorting each sample by the code it lan
 Variants: plain Envoy (a), the no-op filter (b), the floor (`benches/floor.py`'s `all`: the no-op filter
 doing a checking filter's host work), the floor also writing 64 KiB of its own memory a turn (`touch=64`:
 does a filter's data going through the caches slow Envoy's own code?), the floor also running 16,384
-distinct steps of straight-line code a turn (`code=16`, ~400 KiB of wasm: does a filter's code?),
-livecheck (c), and livecheck with no sidecar cluster, so that its turn reports fail at the callout
+distinct steps of straight-line code a turn (`code=16`, ~400 KiB of wasm: does a filter's code?), the
+floor also running 4,096 steps of two branches each that always go the same way (`branches=4`: does a
+filter's branchy code, through the branch predictors Envoy's code shares?), livecheck (c), and livecheck with no sidecar cluster, so that its turn reports fail at the callout
 (what the report callouts cost Envoy), each as
 `benches/floor.py` runs it (compare.py's set-up, 4 KiB Chat turns to `benches/upstream-double`, a
 scripted DOUBLE, not a model; livecheck reporting to the real sidecar). Per round and variant: a fresh
@@ -63,6 +64,7 @@ VARIANTS = {
     "floor": ("the floor (`benches/floor.py`'s `all`)", floor.FLOORS["all"]),
     "floor+touch": ("the floor writing 64 KiB of its memory a turn", floor.FLOORS["all"] + ",touch=64"),
     "floor+code": ("the floor running ~400 KiB of straight-line code a turn", floor.FLOORS["all"] + ",code=16"),
+    "floor+branches": ("the floor running 8,192 predictable branch sites a turn", floor.FLOORS["all"] + ",branches=4"),
     "c": ("(c) livecheck, `benches/rules.json`", None),
     "c-unreported": ("livecheck with no sidecar cluster (its reports fail at the callout)", None),
 }
@@ -219,6 +221,7 @@ def write(runs: dict, version: str, took: float) -> None:
     for a, b, label in [("floor", "b", "the floor − the no-op filter"),
                         ("floor+touch", "floor", "64 KiB written a turn − the floor"),
                         ("floor+code", "floor", "~400 KiB of code run a turn − the floor"),
+                        ("floor+branches", "floor", "8,192 branch sites run a turn − the floor"),
                         ("c", "floor", "livecheck − the floor"),
                         ("c", "c-unreported", "livecheck − livecheck unreported")]:
         lines.append(f"| {label} | {med(a, 'cpu_us') - med(b, 'cpu_us'):+.1f} | " +

@@ -31,6 +31,8 @@
 //!   ~25 KiB of wasm each, every instruction run once), as a filter whose turn runs that much of
 //!   its code does: to price what a filter's code footprint costs Envoy's own code, apart from the
 //!   run itself.
+//! - `branches=N`: the same with two branches a step, each always going the same way: a filter's
+//!   branchy code (many branch sites a turn), for the branch predictors.
 
 #[cfg(target_os = "wasi")]
 mod filter {
@@ -62,6 +64,7 @@ mod filter {
         counters: Vec<u32>,
         touch_kib: usize,
         code: usize,
+        branches: usize,
     }
 
     /// Four copies of its body.
@@ -71,20 +74,19 @@ mod filter {
 
     /// Functions of 4^5 = 1,024 copies of one step each, each step its own code (`black_box` keeps
     /// them apart); 16 of them, each with its own constant (identical ones would be folded into
-    /// one), are 16,384 steps.
+    /// one), are 16,384 steps. `$run` runs the first `n` of them.
     macro_rules! steps {
-        ($($name:ident $k:literal)*) => {
+        ($run:ident, |$x:ident, $c:ident, $k:ident| $step:block, $($name:ident $kv:literal)*) => {
             $(
                 #[inline(never)]
-                fn $name(mut x: u64) -> u64 {
-                    x4! { x4! { x4! { x4! { x4! {
-                        x = std::hint::black_box(x).wrapping_mul(0x9E37_79B9_7F4A_7C15 ^ $k).rotate_left(7);
-                    } } } } }
-                    x
+                fn $name(mut $x: u64) -> u64 {
+                    let $k: u64 = $kv;
+                    let $c: u64 = std::hint::black_box(0);
+                    x4! { x4! { x4! { x4! { x4! { $step } } } } }
+                    $x
                 }
             )*
-            /// Runs the first `n` of the functions.
-            fn run_code(n: usize, seed: u64) -> u64 {
+            fn $run(n: usize, seed: u64) -> u64 {
                 let mut x = seed;
                 let all: &[fn(u64) -> u64] = &[$($name),*];
                 for f in all.iter().take(n) {
@@ -94,7 +96,23 @@ mod filter {
             }
         };
     }
-    steps!(s0 0 s1 1 s2 2 s3 3 s4 4 s5 5 s6 6 s7 7 s8 8 s9 9 s10 10 s11 11 s12 12 s13 13 s14 14 s15 15);
+    steps!(run_code, |x, _c, k| {
+        x = std::hint::black_box(x).wrapping_mul(0x9E37_79B9_7F4A_7C15 ^ k).rotate_left(7);
+    }, s0 0 s1 1 s2 2 s3 3 s4 4 s5 5 s6 6 s7 7 s8 8 s9 9 s10 10 s11 11 s12 12 s13 13 s14 14 s15 15);
+    // Two branches a step, each always going the same way (`c` is 0, which the compiler cannot
+    // know) and each arm opaque, so that they stay branches: 32,768 predictable branch sites.
+    steps!(run_branches, |x, c, k| {
+        if c & (1 << (k + 1)) == 0 {
+            x = std::hint::black_box(x.wrapping_mul(0x9E37_79B9_7F4A_7C15 ^ k));
+        } else {
+            x = std::hint::black_box(x.rotate_left(7));
+        }
+        if c | (1 << (k + 1)) == 0 {
+            x = std::hint::black_box(x ^ 0x5555);
+        } else {
+            x = std::hint::black_box(x.rotate_left(3));
+        }
+    }, b0 0 b1 1 b2 2 b3 3 b4 4 b5 5 b6 6 b7 7 b8 8 b9 9 b10 10 b11 11 b12 12 b13 13 b14 14 b15 15);
 
     const RING_BYTES: usize = 8 << 20;
 
@@ -175,6 +193,10 @@ mod filter {
                         },
                         Some(("code", n)) => match n.parse() {
                             Ok(n) if n <= 16 => actions.code = n,
+                            _ => return false,
+                        },
+                        Some(("branches", n)) => match n.parse() {
+                            Ok(n) if n <= 16 => actions.branches = n,
                             _ => return false,
                         },
                         _ => return false,
@@ -295,6 +317,9 @@ mod filter {
         fn on_log(&mut self) {
             if self.actions.code > 0 {
                 std::hint::black_box(run_code(self.actions.code, std::hint::black_box(1)));
+            }
+            if self.actions.branches > 0 {
+                std::hint::black_box(run_branches(self.actions.branches, std::hint::black_box(1)));
             }
             if self.actions.touch_kib > 0 {
                 touch(self.actions.touch_kib);
