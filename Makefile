@@ -326,13 +326,14 @@ bench-floor: wasm venv $(OHA) $(BENCH_VENV)/.installed
 	cargo build --release --locked -p upstream-double -p livecheck-judge
 	$(BENCH_VENV)/bin/python benches/floor.py
 
-# Where Envoy's CPU per checked turn goes, by the code that runs it (benches/envoy_perf.py, ~3 minutes; not
-# part of `make bench`): `perf` samples of Envoy under plain Envoy, the no-op filter, the floor and livecheck,
-# sorted into the filter's compiled wasm, its host calls, Envoy's own code, the kernel and libc. Needs `perf`.
+# Where Envoy's CPU per checked turn goes, by the code that runs it (benches/envoy_perf.py, ~6 minutes; not
+# part of `make bench`): `perf` samples of Envoy under plain Envoy, the no-op filter, the floor, its controls
+# and livecheck, sorted into the filter's compiled wasm, its host calls, Envoy's own code, the kernel and
+# libc. Needs `perf`. The no-op filter with its controls (`--features controls`, ~3 minutes to build) goes
+# to target/controls/, so the baseline the other benches load stays the small one.
 .PHONY: bench-perf
 bench-perf: wasm venv $(OHA)
-	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib
-	touch $(WASM_DIR)/noop_filter.wasm
+	CARGO_TARGET_DIR=target/controls cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib --features controls
 	cargo build --release --locked -p upstream-double -p livecheck-judge
 	$(PYTHON) benches/envoy_perf.py
 

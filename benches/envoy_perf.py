@@ -19,16 +19,17 @@ doing a checking filter's host work), the floor also writing 64 KiB of its own m
 does a filter's data going through the caches slow Envoy's own code?), the floor also running 16,384
 distinct steps of straight-line code a turn (`code=16`, ~400 KiB of wasm: does a filter's code?), the
 floor also running 4,096 steps of two branches each that always go the same way (`branches=4`: does a
-filter's branchy code, through the branch predictors Envoy's code shares?), livecheck (c), and livecheck with no sidecar cluster, so that its turn reports fail at the callout
-(what the report callouts cost Envoy), each as
-`benches/floor.py` runs it (compare.py's set-up, 4 KiB Chat turns to `benches/upstream-double`, a
+filter's branchy code, through the branch predictors Envoy's code shares?), livecheck (c), and
+livecheck with no sidecar cluster, so that its turn reports fail at the callout (what the report
+callouts cost Envoy), each as `benches/floor.py` runs it (compare.py's set-up, 4 KiB Chat turns to `benches/upstream-double`, a
 scripted DOUBLE, not a model; livecheck reporting to the real sidecar). Per round and variant: a fresh
 closed loop of 16 connections for PERF_S + 2 s (default 8), `perf record -F 4999 -g -p <envoy>` over
 PERF_S s of it; CPU per request from the process's schedstat over the whole loop. A bucket's µs a
 request = its share of the samples × that CPU per request. perf's sampling inflates every variant's CPU
 (~5-10%), so compare the variants within this page, not with `make bench-floor`'s. PERF_REPEATS
 rounds (default 3), variants interleaved; medians. PERF_PIN=1 pins Envoy to CPU 0 and the rest (this
-script, oha, the double, the sidecar) to CPU 1. Writes `bench/results-perf.md`.
+script, oha, the double, the sidecar) to CPU 1. Every no-op variant loads the no-op filter built with
+its `controls` feature (`target/controls/`, which the controls need). Writes `bench/results-perf.md`.
 """
 from __future__ import annotations
 
@@ -58,6 +59,9 @@ OUT = pathlib.Path(os.environ.get("PERF_OUT", REPO / "bench" / "results-perf.md"
 # PERF_PIN=1: Envoy alone on CPU 0, everything else on CPU 1 (does sharing Envoy's core matter?).
 PIN = os.environ.get("PERF_PIN", "") not in ("", "0")
 
+# The no-op filter built with its controls (`code=`, `branches=`); every no-op variant here loads it.
+CONTROLS = REPO / "target" / "controls" / "wasm32-wasip1" / "release" / "noop_filter.wasm"
+
 VARIANTS = {
     "a": ("(a) plain Envoy", None),
     "b": ("(b) no-op filter", "{}"),
@@ -74,7 +78,12 @@ BUCKETS = ["wasm", "host calls", "Envoy", "kernel", "libc", "other"]
 def config(port: int, v: str) -> dict:
     actions = VARIANTS[v][1]
     if actions is not None:
-        return floor.floor_config(port, actions)
+        config = floor.floor_config(port, actions)
+        hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+        for f in hcm["http_filters"]:
+            if f["name"] == "envoy.filters.http.wasm":
+                f["typed_config"]["config"]["vm_config"]["code"]["local"]["filename"] = str(CONTROLS)
+        return config
     if v == "c-unreported":
         sidecar, compare.SIDECAR = compare.SIDECAR, None
         try:
@@ -150,7 +159,7 @@ def main() -> int:
     if PIN:
         check((os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None, "PERF_PIN needs two CPUs and taskset")
         os.sched_setaffinity(0, {1})
-    for path in (compare.OHA, compare.DOUBLE_BIN, compare.JUDGE_BIN, floor.NOOP):
+    for path in (compare.OHA, compare.DOUBLE_BIN, compare.JUDGE_BIN, CONTROLS):
         check(path.exists(), f"{path} is missing: run `make bench-perf`")
     started = time.monotonic()
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="livecheck-perf-"))

@@ -33,6 +33,10 @@
 //!   run itself.
 //! - `branches=N`: the same with two branches a step, each always going the same way: a filter's
 //!   branchy code (many branch sites a turn), for the branch predictors.
+//!
+//! `code=` and `branches=` exist only in a build with the `controls` feature (`make bench-perf`
+//! builds one into `target/controls/`); the baseline every other bench loads is built without
+//! them.
 
 #[cfg(target_os = "wasi")]
 mod filter {
@@ -63,11 +67,14 @@ mod filter {
         crossings: bool,
         counters: Vec<u32>,
         touch_kib: usize,
+        #[cfg(feature = "controls")]
         code: usize,
+        #[cfg(feature = "controls")]
         branches: usize,
     }
 
     /// Four copies of its body.
+    #[cfg(feature = "controls")]
     macro_rules! x4 {
         ($($body:tt)*) => { $($body)* $($body)* $($body)* $($body)* };
     }
@@ -75,6 +82,7 @@ mod filter {
     /// Functions of 4^5 = 1,024 copies of one step each, each step its own code (`black_box` keeps
     /// them apart); 16 of them, each with its own constant (identical ones would be folded into
     /// one), are 16,384 steps. `$run` runs the first `n` of them.
+    #[cfg(feature = "controls")]
     macro_rules! steps {
         ($run:ident, |$x:ident, $c:ident, $k:ident| $step:block, $($name:ident $kv:literal)*) => {
             $(
@@ -96,11 +104,13 @@ mod filter {
             }
         };
     }
+    #[cfg(feature = "controls")]
     steps!(run_code, |x, _c, k| {
         x = std::hint::black_box(x).wrapping_mul(0x9E37_79B9_7F4A_7C15 ^ k).rotate_left(7);
     }, s0 0 s1 1 s2 2 s3 3 s4 4 s5 5 s6 6 s7 7 s8 8 s9 9 s10 10 s11 11 s12 12 s13 13 s14 14 s15 15);
     // Two branches a step, each always going the same way (`c` is 0, which the compiler cannot
     // know) and each arm opaque, so that they stay branches: 32,768 predictable branch sites.
+    #[cfg(feature = "controls")]
     steps!(run_branches, |x, c, k| {
         if c & (1 << (k + 1)) == 0 {
             x = std::hint::black_box(x.wrapping_mul(0x9E37_79B9_7F4A_7C15 ^ k));
@@ -191,10 +201,12 @@ mod filter {
                             Ok(kib) => actions.touch_kib = kib,
                             Err(_) => return false,
                         },
+                        #[cfg(feature = "controls")]
                         Some(("code", n)) => match n.parse() {
                             Ok(n) if n <= 16 => actions.code = n,
                             _ => return false,
                         },
+                        #[cfg(feature = "controls")]
                         Some(("branches", n)) => match n.parse() {
                             Ok(n) if n <= 16 => actions.branches = n,
                             _ => return false,
@@ -315,11 +327,17 @@ mod filter {
         }
 
         fn on_log(&mut self) {
-            if self.actions.code > 0 {
-                std::hint::black_box(run_code(self.actions.code, std::hint::black_box(1)));
-            }
-            if self.actions.branches > 0 {
-                std::hint::black_box(run_branches(self.actions.branches, std::hint::black_box(1)));
+            #[cfg(feature = "controls")]
+            {
+                if self.actions.code > 0 {
+                    std::hint::black_box(run_code(self.actions.code, std::hint::black_box(1)));
+                }
+                if self.actions.branches > 0 {
+                    std::hint::black_box(run_branches(
+                        self.actions.branches,
+                        std::hint::black_box(1),
+                    ));
+                }
             }
             if self.actions.touch_kib > 0 {
                 touch(self.actions.touch_kib);
