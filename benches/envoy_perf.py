@@ -50,7 +50,8 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 import compare  # noqa: E402
 import floor  # noqa: E402
-from compare import BenchFailed, Envoy, UpstreamDouble, check, chat_body, cpu_model, git_hash, log, oha  # noqa: E402
+from compare import (BenchFailed, Envoy, UpstreamDouble, check, chat_body, cpu_model, git_hash, log,  # noqa: E402
+                     measured, oha)
 from envoy_process import JudgeSidecar  # noqa: E402
 
 SECONDS = float(os.environ.get("PERF_S", "8"))
@@ -78,12 +79,7 @@ BUCKETS = ["wasm", "host calls", "Envoy", "kernel", "libc", "other"]
 def config(port: int, v: str) -> dict:
     actions = VARIANTS[v][1]
     if actions is not None:
-        config = floor.floor_config(port, actions)
-        hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-        for f in hcm["http_filters"]:
-            if f["name"] == "envoy.filters.http.wasm":
-                f["typed_config"]["config"]["vm_config"]["code"]["local"]["filename"] = str(CONTROLS)
-        return config
+        return floor.floor_config(port, actions, wasm=CONTROLS)
     if v == "c-unreported":
         sidecar, compare.SIDECAR = compare.SIDECAR, None
         try:
@@ -132,26 +128,24 @@ def shares(data: pathlib.Path) -> dict[str, float]:
 
 
 def one_run(p: Envoy, double: UpstreamDouble, body: pathlib.Path, data: pathlib.Path) -> dict:
-    result: dict = {}
+    """One closed loop through `p`, `perf` sampling Envoy over PERF_S s of it; compare.measured checks
+    every request was answered and reached the double, and gives the CPU per request."""
+    def sampled_load() -> dict:
+        result: dict = {}
+        loader = threading.Thread(target=lambda: result.update(
+            oha(p.url, body, conns=compare.CONNECTIONS, duration=SECONDS + 2)))
+        loader.start()
+        time.sleep(1)
+        rec = subprocess.run(["perf", "record", "-q", "-F", "4999", "-g", "-o", str(data), "-p", str(p.pid),
+                              "--", "sleep", str(SECONDS)], capture_output=True, text=True, timeout=SECONDS + 60)
+        loader.join()
+        check(rec.returncode == 0, f"perf record failed: {rec.stderr[-1000:]}")
+        check("ok" in result, "the load did not finish (oha failed: see above)")
+        return result
 
-    def load() -> None:
-        result.update(oha(p.url, body, conns=compare.CONNECTIONS, duration=SECONDS + 2))
-
-    cpu0, up0 = p.cpu_s(), double.stats()["requests"]
-    loader = threading.Thread(target=load)
-    loader.start()
-    time.sleep(1)
-    rec = subprocess.run(["perf", "record", "-q", "-F", "4999", "-g", "-o", str(data), "-p", str(p.pid), "--",
-                          "sleep", str(SECONDS)], capture_output=True, text=True, timeout=SECONDS + 60)
-    loader.join()
-    cpu1, up1 = p.cpu_s(), double.stats()["requests"]
-    check(rec.returncode == 0, f"perf record failed: {rec.stderr[-1000:]}")
-    check(result.get("ok", 0) > 0 and result["ok"] == result["total"] and not result["errors"],
-          f"not every request was answered 200: {result.get('statuses')} {result.get('errors')}")
-    check(up1 - up0 >= result["ok"], "not every answered request reached the double")
-    cpu_us = (cpu1 - cpu0) / result["ok"] * 1e6
-    return {"cpu_us": cpu_us, "rps": result["rps"],
-            **{b: s * cpu_us for b, s in shares(data).items()}}
+    r = measured(p, double, sampled_load)
+    cpu_us = r["cpu_us_per_req"]
+    return {"cpu_us": cpu_us, "rps": r["rps"], **{b: s * cpu_us for b, s in shares(data).items()}}
 
 
 def main() -> int:

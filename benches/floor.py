@@ -27,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Optional
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benches"))
@@ -76,13 +77,16 @@ LABELS = {
 }
 
 
-def floor_config(port: int, actions: str) -> dict:
-    """compare.py's (b) config with the no-op filter given `actions`."""
+def floor_config(port: int, actions: str, wasm: Optional[pathlib.Path] = None) -> dict:
+    """compare.py's (b) config with the no-op filter given `actions` (and loaded from `wasm`, another
+    build of it, when given)."""
     config = compare.envoy_config(port, "b")
     hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     for f in hcm["http_filters"]:
         if f["name"] == "envoy.filters.http.wasm":
             f["typed_config"]["config"]["configuration"]["value"] = actions
+            if wasm is not None:
+                f["typed_config"]["config"]["vm_config"]["code"]["local"]["filename"] = str(wasm)
     return config
 
 

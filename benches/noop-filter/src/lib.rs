@@ -73,56 +73,56 @@ mod filter {
         branches: usize,
     }
 
-    /// Four copies of its body.
+    /// `code=` and `branches=`: generated code, run once per turn.
     #[cfg(feature = "controls")]
-    macro_rules! x4 {
-        ($($body:tt)*) => { $($body)* $($body)* $($body)* $($body)* };
-    }
+    mod controls {
+        /// Four copies of its body.
+        macro_rules! x4 {
+            ($($body:tt)*) => { $($body)* $($body)* $($body)* $($body)* };
+        }
 
-    /// Functions of 4^5 = 1,024 copies of one step each, each step its own code (`black_box` keeps
-    /// them apart); 16 of them, each with its own constant (identical ones would be folded into
-    /// one), are 16,384 steps. `$run` runs the first `n` of them.
-    #[cfg(feature = "controls")]
-    macro_rules! steps {
-        ($run:ident, |$x:ident, $c:ident, $k:ident| $step:block, $($name:ident $kv:literal)*) => {
-            $(
-                #[inline(never)]
-                fn $name(mut $x: u64) -> u64 {
-                    let $k: u64 = $kv;
-                    let $c: u64 = std::hint::black_box(0);
-                    x4! { x4! { x4! { x4! { x4! { $step } } } } }
-                    $x
+        /// Functions of 4^5 = 1,024 copies of one step each, each step its own code (`black_box`
+        /// keeps them apart); 16 of them, each with its own constant (identical ones would be
+        /// folded into one), are 16,384 steps. `$run` runs the first `n` of them.
+        macro_rules! steps {
+            ($run:ident, |$x:ident, $c:ident, $k:ident| $step:block, $($name:ident $kv:literal)*) => {
+                $(
+                    #[inline(never)]
+                    fn $name(mut $x: u64) -> u64 {
+                        let $k: u64 = $kv;
+                        let $c: u64 = std::hint::black_box(0);
+                        x4! { x4! { x4! { x4! { x4! { $step } } } } }
+                        $x
+                    }
+                )*
+                pub fn $run(n: usize, seed: u64) -> u64 {
+                    let mut x = seed;
+                    let all: &[fn(u64) -> u64] = &[$($name),*];
+                    for f in all.iter().take(n) {
+                        x = f(x);
+                    }
+                    x
                 }
-            )*
-            fn $run(n: usize, seed: u64) -> u64 {
-                let mut x = seed;
-                let all: &[fn(u64) -> u64] = &[$($name),*];
-                for f in all.iter().take(n) {
-                    x = f(x);
-                }
-                x
+            };
+        }
+        steps!(run_code, |x, _c, k| {
+            x = std::hint::black_box(x).wrapping_mul(0x9E37_79B9_7F4A_7C15 ^ k).rotate_left(7);
+        }, s0 0 s1 1 s2 2 s3 3 s4 4 s5 5 s6 6 s7 7 s8 8 s9 9 s10 10 s11 11 s12 12 s13 13 s14 14 s15 15);
+        // Two branches a step, each always going the same way (`c` is 0, which the compiler
+        // cannot know) and each arm opaque, so that they stay branches: 32,768 branch sites.
+        steps!(run_branches, |x, c, k| {
+            if c & (1 << (k + 1)) == 0 {
+                x = std::hint::black_box(x.wrapping_mul(0x9E37_79B9_7F4A_7C15 ^ k));
+            } else {
+                x = std::hint::black_box(x.rotate_left(7));
             }
-        };
+            if c | (1 << (k + 1)) == 0 {
+                x = std::hint::black_box(x ^ 0x5555);
+            } else {
+                x = std::hint::black_box(x.rotate_left(3));
+            }
+        }, b0 0 b1 1 b2 2 b3 3 b4 4 b5 5 b6 6 b7 7 b8 8 b9 9 b10 10 b11 11 b12 12 b13 13 b14 14 b15 15);
     }
-    #[cfg(feature = "controls")]
-    steps!(run_code, |x, _c, k| {
-        x = std::hint::black_box(x).wrapping_mul(0x9E37_79B9_7F4A_7C15 ^ k).rotate_left(7);
-    }, s0 0 s1 1 s2 2 s3 3 s4 4 s5 5 s6 6 s7 7 s8 8 s9 9 s10 10 s11 11 s12 12 s13 13 s14 14 s15 15);
-    // Two branches a step, each always going the same way (`c` is 0, which the compiler cannot
-    // know) and each arm opaque, so that they stay branches: 32,768 predictable branch sites.
-    #[cfg(feature = "controls")]
-    steps!(run_branches, |x, c, k| {
-        if c & (1 << (k + 1)) == 0 {
-            x = std::hint::black_box(x.wrapping_mul(0x9E37_79B9_7F4A_7C15 ^ k));
-        } else {
-            x = std::hint::black_box(x.rotate_left(7));
-        }
-        if c | (1 << (k + 1)) == 0 {
-            x = std::hint::black_box(x ^ 0x5555);
-        } else {
-            x = std::hint::black_box(x.rotate_left(3));
-        }
-    }, b0 0 b1 1 b2 2 b3 3 b4 4 b5 5 b6 6 b7 7 b8 8 b9 9 b10 10 b11 11 b12 12 b13 13 b14 14 b15 15);
 
     const RING_BYTES: usize = 8 << 20;
 
@@ -330,10 +330,13 @@ mod filter {
             #[cfg(feature = "controls")]
             {
                 if self.actions.code > 0 {
-                    std::hint::black_box(run_code(self.actions.code, std::hint::black_box(1)));
+                    std::hint::black_box(controls::run_code(
+                        self.actions.code,
+                        std::hint::black_box(1),
+                    ));
                 }
                 if self.actions.branches > 0 {
-                    std::hint::black_box(run_branches(
+                    std::hint::black_box(controls::run_branches(
                         self.actions.branches,
                         std::hint::black_box(1),
                     ));
