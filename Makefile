@@ -286,6 +286,13 @@ bench-v8-turn: toolchain
 	  cargo test --release --locked --target wasm32-wasip1 -p livecheck --lib v8_profile -- --ignored
 	python3 benches/v8_turn_profile.py target/v8-turn-profile $(V8_TURNS)
 
+# What code a checked turn runs (benches/turn_sites.py): bench-v8-turn's turns built natively and run under
+# callgrind; distinct instructions and instructions run per turn, per function. Needs valgrind.
+SITES_TURNS ?= 50
+.PHONY: bench-sites
+bench-sites: toolchain
+	SITES_TURNS=$(SITES_TURNS) python3 benches/turn_sites.py
+
 bench-profile: venv
 	CARGO_TARGET_DIR=target/profile cargo build --release --locked --target wasm32-wasip1 -p livecheck --lib --features profile
 	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib

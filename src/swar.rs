@@ -27,6 +27,53 @@ pub fn is_ascii(bytes: &[u8]) -> bool {
     strides.remainder().is_ascii()
 }
 
+/// How many bytes `bytes` starts with that a JSON string holds as they are: printable ASCII other
+/// than `"` and `\\` (so it stops at a quote, an escape, a control character or a non-ASCII byte).
+/// Skips 32 bytes a step while none of them stops it.
+#[inline]
+pub fn plain_string_len(bytes: &[u8]) -> usize {
+    let mut done = 0;
+    let mut strides = bytes.chunks_exact(32);
+    for stride in &mut strides {
+        if stride
+            .chunks_exact(8)
+            .fold(0, |any, word| any | stops(load(word)))
+            != 0
+        {
+            break;
+        }
+        done += 32;
+    }
+    let rest = bytes.get(done..).unwrap_or_default();
+    let mut words = rest.chunks_exact(8);
+    for word in &mut words {
+        let stop = stops(load(word));
+        if stop != 0 {
+            return done + (stop.trailing_zeros() / 8) as usize;
+        }
+        done += 8;
+    }
+    let tail = words.remainder();
+    done + tail
+        .iter()
+        .position(|&b| !(0x20..0x80).contains(&b) || b == b'"' || b == b'\\')
+        .unwrap_or(tail.len())
+}
+
+/// The high bit of each byte of `w` a JSON string cannot hold as it is (see
+/// [`plain_string_len`]). Bits above the lowest may be wrong (a borrow runs upwards); the lowest
+/// never is.
+#[inline]
+fn stops(w: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v;
+    (zero(w ^ (ONES * u64::from(b'"')))
+        | zero(w ^ (ONES * u64::from(b'\\')))
+        | w.wrapping_sub(ONES * 0x20) & !w
+        | w)
+        & HIGH
+}
+
 /// `a == b`.
 #[inline]
 pub fn eq(a: &[u8], b: &[u8]) -> bool {
@@ -54,6 +101,34 @@ mod tests {
                     bytes[at] = high;
                     assert_eq!(is_ascii(&bytes), bytes.is_ascii(), "{len} {at} {high:#x}");
                     bytes[at] = b'a';
+                }
+            }
+        }
+    }
+
+    /// Every length to 40, every place of a stop and every kind of byte after it.
+    #[test]
+    fn the_plain_string_run_stops_at_the_first_byte_a_string_cannot_hold_as_is() {
+        let plain = |b: u8| (0x20..0x80).contains(&b) && b != b'"' && b != b'\\';
+        for len in 0..40 {
+            let text = vec![b'a'; len];
+            assert_eq!(plain_string_len(&text), len);
+            for at in 0..len {
+                for byte in 0..=255u8 {
+                    let mut bytes = text.clone();
+                    bytes[at] = byte;
+                    // Whatever follows the stop must not move it.
+                    for after in [0u8, b'"', 0xff, b'a'] {
+                        if at + 1 < len {
+                            bytes[at + 1] = after;
+                        }
+                        let want = bytes.iter().position(|&b| !plain(b)).unwrap_or(len);
+                        assert_eq!(
+                            plain_string_len(&bytes),
+                            want,
+                            "{len} {at} {byte:#x} {after:#x}"
+                        );
+                    }
                 }
             }
         }

@@ -17,6 +17,9 @@ pub(crate) fn parse_strict(body: &[u8]) -> Result<Value, String> {
 /// from this tree (one pass over the body, UTF-8 checked as it is read, no allocation per key or
 /// string).
 pub(crate) fn parse_node(body: &[u8]) -> Result<Node<'_>, String> {
+    if let Some(node) = super::reader::read(body, true) {
+        return Ok(node);
+    }
     match read_node::<true>(body) {
         Ok(node) => Ok(node),
         // The reader checks UTF-8 inside strings, where any other byte is a syntax error: the
@@ -41,6 +44,9 @@ pub(crate) fn parse_node(body: &[u8]) -> Result<Node<'_>, String> {
 /// twice is allowed and its last value counts (the vendors' SDKs read it so too). An error says
 /// whether the body is UTF-8 at all.
 pub(crate) fn parse_answer_node(body: &[u8]) -> Result<Node<'_>, AnswerFault> {
+    if let Some(node) = super::reader::read(body, false) {
+        return Ok(node);
+    }
     read_node::<false>(body).map_err(|_| match std::str::from_utf8(body) {
         Ok(_) => AnswerFault::NotJson,
         Err(_) => AnswerFault::NotUtf8,
@@ -54,7 +60,9 @@ pub(crate) enum AnswerFault {
     NotJson,
 }
 
-fn read_node<const STRICT: bool>(body: &[u8]) -> Result<Node<'_>, serde_json::Error> {
+/// serde_json's reading of a body [`super::reader`] declined: the tree if serde_json accepts it,
+/// else its error (with the line and column the messages name).
+pub(super) fn read_node<const STRICT: bool>(body: &[u8]) -> Result<Node<'_>, serde_json::Error> {
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let node = NodeSeed::<STRICT>.deserialize(&mut deserializer)?;
     deserializer.end()?;
@@ -80,6 +88,10 @@ pub(crate) enum Node<'a> {
 pub(crate) struct Obj<'a>(Vec<(Cow<'a, str>, Node<'a>)>);
 
 impl<'a> Obj<'a> {
+    pub(super) fn new(members: Vec<(Cow<'a, str>, Node<'a>)>) -> Self {
+        Obj(members)
+    }
+
     pub(crate) fn get(&self, key: &str) -> Option<&Node<'a>> {
         self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v)
     }
@@ -214,7 +226,7 @@ impl<'de, const STRICT: bool> Visitor<'de> for NodeSeed<STRICT> {
 
 /// Whether two members share a key: pairwise for the small objects requests are made of, sorted
 /// for large ones (so no object costs quadratic time).
-fn has_repeated_key(members: &[(Cow<'_, str>, Node<'_>)]) -> bool {
+pub(super) fn has_repeated_key(members: &[(Cow<'_, str>, Node<'_>)]) -> bool {
     if members.len() <= 16 {
         return members
             .iter()

@@ -16,6 +16,7 @@ mod chat;
 mod fixtures;
 pub(crate) mod json;
 mod peek;
+mod reader;
 mod recovered;
 mod responses;
 

@@ -592,19 +592,20 @@ fn errors_are_in_each_vendor_shape() {
     }
 }
 
+const EVERY_FIXTURE: [&str; 8] = [
+    ANTHROPIC_REQUEST,
+    ANTHROPIC_ANSWER_TEXT,
+    ANTHROPIC_ANSWER_TOOL,
+    CHAT_REQUEST,
+    CHAT_ANSWER_TOOL,
+    RESPONSES_REQUEST,
+    RESPONSES_ANSWER,
+    RESPONSES_ANSWER_HOSTED_ONLY,
+];
+
 #[test]
 fn every_prefix_and_byte_flip_of_every_fixture_is_read_without_panic() {
-    let fixtures = [
-        ANTHROPIC_REQUEST,
-        ANTHROPIC_ANSWER_TEXT,
-        ANTHROPIC_ANSWER_TOOL,
-        CHAT_REQUEST,
-        CHAT_ANSWER_TOOL,
-        RESPONSES_REQUEST,
-        RESPONSES_ANSWER,
-        RESPONSES_ANSWER_HOSTED_ONLY,
-    ];
-    for fixture in fixtures {
+    for fixture in EVERY_FIXTURE {
         let bytes = fixture.as_bytes();
         let mut bodies: Vec<Vec<u8>> = (0..bytes.len()).map(|n| bytes[..n].to_vec()).collect();
         for i in (0..bytes.len()).step_by(3) {
@@ -620,4 +621,129 @@ fn every_prefix_and_byte_flip_of_every_fixture_is_read_without_panic() {
             }
         }
     }
+}
+
+/// Whatever [`reader`](super::reader) accepts, serde_json accepts as the same tree; it declines
+/// the rest, which serde_json then reads or refuses (`json::read_node`).
+fn assert_reader_agrees(body: &[u8], strict: bool) -> bool {
+    let ours = super::reader::read(body, strict);
+    let serdes = if strict {
+        json::read_node::<true>(body).ok()
+    } else {
+        json::read_node::<false>(body).ok()
+    };
+    if let Some(node) = &ours {
+        assert_eq!(
+            Some(node),
+            serdes.as_ref(),
+            "{:?}",
+            String::from_utf8_lossy(body)
+        );
+    }
+    ours.is_some()
+}
+
+#[test]
+fn reader_agrees_with_serde_json() {
+    for fixture in EVERY_FIXTURE {
+        let bytes = fixture.as_bytes();
+        for strict in [true, false] {
+            // The vendors' own shapes are read here, not left to serde_json.
+            assert!(assert_reader_agrees(bytes, strict), "{fixture}");
+            for n in 0..bytes.len() {
+                assert_reader_agrees(&bytes[..n], strict);
+            }
+            for i in 0..bytes.len() {
+                for flip in [0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x22, 0x40, 0x80, 0x5c] {
+                    let mut flipped = bytes.to_vec();
+                    flipped[i] ^= flip;
+                    assert_reader_agrees(&flipped, strict);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reader_reads_or_declines_each_kind_of_value_as_serde_json_reads_it() {
+    let read = [
+        r#""plain""#,
+        r#""tab\tquote\"slash\\solidus\/\b\f\n\r""#,
+        r#""\u00e9\u0041\uffff\u0000 and a pair \ud83d\ude00""#,
+        "\"caf\u{e9} \u{1f600} \u{7f}\"",
+        "0",
+        "17",
+        "18446744073709551615",
+        "9999999999999999999",
+        "18446744073709551616",
+        "-0",
+        "-1",
+        "-9223372036854775808",
+        "-9223372036854775809",
+        "0.5",
+        "-0.0",
+        "1e3",
+        "1E+3",
+        "2.5e-3",
+        "123456789012345678901234567890",
+        "1.7976931348623157e308",
+        "true",
+        "false",
+        "null",
+        " \t\r\n [ 1 , { \"a\" : [ ] , \"b\" : { } } ] \n",
+        r#"{"a": 1, "b": {"a": 2}}"#,
+    ];
+    for text in read {
+        for strict in [true, false] {
+            assert!(assert_reader_agrees(text.as_bytes(), strict), "{text}");
+        }
+    }
+    let declined = [
+        "",
+        " ",
+        "01",
+        "-",
+        "1.",
+        ".5",
+        "1e",
+        "1e+",
+        "+1",
+        "1e400",
+        "-1e400",
+        "tru",
+        "nul",
+        "[1,]",
+        "[1 2]",
+        r#"{"a" 1}"#,
+        r#"{"a": 1,}"#,
+        r#"{a: 1}"#,
+        r#"{"a": 1} x"#,
+        "\"raw\ncontrol\"",
+        "\"raw\u{0}nul\"",
+        r#""unterminated"#,
+        r#""bad \x escape""#,
+        "\"an escaped non-ASCII letter \\\u{e9}\"",
+        r#""short \u12""#,
+        r#""lone high \ud83d""#,
+        r#""lone high then text \ud83dabcdef""#,
+        r#""high then high \ud83d\ud83d""#,
+        r#""lone low \ude00""#,
+        "\u{feff}{}",
+    ];
+    for text in declined {
+        for strict in [true, false] {
+            assert!(!assert_reader_agrees(text.as_bytes(), strict), "{text}");
+        }
+    }
+    // Invalid UTF-8 inside a string, and a key twice in a strict read only.
+    assert!(!assert_reader_agrees(b"\"\xc3\x28\"", false));
+    assert!(!assert_reader_agrees(b"\"\xed\xa0\x80\"", false));
+    assert!(!assert_reader_agrees(br#"{"a": 1, "a": 2}"#, true));
+    assert!(assert_reader_agrees(br#"{"a": 1, "a": 2}"#, false));
+    assert!(!assert_reader_agrees(br#"[{"k": 1, "\u006b": 2}]"#, true));
+    // Nesting: the reader goes to 100 levels and leaves deeper to serde_json.
+    let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    assert!(assert_reader_agrees(nested(100).as_bytes(), true));
+    assert!(!assert_reader_agrees(nested(101).as_bytes(), true));
+    assert!(json::read_node::<true>(nested(101).as_bytes()).is_ok());
 }

@@ -1,0 +1,283 @@
+//! The one-pass reader behind [`Node`]: a JSON text read into a tree whose strings borrow the
+//! text where they hold no escape, with no serde machinery on the way.
+//!
+//! It reads the JSON a vendor's SDK writes and declines (`None`) whatever it is not sure of: a
+//! syntax error, invalid UTF-8, a lone surrogate escape, a repeated key in a strict read, a number
+//! it cannot place exactly, nesting past [`MAX_DEPTH`]. A declined text is read again by
+//! serde_json (`json::read_node`), which accepts it or names the fault with its line and column,
+//! so what is accepted, refused and said stays serde_json's. Whatever this reader accepts,
+//! serde_json accepts as the same tree (`reader_agrees_with_serde_json` in `api/tests.rs` pins it
+//! on every fixture and on every prefix and byte flip of them).
+//!
+//! Why: a turn reads two bodies, and serde_json's generic deserializer (two instantiations, its
+//! visitor, its error paths) was ~2.6 µs of a ~12.5 µs turn under V8 and ~1,000 distinct x86
+//! instructions of the ~10,000 a turn runs natively (callgrind): code that crowds the branch
+//! predictors Envoy's own code shares (ARCHITECTURE.md, "Where the gap is").
+
+use std::borrow::Cow;
+
+use super::json::{has_repeated_key, Node, Obj};
+
+/// Deeper nesting is left to serde_json, which refuses past 128.
+const MAX_DEPTH: u32 = 100;
+
+/// `text` as one JSON value with nothing but whitespace around it; `strict` declines an object
+/// that repeats a key.
+pub(super) fn read(text: &[u8], strict: bool) -> Option<Node<'_>> {
+    let mut r = Reader {
+        text,
+        at: 0,
+        strict,
+    };
+    let node = r.value(0)?;
+    r.skip_space();
+    (r.at == text.len()).then_some(node)
+}
+
+struct Reader<'a> {
+    text: &'a [u8],
+    at: usize,
+    strict: bool,
+}
+
+impl<'a> Reader<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.text.get(self.at).copied()
+    }
+
+    fn skip_space(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+            self.at += 1;
+        }
+    }
+
+    fn value(&mut self, depth: u32) -> Option<Node<'a>> {
+        self.skip_space();
+        match self.peek()? {
+            b'"' => {
+                self.at += 1;
+                self.string().map(Node::Str)
+            }
+            b'{' => self.object(depth + 1),
+            b'[' => self.array(depth + 1),
+            b't' => self.word(b"true", Node::Bool(true)),
+            b'f' => self.word(b"false", Node::Bool(false)),
+            b'n' => self.word(b"null", Node::Null),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    fn word(&mut self, word: &[u8], node: Node<'a>) -> Option<Node<'a>> {
+        let end = self.at + word.len();
+        (self.text.get(self.at..end)? == word).then(|| {
+            self.at = end;
+            node
+        })
+    }
+
+    fn array(&mut self, depth: u32) -> Option<Node<'a>> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.at += 1;
+        let mut items = Vec::new();
+        self.skip_space();
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(Node::Array(items));
+        }
+        loop {
+            items.push(self.value(depth)?);
+            self.skip_space();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(Node::Array(items));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn object(&mut self, depth: u32) -> Option<Node<'a>> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.at += 1;
+        let mut members = Vec::new();
+        self.skip_space();
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(Node::Object(Obj::new(members)));
+        }
+        loop {
+            self.skip_space();
+            if self.peek()? != b'"' {
+                return None;
+            }
+            self.at += 1;
+            let key = self.string()?;
+            self.skip_space();
+            if self.peek()? != b':' {
+                return None;
+            }
+            self.at += 1;
+            members.push((key, self.value(depth)?));
+            self.skip_space();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    if self.strict && has_repeated_key(&members) {
+                        return None;
+                    }
+                    return Some(Node::Object(Obj::new(members)));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A string's contents, `at` just past its opening quote; leaves `at` past the closing one.
+    fn string(&mut self) -> Option<Cow<'a, str>> {
+        let start = self.at;
+        let mut escaped = false;
+        let mut ascii = true;
+        loop {
+            self.at += crate::swar::plain_string_len(self.text.get(self.at..)?);
+            match self.peek()? {
+                b'"' => break,
+                b'\\' => {
+                    escaped = true;
+                    // The escaped byte is checked when the string is decoded; a `"` or `\` after
+                    // the backslash must not end the scan here.
+                    ascii &= self.text.get(self.at + 1)?.is_ascii();
+                    self.at += 2;
+                }
+                // UTF-8, checked with the whole string below.
+                0x80.. => {
+                    ascii = false;
+                    self.at += 1;
+                }
+                // A control character, which JSON strings may not hold raw.
+                _ => return None,
+            }
+        }
+        let raw = self.text.get(start..self.at)?;
+        self.at += 1;
+        let raw = if ascii {
+            // SAFETY: every byte of `raw` was looked at above (by `plain_string_len`, or as a
+            // backslash or the byte after one) and is ASCII, so `raw` is UTF-8.
+            unsafe { std::str::from_utf8_unchecked(raw) }
+        } else {
+            std::str::from_utf8(raw).ok()?
+        };
+        if escaped {
+            unescape(raw).map(Cow::Owned)
+        } else {
+            Some(Cow::Borrowed(raw))
+        }
+    }
+
+    /// A number as serde_json reads it: a non-negative integer that fits a `u64` here, any other
+    /// (a sign, a fraction, an exponent) by serde_json's own number parser from its text alone.
+    fn number(&mut self) -> Option<Node<'a>> {
+        let start = self.at;
+        if self.peek() == Some(b'-') {
+            self.at += 1;
+        }
+        match self.peek()? {
+            b'0' => self.at += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        let integer_end = self.at;
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            if !self.peek()?.is_ascii_digit() {
+                return None;
+            }
+            self.digits();
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            self.at += 1;
+            if matches!(self.peek(), Some(b'+' | b'-')) {
+                self.at += 1;
+            }
+            if !self.peek()?.is_ascii_digit() {
+                return None;
+            }
+            self.digits();
+        }
+        let token = self.text.get(start..self.at)?;
+        if integer_end == self.at && token.first() != Some(&b'-') && token.len() <= 19 {
+            // At most 19 digits: below 10^19, which fits a u64.
+            let n = token.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+            return Some(Node::Number(n.into()));
+        }
+        // The grammar is checked above, so the token is ASCII.
+        let token = std::str::from_utf8(token).ok()?;
+        serde_json::from_str::<serde_json::Number>(token)
+            .ok()
+            .map(Node::Number)
+    }
+
+    fn digits(&mut self) {
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.at += 1;
+        }
+    }
+}
+
+/// A string's text with its escapes decoded (`raw` between the quotes, valid UTF-8); `None` for
+/// an escape JSON does not have or a surrogate escape that is not one of a pair.
+fn unescape(raw: &str) -> Option<String> {
+    let mut out = String::with_capacity(raw.len());
+    let mut rest = raw;
+    while let Some(slash) = rest.find('\\') {
+        out.push_str(rest.get(..slash)?);
+        let escape = rest.get(slash + 1..)?;
+        let (c, used) = match escape.as_bytes().first()? {
+            b'"' => ('"', 1),
+            b'\\' => ('\\', 1),
+            b'/' => ('/', 1),
+            b'b' => ('\u{8}', 1),
+            b'f' => ('\u{c}', 1),
+            b'n' => ('\n', 1),
+            b'r' => ('\r', 1),
+            b't' => ('\t', 1),
+            b'u' => {
+                let high = hex4(escape.get(1..5)?)?;
+                match high {
+                    0xD800..=0xDBFF => {
+                        if escape.get(5..7)? != "\\u" {
+                            return None;
+                        }
+                        let low = hex4(escape.get(7..11)?)?;
+                        if !(0xDC00..=0xDFFF).contains(&low) {
+                            return None;
+                        }
+                        let code = 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00);
+                        (char::from_u32(code)?, 11)
+                    }
+                    _ => (char::from_u32(high)?, 5),
+                }
+            }
+            _ => return None,
+        };
+        out.push(c);
+        rest = escape.get(used..)?;
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// Four hex digits.
+fn hex4(digits: &str) -> Option<u32> {
+    if digits.len() != 4 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u32::from_str_radix(digits, 16).ok()
+}
