@@ -1,7 +1,9 @@
 //! What the streamed-answer rewriter costs per upstream event, natively (the pure logic, no host):
 //! a Chat Completions stream of 2,000 four-character deltas (the text `benches/streaming.py`
 //! sends) through `Rewriter` with the bench rules (`benches/rules.json`), against parsing and
-//! re-serializing the same events' JSON alone (the floor any design that rewrites events pays).
+//! re-serializing the same events' JSON alone (the floor any design that rewrites events pays);
+//! then the same text as an Anthropic Messages and a Responses stream (each vendor's text deltas
+//! after its opening events), 16 events to a chunk.
 //!
 //! `cargo bench --profile bench-native --bench stream_cost` (the release profile's `panic =
 //! "abort"` does not link the bench); for where the time goes, run the binary it built under
@@ -25,8 +27,9 @@ const REPEATS: usize = 50;
 
 /// The bench's text in deltas of 4 characters cut anywhere (most end inside a word, which the
 /// e-mail rule holds until the next character), or, `aligned`, of one word and a space each
-/// (words without digits: no event ends inside text that could still begin a match).
-fn chat_events(aligned: bool) -> Vec<String> {
+/// (words without digits: no event ends inside text that could still begin a match); each delta
+/// as `api`'s text event.
+fn text_events(api: Api, aligned: bool) -> Vec<String> {
     let words = "the order ships from our depot near the station on Monday and arrives within 3 to 5 \
                  days ; your invoice 4471 lists two items , a lamp and a chair , both in stock . Please \
                  keep the receipt"
@@ -49,15 +52,53 @@ fn chat_events(aligned: bool) -> Vec<String> {
     deltas
         .iter()
         .take(EVENTS)
-        .map(|d| {
+        .enumerate()
+        .map(|(n, d)| {
             let delta = serde_json::to_string(d).unwrap();
-            format!(
-                "data: {{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\
-                 \"model\":\"gpt-4.1-mini\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{delta}}},\
-                 \"finish_reason\":null}}]}}\n\n"
-            )
+            match api {
+                Api::ChatCompletions => format!(
+                    "data: {{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\
+                     \"model\":\"gpt-4.1-mini\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{delta}}},\
+                     \"finish_reason\":null}}]}}\n\n"
+                ),
+                Api::AnthropicMessages => format!(
+                    "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\
+                     \"delta\":{{\"type\":\"text_delta\",\"text\":{delta}}}}}\n\n"
+                ),
+                Api::Responses => format!(
+                    "event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\
+                     \"sequence_number\":{},\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\
+                     \"delta\":{delta},\"logprobs\":[]}}\n\n",
+                    n + 3
+                ),
+            }
         })
         .collect()
+}
+
+/// What `api`'s stream says before its first text delta.
+fn opening(api: Api) -> &'static str {
+    match api {
+        Api::ChatCompletions => "",
+        Api::AnthropicMessages => {
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\
+             \"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5\",\"content\":[],\
+             \"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n\
+             event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\
+             \"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
+        }
+        Api::Responses => {
+            "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\
+             \"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1700000000,\
+             \"status\":\"in_progress\",\"model\":\"gpt-4.1-mini\",\"output\":[],\"usage\":null}}\n\n\
+             event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\
+             \"sequence_number\":1,\"output_index\":0,\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\
+             \"status\":\"in_progress\",\"role\":\"assistant\",\"content\":[]}}\n\n\
+             event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\
+             \"sequence_number\":2,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\
+             \"part\":{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[],\"logprobs\":[]}}\n\n"
+        }
+    }
 }
 
 /// The events, `n` to a body chunk.
@@ -80,26 +121,40 @@ fn main() {
     let mut sink = 0usize;
     // Paced streams come one event per body chunk; an upstream writing faster than Envoy reads
     // gives several events per chunk (`benches/streaming.py`'s unpaced run).
-    for (name, aligned, per_chunk) in [
-        ("cut anywhere", false, 1),
-        ("word-aligned", true, 1),
-        ("cut anywhere, 16 events per chunk", false, 16),
+    for (name, api, aligned, per_chunk) in [
+        ("cut anywhere", Api::ChatCompletions, false, 1),
+        ("word-aligned", Api::ChatCompletions, true, 1),
+        (
+            "cut anywhere, 16 events per chunk",
+            Api::ChatCompletions,
+            false,
+            16,
+        ),
+        (
+            "Anthropic, cut anywhere, 16 events per chunk",
+            Api::AnthropicMessages,
+            false,
+            16,
+        ),
+        (
+            "Responses, cut anywhere, 16 events per chunk",
+            Api::Responses,
+            false,
+            16,
+        ),
     ] {
         // `STREAM_COST_ONLY=<part of a case's name>`: that case alone (to count its instructions).
         if std::env::var("STREAM_COST_ONLY").is_ok_and(|only| !name.contains(only.as_str())) {
             continue;
         }
-        let events = chat_events(aligned);
-        let chunks = chunks_of(&events, per_chunk);
+        let events = text_events(api, aligned);
+        let mut chunks = chunks_of(&events, per_chunk);
+        if !opening(api).is_empty() {
+            chunks.insert(0, opening(api).to_owned());
+        }
         let start = Instant::now();
         for _ in 0..REPEATS {
-            let mut rw = Rewriter::new(
-                Api::ChatCompletions,
-                Rc::clone(&version),
-                &request,
-                Hold::Rules,
-                1 << 20,
-            );
+            let mut rw = Rewriter::new(api, Rc::clone(&version), &request, Hold::Rules, 1 << 20);
             for c in &chunks {
                 sink += rw.feed(c.as_bytes()).out.len();
             }
@@ -109,7 +164,10 @@ fn main() {
         let start = Instant::now();
         for _ in 0..REPEATS {
             for e in &events {
-                let data = e.trim_start_matches("data: ").trim_end();
+                let data = e
+                    .split_once("data: ")
+                    .map_or(e.as_str(), |(_, d)| d)
+                    .trim_end();
                 let v: serde_json::Value = serde_json::from_str(data).unwrap();
                 sink += serde_json::to_string(&v).unwrap().len();
             }
@@ -117,10 +175,10 @@ fn main() {
         let json = per_event(start);
         println!(
             "stream_cost ({name}): rewriter {rewriter:.0} ns/event, JSON parse + serialize alone \
-             {json:.0} ns/event ({:.1}x), {EVENTS} Chat events x {REPEATS}; {} of {EVENTS} events \
+             {json:.0} ns/event ({:.1}x), {EVENTS} events x {REPEATS}; {} of {EVENTS} events \
              went out as they came (checksum {sink})",
             rewriter / json,
-            unchanged(&version, &request, &events, &chunks)
+            unchanged(api, &version, &request, &events, &chunks)
         );
     }
 }
@@ -128,18 +186,13 @@ fn main() {
 /// How many upstream events the caller received byte for byte (the rest were split, joined or
 /// rewritten).
 fn unchanged(
+    api: Api,
     version: &Rc<livecheck::config::Version>,
     request: &Request,
     events: &[String],
     chunks: &[String],
 ) -> usize {
-    let mut rw = Rewriter::new(
-        Api::ChatCompletions,
-        Rc::clone(version),
-        request,
-        Hold::Rules,
-        1 << 20,
-    );
+    let mut rw = Rewriter::new(api, Rc::clone(version), request, Hold::Rules, 1 << 20);
     let mut out = Vec::new();
     for c in chunks {
         out.extend(rw.feed(c.as_bytes()).out);
