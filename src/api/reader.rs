@@ -1,5 +1,7 @@
 //! The one-pass reader behind [`Node`]: a JSON text read into a tree whose strings borrow the
-//! text where they hold no escape, with no serde machinery on the way.
+//! text where they hold no escape, with no serde machinery on the way; and the same reading
+//! straight into a `serde_json::Value` for a streamed event ([`read_value`], strict: a key twice
+//! in an object is found as it is inserted).
 //!
 //! It reads the JSON a vendor's SDK writes and declines (`None`) whatever it is not sure of: a
 //! syntax error, invalid UTF-8, a lone surrogate escape, a repeated key in a strict read, a number
@@ -15,6 +17,9 @@
 //! predictors Envoy's own code shares (ARCHITECTURE.md, "Where the gap is").
 
 use std::borrow::Cow;
+use std::marker::PhantomData;
+
+use serde_json::{Map, Number, Value};
 
 use super::json::{has_repeated_key, Node, Obj};
 
@@ -24,23 +29,112 @@ const MAX_DEPTH: u32 = 100;
 /// `text` as one JSON value with nothing but whitespace around it; `strict` declines an object
 /// that repeats a key.
 pub(super) fn read(text: &[u8], strict: bool) -> Option<Node<'_>> {
+    read_as(text, strict)
+}
+
+/// [`read`] strictly, straight into a `serde_json::Value` (a streamed event's tree): no object
+/// repeats a key.
+pub(super) fn read_value(text: &[u8]) -> Option<Value> {
+    read_as(text, true)
+}
+
+fn read_as<'a, T: Tree<'a>>(text: &'a [u8], strict: bool) -> Option<T> {
     let mut r = Reader {
         text,
         at: 0,
         strict,
+        tree: PhantomData,
     };
-    let node = r.value(0)?;
+    let tree = r.value(0)?;
     r.skip_space();
-    (r.at == text.len()).then_some(node)
+    (r.at == text.len()).then_some(tree)
 }
 
-struct Reader<'a> {
+/// What the reader builds: a [`Node`] borrowing the text, or a `Value`.
+trait Tree<'a>: Sized {
+    type Items: Default;
+    type Members: Default;
+    fn null() -> Self;
+    fn boolean(b: bool) -> Self;
+    fn number(n: Number) -> Self;
+    fn string(s: Cow<'a, str>) -> Self;
+    fn push(array: &mut Self::Items, item: Self);
+    fn array(array: Self::Items) -> Self;
+    /// `false` when the object has the key already and the read is strict.
+    fn insert(object: &mut Self::Members, key: Cow<'a, str>, value: Self, strict: bool) -> bool;
+    /// `None` when the object repeats a key and the read is strict.
+    fn object(object: Self::Members, strict: bool) -> Option<Self>;
+}
+
+impl<'a> Tree<'a> for Node<'a> {
+    type Items = Vec<Node<'a>>;
+    type Members = Vec<(Cow<'a, str>, Node<'a>)>;
+    fn null() -> Self {
+        Node::Null
+    }
+    fn boolean(b: bool) -> Self {
+        Node::Bool(b)
+    }
+    fn number(n: Number) -> Self {
+        Node::Number(n)
+    }
+    fn string(s: Cow<'a, str>) -> Self {
+        Node::Str(s)
+    }
+    fn push(array: &mut Self::Items, item: Self) {
+        array.push(item);
+    }
+    fn array(array: Self::Items) -> Self {
+        Node::Array(array)
+    }
+    fn insert(object: &mut Self::Members, key: Cow<'a, str>, value: Self, _strict: bool) -> bool {
+        // Checked once the object is whole: pairwise for small objects, sorted for large ones.
+        object.push((key, value));
+        true
+    }
+    fn object(object: Self::Members, strict: bool) -> Option<Self> {
+        (!(strict && has_repeated_key(&object))).then(|| Node::Object(Obj::new(object)))
+    }
+}
+
+impl<'a> Tree<'a> for Value {
+    type Items = Vec<Value>;
+    type Members = Map<String, Value>;
+    fn null() -> Self {
+        Value::Null
+    }
+    fn boolean(b: bool) -> Self {
+        Value::Bool(b)
+    }
+    fn number(n: Number) -> Self {
+        Value::Number(n)
+    }
+    fn string(s: Cow<'a, str>) -> Self {
+        Value::String(s.into_owned())
+    }
+    fn push(array: &mut Self::Items, item: Self) {
+        array.push(item);
+    }
+    fn array(array: Self::Items) -> Self {
+        Value::Array(array)
+    }
+    fn insert(object: &mut Self::Members, key: Cow<'a, str>, value: Self, strict: bool) -> bool {
+        // A key twice keeps the last, as serde_json's own reading does.
+        object.insert(key.into_owned(), value).is_none() || !strict
+    }
+    fn object(object: Self::Members, _strict: bool) -> Option<Self> {
+        Some(Value::Object(object))
+    }
+}
+
+struct Reader<'a, T> {
     text: &'a [u8],
     at: usize,
     strict: bool,
+    tree: PhantomData<T>,
 }
 
-impl<'a> Reader<'a> {
+impl<'a, T: Tree<'a>> Reader<'a, T> {
     fn peek(&self) -> Option<u8> {
         self.text.get(self.at).copied()
     }
@@ -51,24 +145,24 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn value(&mut self, depth: u32) -> Option<Node<'a>> {
+    fn value(&mut self, depth: u32) -> Option<T> {
         self.skip_space();
         match self.peek()? {
             b'"' => {
                 self.at += 1;
-                self.string().map(Node::Str)
+                self.string().map(T::string)
             }
             b'{' => self.object(depth + 1),
             b'[' => self.array(depth + 1),
-            b't' => self.word(b"true", Node::Bool(true)),
-            b'f' => self.word(b"false", Node::Bool(false)),
-            b'n' => self.word(b"null", Node::Null),
+            b't' => self.word(b"true", T::boolean(true)),
+            b'f' => self.word(b"false", T::boolean(false)),
+            b'n' => self.word(b"null", T::null()),
             b'-' | b'0'..=b'9' => self.number(),
             _ => None,
         }
     }
 
-    fn word(&mut self, word: &[u8], node: Node<'a>) -> Option<Node<'a>> {
+    fn word(&mut self, word: &[u8], node: T) -> Option<T> {
         let end = self.at + word.len();
         (self.text.get(self.at..end)? == word).then(|| {
             self.at = end;
@@ -76,41 +170,42 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn array(&mut self, depth: u32) -> Option<Node<'a>> {
+    fn array(&mut self, depth: u32) -> Option<T> {
         if depth > MAX_DEPTH {
             return None;
         }
         self.at += 1;
-        let mut items = Vec::new();
+        let mut items = T::Items::default();
         self.skip_space();
         if self.peek()? == b']' {
             self.at += 1;
-            return Some(Node::Array(items));
+            return Some(T::array(items));
         }
         loop {
-            items.push(self.value(depth)?);
+            let item = self.value(depth)?;
+            T::push(&mut items, item);
             self.skip_space();
             match self.peek()? {
                 b',' => self.at += 1,
                 b']' => {
                     self.at += 1;
-                    return Some(Node::Array(items));
+                    return Some(T::array(items));
                 }
                 _ => return None,
             }
         }
     }
 
-    fn object(&mut self, depth: u32) -> Option<Node<'a>> {
+    fn object(&mut self, depth: u32) -> Option<T> {
         if depth > MAX_DEPTH {
             return None;
         }
         self.at += 1;
-        let mut members = Vec::new();
+        let mut members = T::Members::default();
         self.skip_space();
         if self.peek()? == b'}' {
             self.at += 1;
-            return Some(Node::Object(Obj::new(members)));
+            return T::object(members, self.strict);
         }
         loop {
             self.skip_space();
@@ -124,16 +219,16 @@ impl<'a> Reader<'a> {
                 return None;
             }
             self.at += 1;
-            members.push((key, self.value(depth)?));
+            let value = self.value(depth)?;
+            if !T::insert(&mut members, key, value, self.strict) {
+                return None;
+            }
             self.skip_space();
             match self.peek()? {
                 b',' => self.at += 1,
                 b'}' => {
                     self.at += 1;
-                    if self.strict && has_repeated_key(&members) {
-                        return None;
-                    }
-                    return Some(Node::Object(Obj::new(members)));
+                    return T::object(members, self.strict);
                 }
                 _ => return None,
             }
@@ -183,7 +278,7 @@ impl<'a> Reader<'a> {
 
     /// A number as serde_json reads it: a non-negative integer that fits a `u64` here, any other
     /// (a sign, a fraction, an exponent) by serde_json's own number parser from its text alone.
-    fn number(&mut self) -> Option<Node<'a>> {
+    fn number(&mut self) -> Option<T> {
         let start = self.at;
         if self.peek() == Some(b'-') {
             self.at += 1;
@@ -215,13 +310,11 @@ impl<'a> Reader<'a> {
         if integer_end == self.at && token.first() != Some(&b'-') && token.len() <= 19 {
             // At most 19 digits: below 10^19, which fits a u64.
             let n = token.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
-            return Some(Node::Number(n.into()));
+            return Some(T::number(n.into()));
         }
         // The grammar is checked above, so the token is ASCII.
         let token = std::str::from_utf8(token).ok()?;
-        serde_json::from_str::<serde_json::Number>(token)
-            .ok()
-            .map(Node::Number)
+        serde_json::from_str::<Number>(token).ok().map(T::number)
     }
 
     fn digits(&mut self) {

@@ -640,6 +640,20 @@ fn assert_reader_agrees(body: &[u8], strict: bool) -> bool {
             String::from_utf8_lossy(body)
         );
     }
+    if strict {
+        // The same reading straight into a `Value` (a streamed event's): the same acceptance, and
+        // serde_json's own tree.
+        let value = super::reader::read_value(body);
+        assert_eq!(
+            value.is_some(),
+            ours.is_some(),
+            "{:?}",
+            String::from_utf8_lossy(body)
+        );
+        if let Some(value) = value {
+            assert_eq!(Some(value), serde_json::from_slice::<Value>(body).ok());
+        }
+    }
     ours.is_some()
 }
 

@@ -93,7 +93,7 @@ impl Format for Anthropic {
     }
 
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
-        let data = util::parse(&event)?;
+        let (data, as_it_came) = util::parse(&event)?;
         let kind = str_at(&data, "/type").unwrap_or_default().to_owned();
         let mut texts = Vec::new();
         let mut unit_lane = Lane::Side;
@@ -167,7 +167,10 @@ impl Format for Anthropic {
         }
         // Text fields that are empty carry nothing to check.
         texts.retain(|t: &TextIn| str_at(&data, &t.pointer) != Some(""));
-        let mut unit = Unit::new(Ev::new(event.event, data), unit_lane);
+        let mut unit = Unit::new(
+            Ev::parsed(event.event, event.data, data, as_it_came),
+            unit_lane,
+        );
         unit.texts = texts;
         unit.ends = ends;
         unit.terminal = terminal;
@@ -194,17 +197,22 @@ impl Format for Anthropic {
                     self.next_index += 1;
                     self.indexes.insert(upstream, index);
                     self.open.insert(index);
-                    if let Some(data) = ev.data_mut() {
-                        set_index(data, index);
+                    // A number that is the caller's already is left as it came.
+                    if index != upstream {
+                        if let Some(data) = ev.data_mut() {
+                            set_index(data, index);
+                        }
                     }
                 }
             }
             Some(kind @ ("content_block_delta" | "content_block_stop")) => {
                 let stop = kind == "content_block_stop";
-                if let Some(&index) = u64_at(ev.data(), "/index").and_then(|i| self.indexes.get(&i))
-                {
-                    if let Some(data) = ev.data_mut() {
-                        set_index(data, index);
+                let upstream = u64_at(ev.data(), "/index");
+                if let Some(&index) = upstream.and_then(|i| self.indexes.get(&i)) {
+                    if Some(index) != upstream {
+                        if let Some(data) = ev.data_mut() {
+                            set_index(data, index);
+                        }
                     }
                     if stop {
                         self.open.remove(&index);

@@ -508,9 +508,10 @@ impl Format for Chat {
                 return Ok(unit.finish(event, text));
             }
         }
-        let data = util::parse(&event)?;
+        let (data, as_it_came) = util::parse(&event)?;
         if data.get("error").is_some() {
-            return Ok(Unit::new(Ev::new(event.event, data), Lane::End));
+            let ev = Ev::parsed(event.event, event.data, data, as_it_came);
+            return Ok(Unit::new(ev, Lane::End));
         }
         if self.head.is_none() {
             if let Value::Object(chunk) = &data {
@@ -596,7 +597,7 @@ impl Format for Chat {
         } else {
             Lane::Side
         };
-        let mut unit = Unit::new(Ev::new(event.event, data), lane);
+        let mut unit = Unit::new(Ev::parsed(event.event, event.data, data, as_it_came), lane);
         unit.texts = texts;
         unit.ends = ends;
         unit.asks_for_tool = asks;

@@ -1088,6 +1088,20 @@ impl Ev {
         }
     }
 
+    /// An event read into its tree from `raw`; `as_it_came` (no key twice in any object, see
+    /// [`util::parse`]): until something changes it (through [`Ev::data_mut`]) it is written as
+    /// it came, not serialized again: key order, spacing and escapes as the vendor wrote them.
+    pub(crate) fn parsed(name: Option<String>, raw: String, data: Value, as_it_came: bool) -> Self {
+        Self {
+            name,
+            raw: as_it_came.then_some(raw),
+            data: OnceCell::from(data),
+            choice: None,
+            span: None,
+            join_id: None,
+        }
+    }
+
     /// An event read without building its tree: `raw` is JSON the tree reader accepts.
     pub(crate) fn unchanged(name: Option<String>, raw: String, choice: (u64, bool)) -> Self {
         Self {
@@ -1448,8 +1462,18 @@ pub(crate) mod util {
     use super::{Ev, Unreadable};
     use crate::sse;
 
-    pub(crate) fn parse(event: &sse::Event) -> Result<Value, Unreadable> {
-        serde_json::from_str(&event.data).map_err(|_| Unreadable)
+    /// An event's JSON as a tree, read as serde_json reads it (a key twice counts with its last
+    /// value), and whether the event may go out as it came: only when no object of it repeats a
+    /// key (read by the one-pass reader, `api::reader`). One that repeats a key goes out as its
+    /// tree, which kept the last, so that no reader of what the caller gets can take text that
+    /// was not checked.
+    pub(crate) fn parse(event: &sse::Event) -> Result<(Value, bool), Unreadable> {
+        if let Some(data) = crate::api::json::strict_value(event.data.as_bytes()) {
+            return Ok((data, true));
+        }
+        serde_json::from_str(&event.data)
+            .map(|data| (data, false))
+            .map_err(|_| Unreadable)
     }
 
     /// Writes an event: an unchanged one as it came (key order, spacing and escapes included).

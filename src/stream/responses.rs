@@ -107,7 +107,7 @@ impl Format for Responses {
     }
 
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
-        let data = util::parse(&event)?;
+        let (data, as_it_came) = util::parse(&event)?;
         let kind = str_at(&data, "/type").unwrap_or_default().to_owned();
         let output_index = u64_at(&data, "/output_index");
         let mut lane = output_index
@@ -179,7 +179,7 @@ impl Format for Responses {
         } else {
             Vec::new()
         };
-        let mut unit = Unit::new(Ev::new(event.event, data), lane);
+        let mut unit = Unit::new(Ev::parsed(event.event, event.data, data, as_it_came), lane);
         unit.texts = texts;
         unit.ends = ends;
         unit.terminal = terminal;
@@ -201,7 +201,9 @@ impl Format for Responses {
             (_, Some(upstream)) => self.indexes.get(&upstream).copied(),
             _ => None,
         };
-        if let Some(index) = index {
+        // A number that is the caller's already is left as it came (the event then goes out as
+        // it came, when nothing else of it changed).
+        if let Some(index) = index.filter(|i| u64_at(ev.data(), "/output_index") != Some(*i)) {
             if let Some(data) = ev.data_mut() {
                 set(data, "output_index", json!(index));
             }
@@ -211,8 +213,10 @@ impl Format for Responses {
             "response.completed" | "response.incomplete" | "response.failed" => self.ended = true,
             _ => {}
         }
-        if let Some(data) = ev.data_mut() {
-            set(data, "sequence_number", json!(self.sequence));
+        if u64_at(ev.data(), "/sequence_number") != Some(self.sequence) {
+            if let Some(data) = ev.data_mut() {
+                set(data, "sequence_number", json!(self.sequence));
+            }
         }
         self.sequence += 1;
         util::write(&ev, out);

@@ -1005,6 +1005,77 @@ fn an_unchanged_chat_chunk_goes_out_as_it_came() {
     assert!(events(&released).iter().any(|e| e.data == odd[1]));
 }
 
+/// An Anthropic message's opening events, up to its first text block.
+const ANTHROPIC_TEXT_OPENING: &str = "event: message_start\n\
+    data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n\
+    event: content_block_start\n\
+    data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
+
+/// Anthropic and Responses events are read into trees; one nothing changes goes out as it came
+/// (key order, spacing, escapes), not serialized again, held whole or not.
+#[test]
+fn an_unchanged_anthropic_or_responses_event_goes_out_as_it_came() {
+    let version = version(POLICY);
+    let anthropic = &(ANTHROPIC_TEXT_OPENING.to_owned()
+        + "event: content_block_delta\n\
+        data: { \"type\" : \"content_block_delta\", \"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"caf\\u00e9 \\/ ok \"}}\n\n\
+        event: content_block_delta\n\
+        data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"done.\"}}\n\n\
+        event: content_block_stop\n\
+        data: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
+        event: message_delta\n\
+        data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":3}}\n\n\
+        event: message_stop\n\
+        data: {\"type\":\"message_stop\"}\n\n");
+    let responses = "event: response.created\n\
+        data: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"in_progress\",\"model\":\"m\",\"output\":[]}}\n\n\
+        event: response.output_item.added\n\
+        data: {\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"in_progress\",\"role\":\"assistant\",\"content\":[]}}\n\n\
+        event: response.output_text.delta\n\
+        data: { \"type\":\"response.output_text.delta\",\"sequence_number\":2,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"caf\\u00e9 \\/ ok \"}\n\n\
+        event: response.output_text.delta\n\
+        data: {\"type\":\"response.output_text.delta\",\"sequence_number\":3,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"done.\"}\n\n\
+        event: response.completed\n\
+        data: {\"type\":\"response.completed\",\"sequence_number\":4,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"completed\",\"model\":\"m\",\"output\":[]}}\n\n";
+    for (api, stream) in [
+        (Api::AnthropicMessages, anthropic.as_str()),
+        (Api::Responses, responses),
+    ] {
+        let (out, cut) = run(api, &version, Hold::Rules, &per_event(stream));
+        assert_eq!(cut, None, "{api:?}");
+        assert_eq!(String::from_utf8_lossy(&out), stream, "{api:?}");
+        assert_eq!(read(api, &out).channel(0), "café / ok done.", "{api:?}");
+        // Held whole (5 bytes at a time), then released: still as it came.
+        let (mut rw, round, _) = held_round(&version, api, stream);
+        assert!(round.answer_text.ends_with("done."), "{api:?}");
+        let released = String::from_utf8(rw.release()).unwrap();
+        assert!(stream.starts_with(&released), "{api:?}");
+    }
+}
+
+/// An event with a key twice goes out as its tree, which kept the last: no reader of what the
+/// caller gets can take text that was not checked, nor take the event for another kind.
+#[test]
+fn an_anthropic_event_with_a_key_twice_is_written_as_its_tree() {
+    let version = version(POLICY);
+    let stream = &(ANTHROPIC_TEXT_OPENING.to_owned()
+        + "event: content_block_delta\n\
+        data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"my password\",\"text\":\"clean\"}}\n\n");
+    let (out, cut) = run(
+        Api::AnthropicMessages,
+        &version,
+        Hold::Rules,
+        &per_event(stream),
+    );
+    assert_eq!(cut, None);
+    let out = String::from_utf8_lossy(&out);
+    assert!(!out.contains("password"), "{out}");
+    assert!(
+        out.contains(r#"data: {"delta":{"text":"clean","type":"text_delta"},"index":0,"type":"content_block_delta"}"#),
+        "{out}"
+    );
+}
+
 #[test]
 fn a_held_rest_is_written_into_the_chunks_own_json_on_both_sides() {
     let version = version(POLICY);
