@@ -27,8 +27,8 @@ sys.path.insert(0, str(REPO / "benches"))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 import compare  # noqa: E402
-from compare import (BenchFailed, Envoy, UpstreamDouble, check, chat_body, cpu_model, git_hash,  # noqa: E402
-                     log, measured, oha)
+from compare import (Envoy, UpstreamDouble, check, publish, run_bench, chat_body, cpu_model,  # noqa: E402
+                     git_hash, log, measured, oha)
 from envoy_process import JudgeSidecar, wasm_path  # noqa: E402
 
 REPEATS = int(os.environ.get("AB_REPEATS", "5"))
@@ -127,15 +127,8 @@ def write(runs: dict, base: pathlib.Path, version: str, took: float) -> None:
            else "The rounds disagree in sign: **too noisy to tell**."),
         "",
     ]
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("\n".join(lines))
-    log(f"wrote {OUT}")
-    print("\n".join(lines))
+    publish(OUT, lines)
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchFailed as e:
-        print(f"ab_cpu: {e}", file=sys.stderr)
-        sys.exit(1)
+    run_bench(main, "ab_cpu")

@@ -130,6 +130,24 @@ def check(cond: bool, msg: str) -> None:
         raise BenchFailed(msg)
 
 
+def publish(out: pathlib.Path, lines: list[str]) -> None:
+    """Writes a bench's page to `out` and prints it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = "\n".join(lines)
+    out.write_text(text)
+    log(f"wrote {out}")
+    print(text)
+
+
+def run_bench(main, name: str) -> None:
+    """Exits with `main()`'s code, or with 1 and the failure that stopped the bench on stderr."""
+    try:
+        sys.exit(main())
+    except BenchFailed as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
 # --- processes ---------------------------------------------------------------------------------------------
 
 

@@ -50,8 +50,8 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 import compare  # noqa: E402
 import floor  # noqa: E402
-from compare import (BenchFailed, Envoy, UpstreamDouble, check, chat_body, cpu_model, git_hash, log,  # noqa: E402
-                     measured, oha)
+from compare import (Envoy, UpstreamDouble, check, publish, run_bench, chat_body, cpu_model,  # noqa: E402
+                     git_hash, log, measured, oha)
 from envoy_process import JudgeSidecar  # noqa: E402
 
 SECONDS = float(os.environ.get("PERF_S", "8"))
@@ -230,15 +230,8 @@ def write(runs: dict, version: str, took: float) -> None:
         lines.append(f"| {label} | {med(a, 'cpu_us') - med(b, 'cpu_us'):+.1f} | " +
                      " | ".join(f"{med(a, k) - med(b, k):+.1f}" for k in BUCKETS) + " |")
     lines.append("")
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("\n".join(lines))
-    log(f"wrote {OUT}")
-    print("\n".join(lines))
+    publish(OUT, lines)
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchFailed as e:
-        log(f"bench-perf FAILED: {e}")
-        sys.exit(1)
+    run_bench(main, "bench-perf")

@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO / "benches"))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 import compare  # noqa: E402
-from compare import (BenchFailed, Envoy, UpstreamDouble, check, chat_body, cpu_model, git_hash,  # noqa: E402
-                     log, measured, oha)
+from compare import (Envoy, UpstreamDouble, check, publish, run_bench, chat_body, cpu_model,  # noqa: E402
+                     git_hash, log, measured, oha)
 from envoy_process import JudgeSidecar, render_config  # noqa: E402
 
 REPEATS = int(os.environ.get("FLOOR_REPEATS", "5"))
@@ -192,15 +192,8 @@ def write(runs: dict, version: str, took: float) -> None:
             "sidecar, which takes CPU from the same two cores; the floor sends none).",
             "",
         ]
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("\n".join(lines))
-    log(f"wrote {OUT}")
-    print("\n".join(lines))
+    publish(OUT, lines)
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchFailed as e:
-        print(f"floor: {e}", file=sys.stderr)
-        sys.exit(1)
+    run_bench(main, "floor")

@@ -39,7 +39,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.path.insert(0, str(REPO / "benches"))
 
-from compare import BenchFailed, Envoy, UpstreamDouble, check, chat_body, cpu_model, log  # noqa: E402
+from compare import (BenchFailed, Envoy, UpstreamDouble, check, publish, run_bench, chat_body,  # noqa: E402
+                     cpu_model)
 from envoy_process import JudgeSidecar, render_config  # noqa: E402
 from tool_checks import cpu_ns  # noqa: E402
 
@@ -258,15 +259,8 @@ def write(results: dict, version: str, took: float) -> None:
                 continue
             lines.append(f"| `{n}` | {calls / turns:.2f} | {ns / 1000 / turns:.2f} | {ns / 1000 / calls:.2f} |")
         lines.append("")
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("\n".join(lines))
-    log(f"wrote {OUT}")
-    print("\n".join(lines))
+    publish(OUT, lines)
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchFailed as e:
-        print(f"v8_profile: {e}", file=sys.stderr)
-        sys.exit(1)
+    run_bench(main, "v8_profile")

@@ -53,12 +53,6 @@ pub(crate) fn parse_answer_node(body: &[u8]) -> Result<Node<'_>, AnswerFault> {
     })
 }
 
-/// `text` as a `serde_json::Value`, when the one-pass reader reads it strictly (no object repeats
-/// a key; see [`super::reader`]); `None` for anything else, which serde_json may still read.
-pub(crate) fn strict_value(text: &[u8]) -> Option<Value> {
-    super::reader::read_value(text)
-}
-
 /// Why an answer body could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AnswerFault {

@@ -16,7 +16,7 @@ mod chat;
 mod fixtures;
 pub(crate) mod json;
 mod peek;
-mod reader;
+pub(crate) mod reader;
 mod recovered;
 mod responses;
 

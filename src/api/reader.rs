@@ -34,7 +34,7 @@ pub(super) fn read(text: &[u8], strict: bool) -> Option<Node<'_>> {
 
 /// [`read`] strictly, straight into a `serde_json::Value` (a streamed event's tree): no object
 /// repeats a key.
-pub(super) fn read_value(text: &[u8]) -> Option<Value> {
+pub(crate) fn read_value(text: &[u8]) -> Option<Value> {
     read_as(text, true)
 }
 

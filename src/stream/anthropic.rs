@@ -197,23 +197,14 @@ impl Format for Anthropic {
                     self.next_index += 1;
                     self.indexes.insert(upstream, index);
                     self.open.insert(index);
-                    // A number that is the caller's already is left as it came.
-                    if index != upstream {
-                        if let Some(data) = ev.data_mut() {
-                            set_index(data, index);
-                        }
-                    }
+                    ev.set_number("index", index);
                 }
             }
             Some(kind @ ("content_block_delta" | "content_block_stop")) => {
                 let stop = kind == "content_block_stop";
-                let upstream = u64_at(ev.data(), "/index");
-                if let Some(&index) = upstream.and_then(|i| self.indexes.get(&i)) {
-                    if Some(index) != upstream {
-                        if let Some(data) = ev.data_mut() {
-                            set_index(data, index);
-                        }
-                    }
+                if let Some(&index) = u64_at(ev.data(), "/index").and_then(|i| self.indexes.get(&i))
+                {
+                    ev.set_number("index", index);
                     if stop {
                         self.open.remove(&index);
                     }
@@ -285,11 +276,5 @@ fn text(pointer: &'static str, kind: TextKind) -> TextIn {
         channel: 0,
         kind,
         text: None,
-    }
-}
-
-fn set_index(data: &mut Value, index: u64) {
-    if let Value::Object(m) = data {
-        m.insert("index".into(), json!(index));
     }
 }

@@ -1172,6 +1172,18 @@ impl Ev {
         self.data.get_mut()
     }
 
+    /// Sets the number field `key` of the event's object to `n` (renumbering what the vendor
+    /// numbers, as the caller sees it); an event that holds `n` there already is left as it
+    /// came.
+    pub(crate) fn set_number(&mut self, key: &str, n: u64) {
+        if self.data().get(key).and_then(Value::as_u64) == Some(n) {
+            return;
+        }
+        if let Some(Value::Object(fields)) = self.data_mut() {
+            fields.insert(key.to_owned(), Value::from(n));
+        }
+    }
+
     /// The upstream's JSON, when the event is unchanged.
     pub(crate) fn raw(&self) -> Option<&str> {
         self.raw.as_deref()
@@ -1468,7 +1480,7 @@ pub(crate) mod util {
     /// tree, which kept the last, so that no reader of what the caller gets can take text that
     /// was not checked.
     pub(crate) fn parse(event: &sse::Event) -> Result<(Value, bool), Unreadable> {
-        if let Some(data) = crate::api::json::strict_value(event.data.as_bytes()) {
+        if let Some(data) = crate::api::reader::read_value(event.data.as_bytes()) {
             return Ok((data, true));
         }
         serde_json::from_str(&event.data)

@@ -201,23 +201,15 @@ impl Format for Responses {
             (_, Some(upstream)) => self.indexes.get(&upstream).copied(),
             _ => None,
         };
-        // A number that is the caller's already is left as it came (the event then goes out as
-        // it came, when nothing else of it changed).
-        if let Some(index) = index.filter(|i| u64_at(ev.data(), "/output_index") != Some(*i)) {
-            if let Some(data) = ev.data_mut() {
-                set(data, "output_index", json!(index));
-            }
+        if let Some(index) = index {
+            ev.set_number("output_index", index);
         }
         match kind.as_str() {
             "response.created" => self.created = true,
             "response.completed" | "response.incomplete" | "response.failed" => self.ended = true,
             _ => {}
         }
-        if u64_at(ev.data(), "/sequence_number") != Some(self.sequence) {
-            if let Some(data) = ev.data_mut() {
-                set(data, "sequence_number", json!(self.sequence));
-            }
-        }
+        ev.set_number("sequence_number", self.sequence);
         self.sequence += 1;
         util::write(&ev, out);
     }
