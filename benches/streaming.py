@@ -1137,6 +1137,19 @@ def write_report(r: dict) -> None:
     w("- Paced, each event is its own body callback: the no-op filter's share is Envoy calling into V8 at all "
       "(the VM entered cold between events), which no work inside the filter can take back.")
     w("")
+    w("The same runs' latency goals with the no-op filter beside them (µs, median (min–max) over runs): what any "
+      "wasm filter in livecheck's place adds before it does anything.")
+    w("")
+    w("| run | time to first text (a) | (n) | (b) | (n) − (a) | (b) − (a) | per-event delay p99 (a) | (n) | (b) | "
+      "(n) − (a) | (b) − (a) |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|")
+    for mode, label in (("paced", "paced, cut anywhere"), ("aligned", "paced, word-aligned")):
+        ta, tn, tb = ([x["ttft_us"] for x in lat[(mode, v)]] for v in ("a", "n", "b"))
+        pa, pn, pb = ([x["delay_p99_us"] for x in lat[(mode, v)]] for v in ("a", "n", "b"))
+        md = statistics.median
+        w(f"| {label} | {spread(ta)} | {spread(tn)} | {spread(tb)} | {md(tn) - md(ta):+.0f} | {md(tb) - md(ta):+.0f} | "
+          f"{spread(pa)} | {spread(pn)} | {spread(pb)} | {md(pn) - md(pa):+.0f} | {md(pb) - md(pa):+.0f} |")
+    w("")
     # ---- issue 13's goals, from this run ----
     med = statistics.median
     p99_added = med(x["delay_p99_us"] for x in qb) - med(x["delay_p99_us"] for x in qa)

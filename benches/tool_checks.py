@@ -17,15 +17,20 @@ cluster on the REAL livecheck-judge sidecar (release build), whose backend is th
   (b) livecheck with only filter-decided rows: `allowed_tools` and one `args` row;
   (c) livecheck with one judged `when` row (the judge double answers after DELAY);
   (c0) the same row judged by a second judge double that answers at once (same work, nothing idles);
+  (aM), (cM) (a) and (c) again with the upstream double answering after MODEL_DELAY, as a model takes
+       time: the caller and Envoy idle while it thinks in both, so (cM) - (aM) is what the judged check
+       adds to a turn whose model takes time (the case of every real model);
   (s) `POST /v1/tool-check` straight to the sidecar, the request the filter sends in (c);
   (d) straight to the judge double, with the body the sidecar sends it.
 
 Client: raw HTTP (Python `http.client`, one keep-alive connection per variant, one request at a time:
 a closed loop); latency = request written -> answer read. The variants run interleaved in blocks of
-BLOCK requests (a, b, c, c0, s, d, a, b, ...) so the machine's noise hits them alike; ROUNDS rounds give
+BLOCK requests (a, h, b, c, c0, aM, cM, s, d, a, h, ...) so the machine's noise hits them alike; ROUNDS rounds give
 the ranges. For (c), (s) and (d) the double's own handling time of each call (request line read ->
 answer flushed, DELAY included) is matched to the request by a reference in the call's arguments and
 subtracted: what is left is what the filter, Envoy and the sidecar add beyond the judge's own time.
+For (aM) and (cM) the upstream double's own time of each request (`x-bench-held-us`: handler start ->
+answer made, MODEL_DELAY included) is subtracted the same way.
 The sidecar's part is (s) - (d) (as in benches/judge_overhead.py).
 
 Before reporting, the run stops with an error unless: a sanity turn per variant shows each checks what
@@ -70,7 +75,8 @@ ROUNDS = 2 if QUICK else 5
 BLOCK = 20
 WARMUP = 20 if QUICK else 60  # per variant, not counted
 DELAY = 0.020  # the judge double's fixed answer delay, seconds
-RUN_LIMIT_S = 150 if QUICK else 420  # the whole run, start-up included
+MODEL_DELAY = 0.020  # (aM) and (cM): the upstream double's answer delay, seconds
+RUN_LIMIT_S = 200 if QUICK else 600  # the whole run, start-up included
 CALL_TIMEOUT_S = 10
 GOAL_RULES_US = 20
 GOAL_JUDGED_US = 1000
@@ -82,9 +88,10 @@ MODEL = "gpt-4.1-mini"
 AGENT = "bench"
 CONDITION = "The email contains billing information"
 NOW_MODEL = "judge-now"  # the sidecar sends this judge model to the double that answers at once
-ENVOYS = "ahbcn"  # the variants through Envoy; (n) is shown as (c0)
-ALL = "ahbcnsd"
-JUDGED = "cnsd"  # the variants whose requests the judge double answers
+ENVOYS = "ahbcnmk"  # the variants through Envoy; (n) is shown as (c0), (m) as (aM), (k) as (cM)
+ALL = "ahbcnmksd"
+JUDGED = "cnksd"  # the variants whose requests the judge double answers
+SLOW_MODEL = "mk"  # the variants whose model takes MODEL_DELAY
 VERSIONS = {
     "a": {},
     # The answer held (a non-streamed answer an output rule check reads) without tool checks: what
@@ -95,6 +102,8 @@ VERSIONS = {
     "c": {"tool_checks": [{"name": "no-billing", "tool": "send_email", "when": CONDITION}]},
     "n": {"tool_checks": [{"name": "no-billing", "tool": "send_email", "when": CONDITION, "judge_model": NOW_MODEL}]},
 }
+VERSIONS["m"] = VERSIONS["a"]
+VERSIONS["k"] = VERSIONS["c"]
 # What each variant's checks must count per request: exactly these counters, +1 each.
 EXPECTED_COUNTERS = {
     "a": [],
@@ -103,12 +112,16 @@ EXPECTED_COUNTERS = {
     "c": [f"wasmcustom.livecheck.{AGENT}.no-billing.passed"],
     "n": [f"wasmcustom.livecheck.{AGENT}.no-billing.passed"],
 }
+EXPECTED_COUNTERS["m"] = EXPECTED_COUNTERS["a"]
+EXPECTED_COUNTERS["k"] = EXPECTED_COUNTERS["c"]
 NAMES = {
     "a": "(a) livecheck, no tool checks (baseline)",
     "h": "(h) no tool checks, the answer held by one output rule check",
     "b": "(b) allowed_tools + one args row (filter only)",
     "c": "(c) one judged `when` row",
     "n": "(c0) the same row, the judge double answering at once (D = 0)",
+    "m": "(aM) as (a), the model taking M = 20 ms",
+    "k": "(cM) as (c), the model taking M = 20 ms",
     "s": "(s) sidecar alone: POST /v1/tool-check",
     "d": "(d) judge double alone",
 }
@@ -189,9 +202,12 @@ class Client:
         self.conn.close()
 
 
-def turn_headers(args: str, tool: str = "send_email") -> dict:
-    return {"content-type": "application/json", "authorization": f"Bearer {KEY}",
-            "x-bench-tool-call": tool, "x-bench-tool-arguments": args}
+def turn_headers(args: str, tool: str = "send_email", model_delay: float = 0.0) -> dict:
+    headers = {"content-type": "application/json", "authorization": f"Bearer {KEY}",
+               "x-bench-tool-call": tool, "x-bench-tool-arguments": args}
+    if model_delay:
+        headers["x-bench-delay-us"] = str(round(model_delay * 1e6))
+    return headers
 
 
 def called_tool(body: bytes) -> str | None:
@@ -207,8 +223,8 @@ def called_tool(body: bytes) -> str | None:
 
 
 def tag(v: str) -> str:
-    """A variant's name in the report: (n) is (c0)."""
-    return "c0" if v == "n" else v
+    """A variant's name in the report: (n) is (c0), (m) is (aM), (k) is (cM)."""
+    return {"n": "c0", "m": "aM", "k": "cM"}.get(v, v)
 
 
 def pct(values: list[float], p: float) -> float:
@@ -227,7 +243,7 @@ def sanity(envoys: dict, clients: dict) -> dict:
         "invoice": (arguments("sanity-invoice", text="Your invoice for November is attached."), "send_email"),
     }
     deny = {("b", "rival"): "no-rival", ("b", "not-allowed"): "allowed_tools", ("c", "invoice"): "no-billing",
-            ("n", "invoice"): "no-billing"}
+            ("n", "invoice"): "no-billing", ("k", "invoice"): "no-billing"}
     seen = {}
     for v in envoys:
         for case, (args, tool) in cases.items():
@@ -304,12 +320,21 @@ def main() -> int:
         judge.ask("dump")  # forget the sanity calls
         judge_now.ask("dump")
 
+        model_held: dict = {}  # (aM) and (cM): the upstream double's own time per request, seconds
+
         def one(v: str, ref: str) -> float:
             if v in ENVOYS:
-                took, status, headers, body = clients[v].post("/v1/chat/completions", BODY, turn_headers(arguments(ref)))
+                delay = MODEL_DELAY if v in SLOW_MODEL else 0.0
+                took, status, headers, body = clients[v].post("/v1/chat/completions", BODY,
+                                                              turn_headers(arguments(ref), model_delay=delay))
                 check(status == 200 and "x-core-check" not in headers and called_tool(body) == "send_email",
-                      f"({v}) {ref}: the answer did not come back with its tool call: {status} "
+                      f"({tag(v)}) {ref}: the answer did not come back with its tool call: {status} "
                       f"{headers.get('x-core-check')} {body[:300]!r}")
+                if delay:
+                    held = headers.get("x-bench-held-us", "")
+                    check(held.isdigit() and int(held) >= delay * 1e6,
+                          f"({tag(v)}) {ref}: the upstream double did not say it waited: {held!r}")
+                    model_held[ref] = int(held) / 1e6
             elif v == "s":
                 took, status, _, body = clients["s"].post("/v1/tool-check", tool_check_request(ref), {
                     "content-type": "application/json", "authorization": f"Bearer {KEY}"})
@@ -375,13 +400,15 @@ def main() -> int:
         calls = judge.ask("dump")
         wrong = [ref for ref, _, _ in calls if str(ref).startswith("n-")]
         check(not wrong, f"(c0)'s calls reached the delayed judge double: {wrong[:5]}")
+        wrong = [ref for ref, _, _ in calls_now if str(ref).startswith("k-")]
+        check(not wrong, f"(cM)'s calls reached the judge double with D = 0: {wrong[:5]}")
         calls += calls_now
         kinds = collections.Counter(kind for _, _, kind in calls)
         check(set(kinds) <= {"tool"}, f"the judge double got calls that were not tool checks: {kinds}")
         per_ref = collections.Counter(ref for ref, _, _ in calls)
         for ref, took, _ in calls:
             handled[ref] = took
-        for v in "ahb":
+        for v in "ahbm":
             asked = [ref for ref in refs[v] if per_ref.get(ref)]
             check(not asked, f"({v}) asked the judge: {asked[:5]}")
         for v in JUDGED:
@@ -408,8 +435,10 @@ def main() -> int:
 
         # ---- figures ----
         r["lat"] = {v: [[t for _, t in rows] for rows in lat[v]] for v in ALL}
-        # Beyond the judge's own time: each call's latency less the double's handling time of its call.
-        r["beyond"] = {v: [[t - handled[ref] for ref, t in rows] for rows in lat[v]] for v in JUDGED}
+        # Beyond the judge's own time: each call's latency less the double's handling time of its call
+        # (and for (aM) and (cM) less the model's: the upstream double's own time of the request).
+        r["beyond"] = {v: [[t - handled.get(ref, 0.0) - model_held.get(ref, 0.0) for ref, t in rows]
+                           for rows in lat[v]] for v in JUDGED + "m"}
         r["handled"] = {v: [[handled[ref] for ref, _ in rows] for rows in lat[v]] for v in JUDGED}
         r["round_cpu_us"] = {v: [ns / 1e3 / per_round for ns in round_cpu[v]] for v in ENVOYS}
         r["block_cpu_us"] = {v: [ns / 1e3 / per_round for ns in block_cpu[v]] for v in ENVOYS}
@@ -471,14 +500,19 @@ def write(r: dict) -> None:
 
     # This run's resolution at a percentile: (a) against itself, its even blocks against its odd ones
     # (the same interleaving, the same machine, no difference in the work).
-    halves = [[x for rnd in lat["a"] for i, x in enumerate(rnd) if (i // BLOCK) % 2 == h] for h in (0, 1)]
-    resolution = {p: abs(us(pct(halves[0], p) - pct(halves[1], p))) for p in (50, 99)}
+    def self_resolution(series: list[list[float]]) -> dict:
+        halves = [[x for rnd in series for i, x in enumerate(rnd) if (i // BLOCK) % 2 == h] for h in (0, 1)]
+        return {p: abs(us(pct(halves[0], p) - pct(halves[1], p))) for p in (50, 99)}
 
-    def verdict(figure: tuple[float, list[float]], goal: float, p: int) -> str:
+    resolution = self_resolution(lat["a"])
+    # (aM)'s own A/A: the baseline of the figures with a model that takes time.
+    resolution_m = self_resolution(beyond["m"])
+
+    def verdict(figure: tuple[float, list[float]], goal: float, p: int, aa: dict | None = None) -> str:
         """Met or missed only when the figure clears the goal by more than this run's noise: the A/A
-        resolution, or half the spread of the figure over the rounds, whichever is larger."""
+        resolution of its baseline, or half the spread of the figure over the rounds, whichever is larger."""
         value, rounds = figure
-        res = max(resolution[p], (max(rounds) - min(rounds)) / 2)
+        res = max((aa or resolution)[p], (max(rounds) - min(rounds)) / 2)
         if value - res > goal:
             return f"**MISSED** by {value - goal:,.0f} µs ({value / goal:.1f}× the goal)"
         if value + res <= goal:
@@ -494,6 +528,18 @@ def write(r: dict) -> None:
             for p in (50, 99)}
     cpu_round = {v: cpu_added(v, "round_cpu_us") for v in "hbcn"}
     cpu_block = {v: cpu_added(v, "block_cpu_us") for v in "hbcn"}
+
+    def over(series: list[list[float]], base: list[list[float]], p: float) -> tuple[float, list[float]]:
+        """pct(series) - pct(base), pooled, and per round."""
+        return (us(pct(pooled(series), p) - pct(pooled(base), p)),
+                [us(pct(x, p) - pct(y, p)) for x, y in zip(series, base)])
+
+    # A model that takes time: (cM) over (aM), both beyond the doubles' own times.
+    k50, k99 = over(beyond["k"], beyond["m"], 50), over(beyond["k"], beyond["m"], 99)
+    # What the wait alone costs a turn with no judged check: (aM) beyond the model's time, over (a).
+    wait50, wait99 = over(beyond["m"], lat["a"], 50), over(beyond["m"], lat["a"], 99)
+    cpu_k = [k - m for k, m in zip(r["block_cpu_us"]["k"], r["block_cpu_us"]["m"])]
+    cpu_wait = [m - a for m, a in zip(r["block_cpu_us"]["m"], r["block_cpu_us"]["a"])]
     held50, held99 = added(lat["h"], 50), added(lat["h"], 99)
     add = {"h": (held50, held99), "b": (b50, b99), "c": (c50, c99), "n": (n50, n99)}
 
@@ -550,7 +596,7 @@ def write(r: dict) -> None:
       f"variant, one request at a time (closed loop), Python's GC off while measuring; latency = request written → "
       f"answer read. The request: a ~600-byte Chat Completions request with one `send_email` tool and one user "
       f"message. {WARMUP} warm-up requests per variant, then **{pr * ROUNDS:,} measured per variant** in {ROUNDS} "
-      f"rounds of {pr}, the variants interleaved in blocks of {BLOCK} (a, b, c, c0, s, d, then rotated) so the "
+      f"rounds of {pr}, the variants interleaved in blocks of {BLOCK} (a, h, b, c, c0, aM, cM, s, d, then rotated) so the "
       f"machine's noise hits all alike.")
     w("- Figures: percentiles over all measured requests of a variant (nearest rank); in brackets the min–max over "
       "the rounds of the same figure computed per round. \"Added\" = the variant's percentile − (a)'s percentile "
@@ -570,6 +616,8 @@ def write(r: dict) -> None:
       "CPU over (a), round | CPU over (a), own blocks |")
     w("|---|---|---|---|---|---|---|---|")
     for v in ENVOYS:
+        if v in SLOW_MODEL:
+            continue  # their own table below
         series = beyond[v] if v in JUDGED else lat[v]
         p50, p99 = stat(series, 50), stat(series, 99)
         label = NAMES[v] + (" — beyond the judge's time" if v in JUDGED else "")
@@ -611,6 +659,28 @@ def write(r: dict) -> None:
       f"this shared VM are the likely cause; not investigated further here. A real judge model takes hundreds of ms, "
       f"so a real judged call waits too: (c), not (c0), is the figure the goal is judged on.")
     w("")
+    w(f"**A model that takes time.** (a) never idles: its model double answers at once, so the caller's next read "
+      f"follows its write within a millisecond, which no real agent call does. (aM) and (cM) are (a) and (c) with "
+      f"the upstream double answering after M = {MODEL_DELAY * 1e3:.0f} ms (its own time per request, M included, "
+      f"subtracted as the judge's is), so the caller and Envoy idle while the model thinks in both and (cM) − (aM) "
+      f"is what the judged check adds to a turn of a model that takes time:")
+    w("")
+    w("| series | latency p50 | latency p99 | beyond the doubles' time p50 | beyond p99 |")
+    w("|---|---|---|---|---|")
+    for v in SLOW_MODEL:
+        what = "the model's" if v == "m" else "the model's and the judge's"
+        w(f"| {NAMES[v]} — beyond {what} time | {cell(*stat(lat[v], 50))} | {cell(*stat(lat[v], 99))} | "
+          f"{cell(*stat(beyond[v], 50))} | {cell(*stat(beyond[v], 99))} |")
+    w(f"| **(cM) − (aM)**: the judged check's added time | | | **{cell(*k50)}** | **{cell(*k99)}** |")
+    w("")
+    w(f"The wait alone, on a turn with no judged check: (aM) beyond the model's time is {cell(*wait50)} µs over (a) "
+      f"at p50 and {cell(*wait99)} µs at p99: what waking from idle costs the caller, Envoy and the doubles on "
+      f"this machine (a Python client against a Python server alone on loopback measured the same kind of gap: "
+      f"~300 µs more at p50 when the server slept 20 ms than when it answered at once); Envoy, doing the same "
+      f"work, spends {cell(statistics.median(cpu_wait), cpu_wait)} µs more CPU per request in (aM) than in (a) "
+      f"(own blocks). (c) − (a) counts that cost for the judged check; (cM) − (aM) counts it for both. Envoy CPU "
+      f"per request, (cM) over (aM), own blocks: {cell(statistics.median(cpu_k), cpu_k)} µs.")
+    w("")
     w("## Goals (issue 14)")
     w("")
     w("| goal | measured | verdict |")
@@ -619,8 +689,10 @@ def write(r: dict) -> None:
       f"{verdict(b50, GOAL_RULES_US, 50)} |")
     w(f"| (b) added latency per call checked only by rules ≤ {GOAL_RULES_US} µs, p99 | {cell(*b99)} µs | "
       f"{verdict(b99, GOAL_RULES_US, 99)} |")
-    w(f"| (c) added latency per judged call beyond the judge's own time ≤ {GOAL_JUDGED_US:,} µs, p99 | {cell(*c99)} µs | "
-      f"{verdict(c99, GOAL_JUDGED_US, 99)} |")
+    w(f"| (c) added latency per judged call beyond the judge's own time ≤ {GOAL_JUDGED_US:,} µs, p99, the model "
+      f"answering at once | {cell(*c99)} µs | {verdict(c99, GOAL_JUDGED_US, 99)} |")
+    w(f"| (cM) − (aM): the same, the model taking {MODEL_DELAY * 1e3:.0f} ms | {cell(*k99)} µs | "
+      f"{verdict(k99, GOAL_JUDGED_US, 99, resolution_m)} |")
     w("")
     w(f"Attribution, not a goal: holding and reading a non-streamed answer at all, (h) over (a), adds p50 "
       f"{cell(*held50)} µs, p99 {cell(*held99)} µs; the tool checks on an answer held anyway, (b) over (h), add p50 "
@@ -651,10 +723,13 @@ def write(r: dict) -> None:
     w(f"- Every measured and warm-up answer came back 200 with its `send_email` call and no `X-Core-Check`. Envoy's "
       f"livecheck counters moved by exactly one pass per request of each check and nothing else: (a) {counted['a']} "
       f"for {sent['a']:,} requests; (h) {counted['h']} for {sent['h']:,}; (b) {counted['b']} for {sent['b']:,}; (c) {counted['c']} for {sent['c']:,}; "
-      f"(c0) {counted['n']} for {sent['n']:,} (no report dropped or refused).")
+      f"(c0) {counted['n']} for {sent['n']:,}; (aM) {counted['m']} for {sent['m']:,}; (cM) {counted['k']} for "
+      f"{sent['k']:,} (no report dropped or refused); every (aM) and (cM) answer said how long the upstream double "
+      f"waited (`x-bench-held-us` ≥ M).")
     w(f"- The judge doubles got exactly one tool-check call per request of (c) ({sent['c']:,}), (c0) ({sent['n']:,}, "
-      f"all to the double with D = 0 and none of the others), (s) ({sent['s']:,}) and (d) ({sent['d']:,}), matched by "
-      f"the call's `ref`, {r['judge_calls']:,} calls in all, and none for (a), (h) or (b).")
+      f"all to the double with D = 0 and none of the others), (cM) ({sent['k']:,}), (s) ({sent['s']:,}) and (d) "
+      f"({sent['d']:,}), matched by the call's `ref`, {r['judge_calls']:,} calls in all, and none for (a), (h), (b) "
+      f"or (aM).")
     w("")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(L) + "\n")

@@ -19,6 +19,10 @@
 //! - A POST with `x-bench-tool-call: NAME` (and `x-bench-tool-arguments: JSON`, default `{}`): a
 //!   non-streamed `chat.completion` whose message calls that one function with those arguments
 //!   (`finish_reason: "tool_calls"`), for the tool-call checks bench (`benches/tool_checks.py`).
+//! - A non-streamed POST with `x-bench-delay-us: N`: answered N µs after its body was read (a model
+//!   takes time; the proxy and the client idle meanwhile), with `x-bench-held-us`: the µs from the
+//!   handler's start to the answer made, the wait included, so a bench can subtract the double's own
+//!   time per request.
 //! - `GET /__stats`: `{"requests": .., "streams": .., "body_bytes": .., "holding": ..}`: counted since
 //!   start; `holding` = streams that sent all their text and now wait for the client to go away.
 
@@ -130,6 +134,7 @@ mod native {
     }
 
     async fn answer(State(counters): State<Arc<Counters>>, request: Request) -> Response {
+        let started = std::time::Instant::now();
         let headers = request.headers().clone();
         let body = match to_bytes(request.into_body(), MAX_BODY).await {
             Ok(b) => b,
@@ -145,6 +150,22 @@ mod native {
             counters.streams.fetch_add(1, Ordering::Relaxed);
             return stream(&headers, leak, counters);
         }
+        let delay = header_u64(&headers, "x-bench-delay-us", 0);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_micros(delay)).await;
+        }
+        let mut response = plain_answer(&headers, leak);
+        if delay > 0 {
+            let held = started.elapsed().as_micros().to_string();
+            if let Ok(value) = header::HeaderValue::from_str(&held) {
+                response.headers_mut().insert("x-bench-held-us", value);
+            }
+        }
+        response
+    }
+
+    /// A non-streamed answer: a function call when the request names one, else the fixed text.
+    fn plain_answer(headers: &HeaderMap, leak: bool) -> Response {
         if let Some(name) = headers
             .get("x-bench-tool-call")
             .and_then(|v| v.to_str().ok())
