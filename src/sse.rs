@@ -115,11 +115,13 @@ impl Decoder {
         Ok(chunk.len())
     }
 
-    /// Where a nameless event of one data line would begin, in the shape most streams write
-    /// (`data: <line>\n\n`): when nothing of an earlier event is pending and `bytes` starts
-    /// with `data: `, the bytes after that prefix (the line, then the rest). A reader that reads
-    /// the line's data from there and knows where it ends asks [`Self::data_event`] for the event.
-    pub fn data_line<'a>(&self, bytes: &'a [u8]) -> Option<&'a [u8]> {
+    /// Where an event of one data line would begin, in the shape most streams write
+    /// (`data: <line>\n\n`, or `event: <name>\n` before it for a named event): when nothing of
+    /// an earlier event is pending and `bytes` starts so, the bytes after the `data: ` prefix
+    /// (the line, then the rest) and the length of the `event:` line before it (0 for a nameless
+    /// event). A reader that reads the line's data from there and knows where it ends asks
+    /// [`Self::data_event`] for the event.
+    pub fn data_line<'a>(&self, bytes: &'a [u8], name: Option<&str>) -> Option<(&'a [u8], usize)> {
         let idle = self.line.is_empty()
             && !self.after_cr
             && !self.at_start
@@ -128,14 +130,22 @@ impl Decoder {
         if !idle {
             return None;
         }
-        bytes.strip_prefix(b"data: ")
+        let data = match name {
+            None => bytes,
+            Some(name) => bytes
+                .strip_prefix(b"event: ")?
+                .strip_prefix(name.as_bytes())?
+                .strip_prefix(b"\n")?,
+        };
+        Some((data.strip_prefix(b"data: ")?, bytes.len() - data.len()))
     }
 
     /// The event whose data is the first `data_len` bytes of `line` ([`Self::data_line`]'s),
     /// bytes the caller read as one line's data (no `\n` or `\r` in them): its data and its
     /// length in bytes from the `data: ` prefix on, when the blank line follows at once and the
-    /// line is within the limit. Pushing those bytes would dispatch exactly
-    /// `Event { event: None, data }` when the data is UTF-8 (and fail with
+    /// line is within the limit. Pushing those bytes (after the `event:` line, if any) would
+    /// dispatch exactly `Event { event, data }` (`event` the name `data_line` was given) when the
+    /// data is UTF-8 (and fail with
     /// [`SseError::NotUtf8`] when not: a reader taking the event from here checks that), and
     /// leave the decoder as it is, so a reader may take the event from here and push only what
     /// follows it. `None` otherwise: push it.
@@ -332,17 +342,23 @@ mod tests {
     }
 
     /// The event `data_line` and `data_event` give for `bytes`, its line's data read as a
-    /// reader would (up to the first line end).
-    fn whole_data_event<'a>(decoder: &Decoder, bytes: &'a [u8]) -> Option<(&'a [u8], usize)> {
-        let line = decoder.data_line(bytes)?;
+    /// reader would (up to the first line end), and the event's length in all.
+    fn whole_data_event<'a>(
+        decoder: &Decoder,
+        bytes: &'a [u8],
+        name: Option<&str>,
+    ) -> Option<(&'a [u8], usize)> {
+        let (line, named) = decoder.data_line(bytes, name)?;
         let end = line.iter().position(|&b| b == b'\n' || b == b'\r')?;
-        decoder.data_event(line, end)
+        decoder
+            .data_event(line, end)
+            .map(|(data, n)| (data, named + n))
     }
 
     #[test]
     fn a_whole_data_event_is_what_pushing_it_dispatches() {
         let long = format!("data: {}\n\n", "x".repeat(30));
-        let cases: [&[u8]; 12] = [
+        let cases: [&[u8]; 19] = [
             b"data: {\"a\":1}\n\n",
             b"data: x\n\ndata: y\n\n",
             b"data:  space\n\n",
@@ -355,47 +371,65 @@ mod tests {
             b"data: \xff\n\n",
             b": comment\n\n",
             long.as_bytes(),
+            b"event: e\ndata: {\"b\":2}\n\nevent: e\ndata: y\n\n",
+            b"event:e\ndata: x\n\n",
+            b"event: e\r\ndata: x\n\n",
+            b"event: ee\ndata: x\n\n",
+            b"event: e\ndata: x\n",
+            b"event: e\n\ndata: x\n\n",
+            b"event: e\ndata: \xff\n\n",
         ];
         let mut decoder = Decoder::new(32);
         let mut out = Vec::new();
         decoder.push(b"data: first\n\n", &mut out).unwrap();
-        for bytes in cases {
-            let mut pushed = decoder.clone();
-            let mut events = Vec::new();
-            let all = pushed.push(bytes, &mut events);
-            let Some((data, n)) = whole_data_event(&decoder, bytes) else {
-                continue;
-            };
-            let (taken, rest) = bytes.split_at(n);
-            let mut taking = decoder.clone();
-            let mut first = Vec::new();
-            let Ok(data) = std::str::from_utf8(data) else {
-                assert_eq!(taking.push(taken, &mut first), Err(SseError::NotUtf8));
-                continue;
-            };
-            taking.push(taken, &mut first).unwrap();
-            assert_eq!(first, vec![ev(None, data)], "{bytes:?}");
-            // What follows decodes as it would have: the decoder was left as it was.
-            let mut then = Vec::new();
-            let after = decoder.clone().push(rest, &mut then);
-            first.extend(then);
-            assert_eq!((all, events), (after, first), "{bytes:?}");
+        for name in [None, Some("e")] {
+            for bytes in cases {
+                let mut pushed = decoder.clone();
+                let mut events = Vec::new();
+                let all = pushed.push(bytes, &mut events);
+                let Some((data, n)) = whole_data_event(&decoder, bytes, name) else {
+                    continue;
+                };
+                let (taken, rest) = bytes.split_at(n);
+                let mut taking = decoder.clone();
+                let mut first = Vec::new();
+                let Ok(data) = std::str::from_utf8(data) else {
+                    assert_eq!(taking.push(taken, &mut first), Err(SseError::NotUtf8));
+                    continue;
+                };
+                taking.push(taken, &mut first).unwrap();
+                assert_eq!(first, vec![ev(name, data)], "{bytes:?}");
+                // What follows decodes as it would have: the decoder was left as it was.
+                let mut then = Vec::new();
+                let after = decoder.clone().push(rest, &mut then);
+                first.extend(then);
+                assert_eq!((all, events), (after, first), "{bytes:?}");
+            }
         }
-        let taken: Vec<_> = cases
-            .iter()
-            .filter_map(|b| whole_data_event(&decoder, b))
-            .map(|(data, _)| data)
-            .collect();
+        let taken = |name| -> Vec<&[u8]> {
+            cases
+                .iter()
+                .filter_map(|b| whole_data_event(&decoder, b, name))
+                .map(|(data, _)| data)
+                .collect()
+        };
         let expected: [&[u8]; 5] = [b"{\"a\":1}", b"x", b" space", b"", b"\xff"];
-        assert_eq!(taken, expected);
+        assert_eq!(taken(None), expected);
+        // Named: only `event: <the name>` then a data line, each ended by `\n` alone.
+        let expected: [&[u8]; 3] = [b"x", b"{\"b\":2}", b"\xff"];
+        assert_eq!(taken(Some("e")), expected);
         // Not at the stream's start (a byte order mark), nor with a line or an event pending.
-        assert_eq!(Decoder::new(32).data_line(b"data: x\n\n"), None);
+        assert_eq!(Decoder::new(32).data_line(b"data: x\n\n", None), None);
         let mut pending = decoder.clone();
         pending.push(b"data: a\n", &mut out).unwrap();
-        assert_eq!(pending.data_line(b"data: x\n\n"), None);
+        assert_eq!(pending.data_line(b"data: x\n\n", None), None);
         let mut pending = decoder.clone();
         pending.push(b"dat", &mut out).unwrap();
-        assert_eq!(pending.data_line(b"data: x\n\n"), None);
+        assert_eq!(pending.data_line(b"data: x\n\n", None), None);
+        let mut pending = decoder.clone();
+        pending.push(b"event: e\n", &mut out).unwrap();
+        assert_eq!(pending.data_line(b"data: x\n\n", None), None);
+        assert_eq!(pending.data_line(b"event: e\ndata: x\n\n", Some("e")), None);
     }
 
     #[test]

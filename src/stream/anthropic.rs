@@ -6,12 +6,16 @@
 //! the open blocks, then `message_delta` with `stop_reason: "refusal"` and `usage.output_tokens`,
 //! then `message_stop`.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use super::template::{span_in, Template};
 use super::util::{self, str_at, u64_at};
-use super::{Ev, Format, Lane, TextIn, TextKind, Unit, Unreadable};
+use super::{Ev, Format, Lane, TextAlone, TextIn, TextKind, TextPlace, Unit, Unreadable};
 use crate::api::{Request, ToolCall};
 use crate::sse;
 
@@ -34,6 +38,45 @@ pub(super) struct Anthropic {
     calls: BTreeSet<u64>,
     message_ended: bool,
     stopped: bool,
+    /// The last text delta read from its JSON, as a pattern for the next ([`Template`]).
+    template: Option<Template>,
+}
+
+/// The event most of a stream is.
+const TEXT_EVENT: &str = "content_block_delta";
+/// Where a text delta's text is.
+const TEXT: &str = "/delta/text";
+
+/// A text delta of the plain shape (`type`, `index`, and a `text_delta` with its `text`; nothing
+/// else, nothing twice), read borrowed to learn where its text literal stands. Every value goes
+/// through serde_json's own parsers: what it accepts the tree reader reads the same way.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainDelta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    index: u64,
+    #[serde(borrow)]
+    delta: PlainText<'a>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainText<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    text: &'a RawValue,
+}
+
+/// Where a text delta's text literal stands in its data (bytes, quotes included), and its block
+/// index: `None` unless the delta has the plain shape.
+fn plain_text_span(data: &str) -> Option<(std::ops::Range<usize>, u64)> {
+    let delta: PlainDelta = serde_json::from_str(data).ok()?;
+    if delta.kind != TEXT_EVENT || delta.delta.kind != "text_delta" {
+        return None;
+    }
+    Some((span_in(data, delta.delta.text.get())?, delta.index))
 }
 
 impl Anthropic {
@@ -51,7 +94,40 @@ impl Anthropic {
             calls: BTreeSet::new(),
             message_ended: false,
             stopped: false,
+            template: None,
         }
+    }
+
+    /// A text delta of the last one's shape, read without its tree: the unit `read` makes of it
+    /// from its tree, its event the JSON as it came. The event back for any other.
+    fn read_templated(&mut self, event: sse::Event) -> Result<Unit, sse::Event> {
+        let read = match (&self.template, event.event.as_deref()) {
+            (Some(template), Some(TEXT_EVENT)) => template
+                .read(event.data.as_bytes())
+                .filter(|(_, len)| *len == event.data.len())
+                .and_then(|(alone, _)| {
+                    Some((
+                        alone.text.into_owned(),
+                        alone.place.span,
+                        alone.place.block?,
+                    ))
+                }),
+            _ => None,
+        };
+        let Some((text, span, index)) = read else {
+            return Err(event);
+        };
+        self.deltas += 1;
+        let lane = self.lanes.get(&index).copied().unwrap_or(Lane::Side);
+        let mut ev = Ev::unchanged(event.event, event.data, None);
+        ev.text_span(TEXT, span);
+        let mut unit = Unit::new(ev, lane);
+        unit.texts.push(TextIn {
+            text: Some(text),
+            ..text_in(TEXT, TextKind::Answer)
+        });
+        unit.calls.extend(self.calls.get(&index));
+        Ok(unit)
     }
 
     fn emit(&mut self, data: Value, out: &mut Vec<u8>) {
@@ -93,6 +169,10 @@ impl Format for Anthropic {
     }
 
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
+        let event = match self.read_templated(event) {
+            Ok(unit) => return Ok(unit),
+            Err(event) => event,
+        };
         let (data, as_it_came) = util::parse(&event)?;
         let kind = str_at(&data, "/type").unwrap_or_default().to_owned();
         let mut texts = Vec::new();
@@ -115,7 +195,7 @@ impl Format for Anthropic {
                 if lane == Lane::Answer
                     && str_at(&data, "/content_block/text").is_some_and(|t| !t.is_empty())
                 {
-                    texts.push(text("/content_block/text", TextKind::Answer));
+                    texts.push(text_in("/content_block/text", TextKind::Answer));
                 }
                 if !matches!(
                     str_at(&data, "/content_block/type"),
@@ -133,8 +213,8 @@ impl Format for Anthropic {
                 self.deltas += 1;
                 unit_lane = self.lanes.get(&index).copied().unwrap_or(Lane::Side);
                 match str_at(&data, "/delta/type") {
-                    Some("text_delta") => texts.push(text("/delta/text", TextKind::Answer)),
-                    Some("input_json_delta") => texts.push(text(
+                    Some("text_delta") => texts.push(text_in(TEXT, TextKind::Answer)),
+                    Some("input_json_delta") => texts.push(text_in(
                         "/delta/partial_json",
                         TextKind::Tool {
                             call: index,
@@ -167,10 +247,31 @@ impl Format for Anthropic {
         }
         // Text fields that are empty carry nothing to check.
         texts.retain(|t: &TextIn| str_at(&data, &t.pointer) != Some(""));
-        let mut unit = Unit::new(
-            Ev::parsed(event.event, event.data, data, as_it_came),
-            unit_lane,
-        );
+        // A text delta written as it came keeps where its text stands: a changed text is written
+        // there, the rest of its JSON kept; and one of text makes the template for the next.
+        let span = (as_it_came && kind == TEXT_EVENT)
+            .then(|| plain_text_span(&event.data))
+            .flatten();
+        if let Some((span, index)) = &span {
+            let one_line = !event.data.contains('\n');
+            if event.event.as_deref() == Some(TEXT_EVENT) && one_line && !texts.is_empty() {
+                let place = TextPlace {
+                    channel: 0,
+                    name: Some(TEXT_EVENT),
+                    choice: None,
+                    block: Some(*index),
+                    pointer: TEXT,
+                    span: span.clone(),
+                    join_id: None,
+                };
+                self.template = Some(Template::new(event.data.clone(), place, None));
+            }
+        }
+        let mut ev = Ev::parsed(event.event, event.data, data, as_it_came);
+        if let Some((span, _)) = span {
+            ev.text_span(TEXT, span);
+        }
+        let mut unit = Unit::new(ev, unit_lane);
         unit.texts = texts;
         unit.ends = ends;
         unit.terminal = terminal;
@@ -178,6 +279,31 @@ impl Format for Anthropic {
         unit.calls = calls;
         unit.calls_done = calls_done;
         Ok(unit)
+    }
+
+    fn text_name(&self) -> Option<&'static str> {
+        Some(TEXT_EVENT)
+    }
+
+    fn text_alone<'d>(&self, line: &'d [u8]) -> Option<(TextAlone<'d>, usize)> {
+        // Never a tool call's block: its events go as a unit.
+        let (alone, len) = self.template.as_ref()?.read(line)?;
+        if self.calls.contains(&alone.place.block?) {
+            return None;
+        }
+        Some((alone, len))
+    }
+
+    fn goes_as_it_came(&self, place: &TextPlace) -> bool {
+        // The caller sees the block under its own index: `write` renumbers nothing.
+        place
+            .block
+            .is_some_and(|block| self.indexes.get(&block) == Some(&block))
+    }
+
+    fn took(&mut self, _place: &TextPlace) {
+        // What `read` counts of a delta.
+        self.deltas += 1;
     }
 
     fn joins(&self, rest: &Ev, next: &Ev) -> bool {
@@ -270,7 +396,7 @@ impl Format for Anthropic {
     }
 }
 
-fn text(pointer: &'static str, kind: TextKind) -> TextIn {
+fn text_in(pointer: &'static str, kind: TextKind) -> TextIn {
     TextIn {
         pointer: pointer.into(),
         channel: 0,

@@ -15,10 +15,11 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use super::template::{span_in, Template};
 use super::util::{self, str_at, u64_at};
 use super::{Ev, Format, Lane, TextAlone, TextIn, TextKind, TextPlace, Unit, Unreadable};
 use crate::api::{Request, ToolCall};
-use crate::{sse, swar};
+use crate::sse;
 
 /// Top-level fields of a chunk that a bare chunk repeats.
 const HEAD_FIELDS: &[&str] = &[
@@ -159,9 +160,9 @@ impl PlainUnit {
     fn of(place: TextPlace) -> Self {
         Self {
             content_span: Some(place.span),
-            join_id: Some(place.join_id),
+            join_id: place.join_id,
             unit_lane: Lane::Answer,
-            index: place.choice,
+            index: place.choice.unwrap_or_default(),
             channel: place.channel,
             finish: None,
             calls_done: Vec::new(),
@@ -170,7 +171,11 @@ impl PlainUnit {
 
     /// The unit, its event the upstream's JSON as it came.
     fn finish(self, event: sse::Event, text: Option<String>) -> Unit {
-        let mut ev = Ev::unchanged(event.event, event.data, (self.index, self.finish.is_some()));
+        let mut ev = Ev::unchanged(
+            event.event,
+            event.data,
+            Some((self.index, self.finish.is_some())),
+        );
         if let Some(span) = self.content_span {
             ev.text_span(CONTENT, span);
         }
@@ -259,14 +264,16 @@ impl Chat {
         let one_line = !event.data.contains('\n');
         self.template = match (&join_id, &content_span, &text) {
             (Some(id), Some(content), Some(_)) if event.event.is_none() && one_line => {
-                Some(Template::new(
-                    event.data.clone(),
-                    content.clone(),
-                    obfuscation,
-                    id.clone(),
-                    choice.index,
+                let place = TextPlace {
                     channel,
-                ))
+                    name: None,
+                    choice: Some(choice.index),
+                    block: None,
+                    pointer: CONTENT,
+                    span: content.clone(),
+                    join_id: Some(id.clone()),
+                };
+                Some(Template::new(event.data.clone(), place, obfuscation))
             }
             _ => None,
         };
@@ -290,136 +297,8 @@ impl Chat {
     }
 }
 
-/// A plain chunk of text alone (no role, finish or refusal; a nameless event), as a pattern for
-/// the chunks after it: a stream's text chunks differ only in their content string (and in
-/// `obfuscation`, where the vendor adds it). A chunk whose bytes outside those strings are the
-/// template's, and whose strings are string literals serde_json reads, is the JSON the template
-/// was with other strings in the same places: the plain reader would read it the same way, with
-/// its own text. Anything else (other spacing, another id, a finish, an empty text) is read
-/// as before.
-struct Template {
-    data: String,
-    /// The string literals that may differ (bytes, quotes included), in the order they stand.
-    slots: Vec<std::ops::Range<usize>>,
-    /// Which of `slots` is the content.
-    content: usize,
-    id: std::ops::Range<usize>,
-    index: u64,
-    channel: usize,
-}
-
-impl Template {
-    fn new(
-        data: String,
-        content: std::ops::Range<usize>,
-        obfuscation: Option<std::ops::Range<usize>>,
-        id: std::ops::Range<usize>,
-        index: u64,
-        channel: usize,
-    ) -> Self {
-        let mut slots: Vec<_> = std::iter::once(content.clone())
-            .chain(obfuscation)
-            .collect();
-        slots.sort_by_key(|s| s.start);
-        let content = slots.iter().position(|s| *s == content).unwrap_or(0);
-        Self {
-            data,
-            slots,
-            content,
-            id,
-            index,
-            channel,
-        }
-    }
-
-    /// A nameless event's data at the start of `data` (what follows it is not read), read as text
-    /// alone when it has the template's shape; with its length. The data need not be UTF-8:
-    /// every byte outside the literals is compared with the template's (UTF-8, one line) and each
-    /// literal is read as a JSON string (no raw control character) and UTF-8, so data read here
-    /// is UTF-8 and holds no line end.
-    fn read<'d>(&self, data: &'d [u8]) -> Option<(TextAlone<'d>, usize)> {
-        // Template offset `from` → chunk offset `at`, slot by slot.
-        let (mut from, mut at) = (0usize, 0usize);
-        let mut found = None;
-        let mut shift_at_id = 0isize;
-        for (i, slot) in self.slots.iter().enumerate() {
-            let fixed = self.data.as_bytes().get(from..slot.start)?;
-            if !swar::eq(data.get(at..at.checked_add(fixed.len())?)?, fixed) {
-                return None;
-            }
-            at += fixed.len();
-            let end = literal_end(data, at)?;
-            let text = literal_text(data.get(at..end)?)?;
-            if slot.end <= self.id.start {
-                shift_at_id +=
-                    isize::try_from(end - at).ok()? - isize::try_from(slot.len()).ok()?;
-            }
-            if i == self.content {
-                found = Some((at..end, text));
-            }
-            from = slot.end;
-            at = end;
-        }
-        let tail = self.data.as_bytes().get(from..)?;
-        let end = at.checked_add(tail.len())?;
-        if !swar::eq(data.get(at..end)?, tail) {
-            return None;
-        }
-        let (content, text) = found.filter(|(_, text)| !text.is_empty())?;
-        let id = self.id.start.checked_add_signed(shift_at_id)?
-            ..self.id.end.checked_add_signed(shift_at_id)?;
-        let alone = TextAlone {
-            text,
-            place: TextPlace {
-                channel: self.channel,
-                choice: self.index,
-                pointer: CONTENT,
-                span: content,
-                join_id: id,
-            },
-        };
-        Some((alone, end))
-    }
-}
-
-/// The text of a whole JSON string literal (quotes included), or `None` where JSON refuses it. A
-/// literal without an escape or a control character is its text as written (most are: a few
-/// words); any other is read by serde_json.
-fn literal_text(literal: &[u8]) -> Option<Cow<'_, str>> {
-    let literal = std::str::from_utf8(literal).ok()?;
-    let inner = literal.get(1..literal.len().checked_sub(1)?)?;
-    if inner.bytes().all(|b| b != b'\\' && b >= 0x20) {
-        return Some(Cow::Borrowed(inner));
-    }
-    serde_json::from_str(literal).ok()
-}
-
-/// Where the string literal starting at byte `at` of `data` ends (just past its closing quote),
-/// read as a JSON tokenizer reads it (a backslash escapes the next byte); whether what lies
-/// between is a valid string is serde_json's to say.
-fn literal_end(bytes: &[u8], at: usize) -> Option<usize> {
-    if bytes.get(at) != Some(&b'"') {
-        return None;
-    }
-    let mut i = at + 1;
-    loop {
-        match bytes.get(i)? {
-            b'"' => return Some(i + 1),
-            b'\\' => i += 2,
-            _ => i += 1,
-        }
-    }
-}
-
 /// Where the plain chunk's one text field is: its JSON pointer.
 const CONTENT: &str = "/choices/0/delta/content";
-
-/// Where `part`, a slice borrowed from `whole`, stands in it (bytes).
-fn span_in(whole: &str, part: &str) -> Option<std::ops::Range<usize>> {
-    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
-    let range = start..start.checked_add(part.len())?;
-    (whole.get(range.clone())? == part).then_some(range)
-}
 
 /// The tool calls a chunk is part of, and those it completes.
 #[derive(Default)]
@@ -618,7 +497,7 @@ impl Format for Chat {
     fn passed(&mut self, place: &TextPlace) {
         // What `write` remembers of a plain chunk that finishes nothing.
         self.written_any = true;
-        self.seen.insert(place.choice);
+        self.seen.extend(place.choice);
     }
 
     fn write(&mut self, ev: Ev, out: &mut Vec<u8>) {

@@ -24,6 +24,7 @@ pub mod caller;
 mod chat;
 mod holdback;
 mod responses;
+mod template;
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -396,7 +397,7 @@ impl Rewriter {
             && self.awaiting.is_empty()
             && self.answer_id.is_some()
         {
-            let Some(line) = self.decoder.data_line(chunk) else {
+            let Some((line, named)) = self.decoder.data_line(chunk, self.format.text_name()) else {
                 break;
             };
             // Behind a held rest, a text event takes the rest in (`Piece::absorb`): not as it came.
@@ -412,7 +413,7 @@ impl Rewriter {
                 break;
             };
             self.format.took(&alone.place);
-            let (event, rest) = chunk.split_at_checked(len).unwrap_or((chunk, &[]));
+            let (event, rest) = chunk.split_at_checked(named + len).unwrap_or((chunk, &[]));
             chunk = rest;
             let channel = alone.place.channel;
             let Ok(map) = self.place_text(channel, TextKind::Answer, &alone.text) else {
@@ -430,11 +431,18 @@ impl Rewriter {
                     .all(|p| p.map.end() <= self.bound(p.place.channel, None));
             if confirmed && self.queue_goes_whole() {
                 self.release_queue(None, &mut step.out);
-                for p in run.drain(..) {
-                    self.pass(&p.place, p.event, step);
+                let as_they_came = run
+                    .iter()
+                    .map(|p| &p.place)
+                    .chain([&alone.place])
+                    .all(|place| self.format.goes_as_it_came(place));
+                if as_they_came {
+                    for p in run.drain(..) {
+                        self.pass(&p.place, p.event, step);
+                    }
+                    self.pass(&alone.place, event, step);
+                    continue;
                 }
-                self.pass(&alone.place, event, step);
-                continue;
             }
             run.push(Pending {
                 seq: self.seq,
@@ -448,6 +456,12 @@ impl Rewriter {
                 self.queue_run(run);
                 self.stop_at(found, channel, step);
                 return chunk;
+            }
+            if confirmed && self.queue_goes_whole() {
+                // Confirmed, but `write` changes something of it (the queue before it went
+                // already): the events go the general way, whole, as it would send them.
+                self.queue_run(std::mem::take(&mut run));
+                self.release_queue(None, &mut step.out);
             }
         }
         self.queue_run(run);
@@ -1103,12 +1117,16 @@ impl Ev {
     }
 
     /// An event read without building its tree: `raw` is JSON the tree reader accepts.
-    pub(crate) fn unchanged(name: Option<String>, raw: String, choice: (u64, bool)) -> Self {
+    pub(crate) fn unchanged(
+        name: Option<String>,
+        raw: String,
+        choice: Option<(u64, bool)>,
+    ) -> Self {
         Self {
             name,
             raw: Some(raw),
             data: OnceCell::new(),
-            choice: Some(choice),
+            choice,
             span: None,
             join_id: None,
         }
@@ -1262,14 +1280,23 @@ pub(crate) trait Format {
     /// Writes one event for the caller, renumbering what the vendor numbers in emission order,
     /// and remembers what the caller has seen (for `close`).
     fn write(&mut self, ev: Ev, out: &mut Vec<u8>);
-    /// A nameless event's data, at the start of `line` (the bytes after `data: `, then the rest
-    /// of the chunk), read as text alone when it is an event `write` sends byte for byte as it
+    /// The name (`event:` field) of the events [`Format::text_alone`] reads; `None`: nameless.
+    fn text_name(&self) -> Option<&'static str> {
+        None
+    }
+    /// An event's data, at the start of `line` (the bytes after `data: `, then the rest of the
+    /// chunk; the event named [`Format::text_name`]), read as text alone when it is an event `write` sends byte for byte as it
     /// came once its text is confirmed (most of a stream): with the data's length, the data UTF-8
     /// without a line end. `None` for any other event, which `read` then reads. Nothing is
     /// counted: an event taken from here is then [`Format::took`], and either sent as it came
     /// ([`Format::passed`]) or queued as [`TextPlace::ev`] makes it.
     fn text_alone<'d>(&self, _line: &'d [u8]) -> Option<(TextAlone<'d>, usize)> {
         None
+    }
+    /// Whether `write` would send an event [`Format::text_alone`] read byte for byte as it came,
+    /// now (what it was sent before it may decide that: Anthropic renumbers blocks).
+    fn goes_as_it_came(&self, _place: &TextPlace) -> bool {
+        true
     }
     /// An event read by [`Format::text_alone`] went out as it came: what `write` would remember.
     fn passed(&mut self, _place: &TextPlace) {}
@@ -1305,21 +1332,31 @@ pub(crate) struct TextAlone<'d> {
 #[derive(Debug, Clone)]
 pub(crate) struct TextPlace {
     pub channel: usize,
+    /// The event's name (`event:` field), when the vendor names its events.
+    pub name: Option<&'static str>,
     /// The choice it belongs to (Chat).
-    pub choice: u64,
+    pub choice: Option<u64>,
+    /// Its content block's index upstream (Anthropic).
+    pub block: Option<u64>,
     /// JSON pointer to the text, and where its string literal stands in the data (quotes in).
     pub pointer: &'static str,
     pub span: std::ops::Range<usize>,
-    /// Where the event's `id` literal stands: it joins another like it ([`Ev::join_id`]).
-    pub join_id: std::ops::Range<usize>,
+    /// Where the event's `id` literal stands: it joins another like it ([`Ev::join_id`]; Chat).
+    pub join_id: Option<std::ops::Range<usize>>,
 }
 
 impl TextPlace {
     /// The event, as `read` reads it, its JSON `data`.
     fn ev(self, data: String) -> Ev {
-        let mut ev = Ev::unchanged(None, data, (self.choice, false));
+        let mut ev = Ev::unchanged(
+            self.name.map(str::to_owned),
+            data,
+            self.choice.map(|c| (c, false)),
+        );
         ev.text_span(self.pointer, self.span);
-        ev.join_id_at(self.join_id);
+        if let Some(id) = self.join_id {
+            ev.join_id_at(id);
+        }
         ev
     }
 }

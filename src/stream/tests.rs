@@ -1267,7 +1267,6 @@ fn between_chunks_the_queue_keeps_room_for_what_it_holds_only() {
 /// byte what the general path sends, however the body is split, held, cut or clean.
 #[test]
 fn text_alone_on_the_short_path_is_sent_as_the_general_path_sends_it() {
-    let version = version(POLICY);
     let chunk = |text: &str| {
         format!(
             "data: {{\"id\":\"chatcmpl-9\",\"object\":\"chat.completion.chunk\",\"created\":1,\
@@ -1278,6 +1277,121 @@ fn text_alone_on_the_short_path_is_sent_as_the_general_path_sends_it() {
     };
     let head = "data: {\"id\":\"chatcmpl-9\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
     let tail = "data: {\"id\":\"chatcmpl-9\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    short_path_sends_what_the_general_path_sends(Api::ChatCompletions, head, &chunk, tail);
+}
+
+#[test]
+fn an_anthropic_text_delta_on_the_short_path_is_sent_as_the_general_path_sends_it() {
+    let delta = |index: u64, text: &str| {
+        format!(
+            "event: content_block_delta\n\
+             data: {{\"type\":\"content_block_delta\",\"index\":{index},\
+             \"delta\":{{\"type\":\"text_delta\",\"text\":{}}}}}\n\n",
+            serde_json::to_string(text).unwrap()
+        )
+    };
+    let tail = "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
+        event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":9}}\n\n\
+        event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let chunk = |text: &str| delta(0, text);
+    short_path_sends_what_the_general_path_sends(
+        Api::AnthropicMessages,
+        ANTHROPIC_TEXT_OPENING,
+        &chunk,
+        tail,
+    );
+    // Deltas the template does not read (other spacing, a ping between, a second block under
+    // another index, a text written with escapes) go the general way, and the output is the same.
+    let ping = "event: ping\ndata: {\"type\": \"ping\"}\n\n";
+    let spaced = "event: content_block_delta\ndata: {\"type\": \"content_block_delta\", \"index\": 0, \"delta\": {\"type\": \"text_delta\", \"text\": \"to NL9\"}}\n\n";
+    let escaped = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"1AB\\u004eA04\\/\"}}\n\n";
+    let second = "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
+        event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
+    let stream = [
+        ANTHROPIC_TEXT_OPENING.to_owned(),
+        delta(0, "Pay "),
+        ping.to_owned(),
+        spaced.to_owned(),
+        escaped.to_owned(),
+        delta(0, "17164300 now"),
+        delta(0, " and "),
+        second.to_owned(),
+        delta(1, "then NL9"),
+        delta(1, "1ABNA0417164300"),
+        tail.replace("\"index\":0", "\"index\":1"),
+    ]
+    .concat();
+    let stream = stream.as_bytes();
+    let run_with = |short: bool, chunks: &[&[u8]]| {
+        let mut rw = Rewriter::new(
+            Api::AnthropicMessages,
+            version(POLICY),
+            &request(false),
+            Hold::Rules,
+            1 << 20,
+        );
+        rw.short_path = short;
+        let (out, cut) = feed_all(&mut rw, chunks);
+        (out, cut)
+    };
+    let (whole, cut) = run_with(true, &[stream]);
+    assert_eq!(cut.and_then(|c| c.check), Some(IBAN));
+    for chunks in (0..=stream.len())
+        .map(|i| {
+            let (a, b) = stream.split_at(i);
+            vec![a, b]
+        })
+        .chain([
+            per_event(std::str::from_utf8(stream).unwrap()),
+            stream.chunks(1).collect(),
+            stream.chunks(61).collect(),
+        ])
+    {
+        let (short, short_cut) = run_with(true, &chunks);
+        let (general, general_cut) = run_with(false, &chunks);
+        assert!(short == general, "{} chunks differ", chunks.len());
+        assert_eq!(short_cut, general_cut);
+        if chunks.len() == 1 {
+            assert!(short == whole);
+        }
+    }
+    // A block the caller sees under another index (the upstream's first block is 3): its deltas
+    // are renumbered, so none goes as it came, on either path.
+    let renumbered = [
+        ANTHROPIC_TEXT_OPENING.to_owned(),
+        delta(0, "Well, "),
+        delta(0, "all is "),
+        delta(0, "fine"),
+        tail.to_owned(),
+    ]
+    .concat()
+    .replace("\"index\":0", "\"index\":3");
+    let renumbered = renumbered.as_bytes();
+    let (whole, cut) = run_with(true, &[renumbered]);
+    assert_eq!(cut, None);
+    let text = String::from_utf8(whole.clone()).unwrap();
+    assert!(
+        !text.contains("\"index\":3") && text.contains("\"index\":0"),
+        "{text}"
+    );
+    for chunks in (0..=renumbered.len()).map(|i| {
+        let (a, b) = renumbered.split_at(i);
+        vec![a, b]
+    }) {
+        assert!(run_with(true, &chunks).0 == run_with(false, &chunks).0);
+    }
+}
+
+/// What the short path sends (`Rewriter::pass_whole`) against the general path alone, for
+/// streams of `api` made of `head`, text events made by `chunk` and `tail`: byte for byte the
+/// same, fed whole, at every split in two, one event at a time and in small chunks.
+fn short_path_sends_what_the_general_path_sends(
+    api: Api,
+    head: &str,
+    chunk: &dyn Fn(&str) -> String,
+    tail: &str,
+) {
+    let version = version(POLICY);
     let cases: [(&[&str], Option<usize>); 6] = [
         (&["Pay ", "to N", "L91ABNA0417164300", " now"], Some(IBAN)),
         (
@@ -1305,7 +1419,7 @@ fn text_alone_on_the_short_path_is_sent_as_the_general_path_sends_it() {
     ];
     let run_with = |short: bool, chunks: &[&[u8]]| {
         let mut rw = Rewriter::new(
-            Api::ChatCompletions,
+            api,
             Rc::clone(&version),
             &request(false),
             Hold::Rules,
@@ -1356,10 +1470,7 @@ fn text_alone_on_the_short_path_is_sent_as_the_general_path_sends_it() {
     let e = stream.iter().rposition(|&b| b == 0xc3).unwrap();
     stream[e] = 0xff;
     // Whole, and with the bad event starting a chunk.
-    let start = stream[..e]
-        .windows(6)
-        .rposition(|w| w == b"data: ")
-        .unwrap();
+    let start = stream[..e].windows(2).rposition(|w| w == b"\n\n").unwrap() + 2;
     let (before, from) = stream.split_at(start);
     for chunks in [vec![&stream[..]], vec![before, from]] {
         let (short, cut, _) = run_with(true, &chunks);
