@@ -181,8 +181,34 @@ def chat_stream(deltas: list[str]) -> tuple[list[bytes], list[bytes], list[bytes
     return head, body, tail
 
 
+def responses_stream(deltas: list[str]) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """(head, text events, tail) of an OpenAI Responses stream, like the vendor's: every event numbered."""
+    seq = iter(range(1 << 30))
+    response = {"id": "resp_bench", "object": "response", "created_at": 1700000000, "status": "in_progress",
+                "model": "gpt-4.1-mini", "output": []}
+    item = {"id": "msg_bench", "type": "message", "status": "in_progress", "role": "assistant", "content": []}
+    at = {"item_id": "msg_bench", "output_index": 0, "content_index": 0}
+    part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+
+    def ev(kind: str, **fields) -> bytes:
+        return sse(kind, {"type": kind, "sequence_number": next(seq), **fields})
+
+    head = [ev("response.created", response=response), ev("response.in_progress", response=response),
+            ev("response.output_item.added", output_index=0, item=item),
+            ev("response.content_part.added", **at, part=part)]
+    body = [ev("response.output_text.delta", **at, delta=d, logprobs=[]) for d in deltas]
+    text = "".join(deltas)
+    done_part = {**part, "text": text}
+    tail = [ev("response.output_text.done", **at, text=text, logprobs=[]),
+            ev("response.content_part.done", **at, part=done_part),
+            ev("response.output_item.done", output_index=0,
+               item={**item, "status": "completed", "content": [done_part]}),
+            ev("response.completed", response={**response, "status": "completed"})]
+    return head, body, tail
+
+
 def vendor_stream(deltas: list[str]) -> tuple[list[bytes], list[bytes], list[bytes]]:
-    return chat_stream(deltas) if SHAPE == "chat" else anthropic_stream(deltas)
+    return {"chat": chat_stream, "responses": responses_stream}.get(SHAPE, anthropic_stream)(deltas)
 
 
 def count_events() -> int:
@@ -485,7 +511,16 @@ CHAT_REQUEST_BODY = json.dumps({"model": "gpt-4.1-mini", "stream": True,
                                 "messages": [{"role": "user", "content": "Where is my order?"}]}).encode()
 
 
+RESPONSES_REQUEST_BODY = json.dumps({"model": "gpt-4.1-mini", "stream": True,
+                                     "input": "Where is my order?"}).encode()
+
+
 def request_bytes(headers: dict) -> bytes:
+    if SHAPE == "responses":
+        lines = ["POST /v1/responses HTTP/1.1", "host: api.openai.com", "content-type: application/json",
+                 "accept: text/event-stream", "connection: close", f"content-length: {len(RESPONSES_REQUEST_BODY)}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode() + RESPONSES_REQUEST_BODY
     if SHAPE == "chat":
         # `connection: close`: the client reads each response to the end of the connection.
         lines = ["POST /v1/chat/completions HTTP/1.1", "host: api.openai.com", "content-type: application/json",
@@ -589,6 +624,10 @@ def parse_response(reads: list[tuple[int, bytes]]) -> dict:
                     data = {"type": "message_stop"}
                 else:
                     data = json.loads(raw_data)
+                if data.get("type") == "response.output_text.delta":
+                    data = {"type": "content_block_delta", "delta": {"type": "text_delta", "text": data["delta"]}}
+                elif data.get("type") == "response.completed":
+                    data = {"type": "message_stop"}
                 if data.get("object") == "chat.completion.chunk":
                     content = (data.get("choices") or [{}])[0].get("delta", {}).get("content")
                     data = {"type": "content_block_delta" if content else "chunk",
@@ -1002,7 +1041,8 @@ def write_report(r: dict) -> None:
     w(f"- (a) = envoy/livecheck.yaml without the wasm filter; (b) = the same with livecheck, rules only ({CONFIG_NAME}; "
       f"by default `NL\\d{{2}}[A-Z]{{4}}\\d{{10}}` (max_match {PATTERN_MAX}) and not_contains `{FORBIDDEN_WORD}`), no recover; "
       f"unframed (the default: no `stream_frame_bytes`).")
-    w(f"- Answer: {'OpenAI Chat Completions' if SHAPE == 'chat' else 'Anthropic Messages'} SSE, {TOKENS} text deltas of {DELTA_CHARS} characters, one event per HTTP "
+    shape_name = {"chat": "OpenAI Chat Completions", "responses": "OpenAI Responses"}.get(SHAPE, "Anthropic Messages")
+    w(f"- Answer: {shape_name} SSE, {TOKENS} text deltas of {DELTA_CHARS} characters, one event per HTTP "
       f"chunk and per write (the chunked run: {CHUNK_EVENTS}); upstream double in its own process; raw-socket client that timestamps each read "
       f"and parses afterwards. Checked before reporting (the run stops otherwise): the same bytes to (a) and (b) "
       f"(sha256 equal), and livecheck's output checks each passed once per stream ("

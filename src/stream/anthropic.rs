@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::template::{span_in, Template};
+use super::template::{keeps_index, read_named, read_outside_calls, span_in, Template};
 use super::util::{self, str_at, u64_at};
 use super::{Ev, Format, Lane, TextAlone, TextIn, TextKind, TextPlace, Unit, Unreadable};
 use crate::api::{Request, ToolCall};
@@ -98,38 +98,6 @@ impl Anthropic {
         }
     }
 
-    /// A text delta of the last one's shape, read without its tree: the unit `read` makes of it
-    /// from its tree, its event the JSON as it came. The event back for any other.
-    fn read_templated(&mut self, event: sse::Event) -> Result<Unit, sse::Event> {
-        let read = match (&self.template, event.event.as_deref()) {
-            (Some(template), Some(TEXT_EVENT)) => template
-                .read(event.data.as_bytes())
-                .filter(|(_, len)| *len == event.data.len())
-                .and_then(|(alone, _)| {
-                    Some((
-                        alone.text.into_owned(),
-                        alone.place.span,
-                        alone.place.block?,
-                    ))
-                }),
-            _ => None,
-        };
-        let Some((text, span, index)) = read else {
-            return Err(event);
-        };
-        self.deltas += 1;
-        let lane = self.lanes.get(&index).copied().unwrap_or(Lane::Side);
-        let mut ev = Ev::unchanged(event.event, event.data, None);
-        ev.text_span(TEXT, span);
-        let mut unit = Unit::new(ev, lane);
-        unit.texts.push(TextIn {
-            text: Some(text),
-            ..text_in(TEXT, TextKind::Answer)
-        });
-        unit.calls.extend(self.calls.get(&index));
-        Ok(unit)
-    }
-
     fn emit(&mut self, data: Value, out: &mut Vec<u8>) {
         let name = str_at(&data, "/type").map(str::to_owned);
         self.write(Ev::new(name, data), out);
@@ -169,8 +137,11 @@ impl Format for Anthropic {
     }
 
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
-        let event = match self.read_templated(event) {
-            Ok(unit) => return Ok(unit),
+        let event = match read_named(self.template.as_ref(), event, &self.lanes, &self.calls) {
+            Ok(unit) => {
+                self.deltas += 1;
+                return Ok(unit);
+            }
             Err(event) => event,
         };
         let (data, as_it_came) = util::parse(&event)?;
@@ -252,19 +223,9 @@ impl Format for Anthropic {
         let span = (as_it_came && kind == TEXT_EVENT)
             .then(|| plain_text_span(&event.data))
             .flatten();
-        if let Some((span, index)) = &span {
-            let one_line = !event.data.contains('\n');
-            if event.event.as_deref() == Some(TEXT_EVENT) && one_line && !texts.is_empty() {
-                let place = TextPlace {
-                    channel: 0,
-                    name: Some(TEXT_EVENT),
-                    choice: None,
-                    block: Some(*index),
-                    pointer: TEXT,
-                    span: span.clone(),
-                    join_id: None,
-                };
-                self.template = Some(Template::new(event.data.clone(), place, None));
+        if let Some(plain) = span.clone().filter(|_| !texts.is_empty()) {
+            if let Some(template) = Template::named(&event, TEXT_EVENT, TEXT, plain, Vec::new()) {
+                self.template = Some(template);
             }
         }
         let mut ev = Ev::parsed(event.event, event.data, data, as_it_came);
@@ -286,19 +247,11 @@ impl Format for Anthropic {
     }
 
     fn text_alone<'d>(&self, line: &'d [u8]) -> Option<(TextAlone<'d>, usize)> {
-        // Never a tool call's block: its events go as a unit.
-        let (alone, len) = self.template.as_ref()?.read(line)?;
-        if self.calls.contains(&alone.place.block?) {
-            return None;
-        }
-        Some((alone, len))
+        read_outside_calls(self.template.as_ref(), line, &self.calls)
     }
 
-    fn goes_as_it_came(&self, place: &TextPlace) -> bool {
-        // The caller sees the block under its own index: `write` renumbers nothing.
-        place
-            .block
-            .is_some_and(|block| self.indexes.get(&block) == Some(&block))
+    fn goes_as_it_came(&self, place: &TextPlace, _after: usize) -> bool {
+        keeps_index(place, &self.indexes)
     }
 
     fn took(&mut self, _place: &TextPlace) {

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use super::template::{span_in, Template};
+use super::template::{span_in, Slot, Template};
 use super::util::{self, str_at, u64_at};
 use super::{Ev, Format, Lane, TextAlone, TextIn, TextKind, TextPlace, Unit, Unreadable};
 use crate::api::{Request, ToolCall};
@@ -269,10 +269,12 @@ impl Chat {
                     name: None,
                     choice: Some(choice.index),
                     block: None,
+                    sequence: None,
                     pointer: CONTENT,
                     span: content.clone(),
                     join_id: Some(id.clone()),
                 };
+                let obfuscation = obfuscation.map(|span| (span, Slot::String));
                 Some(Template::new(event.data.clone(), place, obfuscation))
             }
             _ => None,

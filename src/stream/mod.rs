@@ -435,7 +435,8 @@ impl Rewriter {
                     .iter()
                     .map(|p| &p.place)
                     .chain([&alone.place])
-                    .all(|place| self.format.goes_as_it_came(place));
+                    .enumerate()
+                    .all(|(after, place)| self.format.goes_as_it_came(place, after));
                 if as_they_came {
                     for p in run.drain(..) {
                         self.pass(&p.place, p.event, step);
@@ -1294,8 +1295,9 @@ pub(crate) trait Format {
         None
     }
     /// Whether `write` would send an event [`Format::text_alone`] read byte for byte as it came,
-    /// now (what it was sent before it may decide that: Anthropic renumbers blocks).
-    fn goes_as_it_came(&self, _place: &TextPlace) -> bool {
+    /// were it sent now, `after` such events ([`Format::passed`] not yet told of them): what was
+    /// sent before it may decide that (Anthropic renumbers blocks; Responses numbers every event).
+    fn goes_as_it_came(&self, _place: &TextPlace, _after: usize) -> bool {
         true
     }
     /// An event read by [`Format::text_alone`] went out as it came: what `write` would remember.
@@ -1336,8 +1338,10 @@ pub(crate) struct TextPlace {
     pub name: Option<&'static str>,
     /// The choice it belongs to (Chat).
     pub choice: Option<u64>,
-    /// Its content block's index upstream (Anthropic).
+    /// Its content block's (Anthropic) or output item's (Responses) index upstream.
     pub block: Option<u64>,
+    /// The number the event counts itself by upstream (Responses' `sequence_number`).
+    pub sequence: Option<u64>,
     /// JSON pointer to the text, and where its string literal stands in the data (quotes in).
     pub pointer: &'static str,
     pub span: std::ops::Range<usize>,

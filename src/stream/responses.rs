@@ -11,12 +11,16 @@
 //! partial tool call is never handed over as done), and the output does not repeat their text, so
 //! nothing here grows with the answer (restating it meant keeping every character sent).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use super::template::{keeps_index, read_named, read_outside_calls, span_in, Slot, Template};
 use super::util::{self, str_at, u64_at};
-use super::{Ev, Format, Lane, TextIn, TextKind, Unit, Unreadable};
+use super::{Ev, Format, Lane, TextAlone, TextIn, TextKind, TextPlace, Unit, Unreadable};
 use crate::api::{self, Request, ToolCall};
 use crate::sse;
 
@@ -33,6 +37,66 @@ pub(super) struct Responses {
     /// Upstream output indexes of the items that are tool calls.
     calls: BTreeSet<u64>,
     ended: bool,
+    /// The last text delta read from its JSON, as a pattern for the next ([`Template`]).
+    template: Option<Template>,
+}
+
+/// The event most of a stream is.
+const TEXT_EVENT: &str = "response.output_text.delta";
+/// Where a delta's text is.
+const DELTA: &str = "/delta";
+
+/// An output text delta of the plain shape (nothing but these fields, nothing twice), read
+/// borrowed to learn where its values stand. Every value goes through serde_json's own parsers:
+/// what it accepts the tree reader reads the same way.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // Fields only read to be accepted: they are the template's fixed bytes.
+struct PlainDelta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    item_id: Cow<'a, str>,
+    output_index: u64,
+    content_index: u64,
+    #[serde(borrow)]
+    delta: &'a RawValue,
+    #[serde(borrow)]
+    logprobs: Option<&'a RawValue>,
+    #[serde(borrow)]
+    sequence_number: Option<&'a RawValue>,
+    #[serde(borrow)]
+    obfuscation: Option<&'a RawValue>,
+}
+
+/// What a plain delta's data says of its place: the delta's literal, its output index, and its
+/// other values that differ from event to event (`sequence_number`, `obfuscation`).
+type PlainPlace = (
+    std::ops::Range<usize>,
+    u64,
+    Vec<(std::ops::Range<usize>, Slot)>,
+);
+
+fn plain_delta(data: &str) -> Option<PlainPlace> {
+    let delta: PlainDelta = serde_json::from_str(data).ok()?;
+    if delta.kind != TEXT_EVENT {
+        return None;
+    }
+    let mut others = Vec::new();
+    if let Some(n) = delta.sequence_number {
+        // An integer of digits alone (the template reads no other number).
+        n.get().parse::<u64>().ok()?;
+        others.push((span_in(data, n.get())?, Slot::Sequence));
+    }
+    if let Some(o) = delta.obfuscation {
+        serde_json::from_str::<Cow<str>>(o.get()).ok()?;
+        others.push((span_in(data, o.get())?, Slot::String));
+    }
+    Some((
+        span_in(data, delta.delta.get())?,
+        delta.output_index,
+        others,
+    ))
 }
 
 impl Responses {
@@ -48,6 +112,7 @@ impl Responses {
             indexes: BTreeMap::new(),
             calls: BTreeSet::new(),
             ended: false,
+            template: None,
         }
     }
 
@@ -107,6 +172,13 @@ impl Format for Responses {
     }
 
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
+        let event = match read_named(self.template.as_ref(), event, &self.lanes, &self.calls) {
+            Ok(unit) => {
+                self.deltas += 1;
+                return Ok(unit);
+            }
+            Err(event) => event,
+        };
         let (data, as_it_came) = util::parse(&event)?;
         let kind = str_at(&data, "/type").unwrap_or_default().to_owned();
         let output_index = u64_at(&data, "/output_index");
@@ -179,7 +251,24 @@ impl Format for Responses {
         } else {
             Vec::new()
         };
-        let mut unit = Unit::new(Ev::parsed(event.event, event.data, data, as_it_came), lane);
+        // A text delta written as it came keeps where its text stands: a changed text is written
+        // there, the rest of its JSON kept; and one of text makes the template for the next.
+        let plain = (as_it_came && kind == TEXT_EVENT)
+            .then(|| plain_delta(&event.data))
+            .flatten();
+        let span = plain.as_ref().map(|(span, _, _)| span.clone());
+        if let Some((span, index, others)) = plain.filter(|_| !texts.is_empty()) {
+            if let Some(template) =
+                Template::named(&event, TEXT_EVENT, DELTA, (span, index), others)
+            {
+                self.template = Some(template);
+            }
+        }
+        let mut ev = Ev::parsed(event.event, event.data, data, as_it_came);
+        if let Some(span) = span {
+            ev.text_span(DELTA, span);
+        }
+        let mut unit = Unit::new(ev, lane);
         unit.texts = texts;
         unit.ends = ends;
         unit.terminal = terminal;
@@ -214,6 +303,31 @@ impl Format for Responses {
         util::write(&ev, out);
     }
 
+    fn text_name(&self) -> Option<&'static str> {
+        Some(TEXT_EVENT)
+    }
+
+    fn text_alone<'d>(&self, line: &'d [u8]) -> Option<(TextAlone<'d>, usize)> {
+        read_outside_calls(self.template.as_ref(), line, &self.calls)
+    }
+
+    fn goes_as_it_came(&self, place: &TextPlace, after: usize) -> bool {
+        // `write` numbers every event the caller gets and renumbers output items in the order
+        // they are written: it leaves one as it came when both are the upstream's already.
+        let sequence = self.sequence.checked_add(after as u64);
+        keeps_index(place, &self.indexes) && place.sequence.is_some() && place.sequence == sequence
+    }
+
+    fn took(&mut self, _place: &TextPlace) {
+        // What `read` counts of a delta.
+        self.deltas += 1;
+    }
+
+    fn passed(&mut self, _place: &TextPlace) {
+        // What `write` counts of an event it sends.
+        self.sequence += 1;
+    }
+
     fn joins(&self, rest: &Ev, next: &Ev) -> bool {
         let text = |ev: &Ev| {
             str_at(ev.data(), "/type") == Some("response.output_text.delta")
@@ -227,8 +341,14 @@ impl Format for Responses {
     }
 
     fn part(&self, ev: &mut Ev) {
-        // Log probabilities belong to whole tokens: they go with the last part.
-        if ev.data().get("logprobs").is_some_and(Value::is_array) {
+        // Log probabilities belong to whole tokens: they go with the last part (an event with
+        // none keeps its JSON as it came).
+        if ev
+            .data()
+            .get("logprobs")
+            .and_then(Value::as_array)
+            .is_some_and(|l| !l.is_empty())
+        {
             if let Some(data) = ev.data_mut() {
                 set(data, "logprobs", json!([]));
             }

@@ -1,28 +1,40 @@
 //! A text event of the last one's shape, read without parsing.
 //!
 //! Most of a stream is text events that differ only in their text string (and, in some
-//! vendors' events, another string that changes every event, such as OpenAI's `obfuscation`).
+//! vendors' events, other values that change every event: OpenAI's `obfuscation` string, the
+//! Responses API's `sequence_number`).
 //! After one such event was read as JSON, the next is compared with it byte for byte outside
-//! those strings, and each string's literal is found (a backslash skips the next byte) and read
-//! as JSON. When all of that holds, the event is the template's JSON with other strings in the
+//! those values, and each string's literal is found (a backslash skips the next byte) and read
+//! as JSON, each number's digits read as an integer JSON writes. When all of that holds, the event is the template's JSON with other strings in the
 //! same places, so the JSON reader would read it the same way: its place is the template's with
 //! the new text, its spans moved by the strings' new lengths. Anything else (other spacing,
 //! another id or index, another kind of event, an empty text, a string JSON refuses) is the
 //! vendor reader's, as before.
 
 use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
-use super::{TextAlone, TextPlace};
-use crate::swar;
+use super::{Ev, Lane, TextAlone, TextIn, TextKind, TextPlace, Unit};
+use crate::{sse, swar};
+
+/// A value of a template's event that may differ from event to event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Slot {
+    /// The text (a string literal, quotes included).
+    Text,
+    /// Another string literal.
+    String,
+    /// A number the event counts itself by (an integer of digits alone), read into
+    /// [`TextPlace::sequence`].
+    Sequence,
+}
 
 pub(super) struct Template {
     /// The event's data as it came: one line, UTF-8.
     data: String,
-    /// The string literals that may differ (bytes, quotes included), in the order they stand.
-    slots: Vec<Range<usize>>,
-    /// Which of `slots` is the text.
-    text: usize,
+    /// The values that may differ (bytes), in the order they stand.
+    slots: Vec<(Range<usize>, Slot)>,
     /// What a read event's place says besides its spans; its `join_id` (a literal among the
     /// fixed bytes, so the same in every event read) is where it stands in the template.
     place: TextPlace,
@@ -30,17 +42,44 @@ pub(super) struct Template {
 
 impl Template {
     /// A template of `data`, a text event's data of one line whose text literal stands at
-    /// `place.span` and whose `other` literal (if any) also differs from event to event.
-    pub(super) fn new(data: String, place: TextPlace, other: Option<Range<usize>>) -> Self {
-        let mut slots: Vec<_> = std::iter::once(place.span.clone()).chain(other).collect();
-        slots.sort_by_key(|s| s.start);
-        let text = slots.iter().position(|s| *s == place.span).unwrap_or(0);
-        Self {
-            data,
-            slots,
-            text,
-            place,
+    /// `place.span` and whose `others` (a string literal or a sequence number each) also differ
+    /// from event to event.
+    pub(super) fn new(
+        data: String,
+        place: TextPlace,
+        others: impl IntoIterator<Item = (Range<usize>, Slot)>,
+    ) -> Self {
+        let mut slots: Vec<_> = std::iter::once((place.span.clone(), Slot::Text))
+            .chain(others)
+            .collect();
+        slots.sort_by_key(|(s, _)| s.start);
+        Self { data, slots, place }
+    }
+
+    /// A template of a named vendor's text event (Anthropic, Responses): `event` named `name`,
+    /// its data one line, its text (at `pointer`, its literal at `span`) in channel 0, of block
+    /// or item `block`; `None` for an event of another name or of several lines.
+    pub(super) fn named(
+        event: &sse::Event,
+        name: &'static str,
+        pointer: &'static str,
+        (span, block): (Range<usize>, u64),
+        others: Vec<(Range<usize>, Slot)>,
+    ) -> Option<Self> {
+        if event.event.as_deref() != Some(name) || event.data.contains('\n') {
+            return None;
         }
+        let place = TextPlace {
+            channel: 0,
+            name: Some(name),
+            choice: None,
+            block: Some(block),
+            sequence: None,
+            pointer,
+            span,
+            join_id: None,
+        };
+        Some(Self::new(event.data.clone(), place, others))
     }
 
     /// An event's data at the start of `data` (what follows it is not read), read as text alone
@@ -52,22 +91,33 @@ impl Template {
         // Template offset `from` → data offset `at`, slot by slot.
         let (mut from, mut at) = (0usize, 0usize);
         let mut found = None;
+        let mut sequence = None;
         let mut shift_at_id = 0isize;
         let id_start = self.place.join_id.as_ref().map_or(0, |id| id.start);
-        for (i, slot) in self.slots.iter().enumerate() {
+        for (slot, kind) in &self.slots {
             let fixed = self.data.as_bytes().get(from..slot.start)?;
             if !swar::eq(data.get(at..at.checked_add(fixed.len())?)?, fixed) {
                 return None;
             }
             at += fixed.len();
-            let end = literal_end(data, at)?;
-            let text = literal_text(data.get(at..end)?)?;
+            let end = match kind {
+                Slot::Text | Slot::String => {
+                    let end = literal_end(data, at)?;
+                    let text = literal_text(data.get(at..end)?)?;
+                    if *kind == Slot::Text {
+                        found = Some((at..end, text));
+                    }
+                    end
+                }
+                Slot::Sequence => {
+                    let (n, end) = integer(data, at)?;
+                    sequence = Some(n);
+                    end
+                }
+            };
             if slot.end <= id_start {
                 shift_at_id +=
                     isize::try_from(end - at).ok()? - isize::try_from(slot.len()).ok()?;
-            }
-            if i == self.text {
-                found = Some((at..end, text));
             }
             from = slot.end;
             at = end;
@@ -88,10 +138,64 @@ impl Template {
         let place = TextPlace {
             span,
             join_id,
+            sequence,
             ..self.place.clone()
         };
         Some((TextAlone { text, place }, end))
     }
+}
+
+/// A text event of `template`'s shape (named as its events are; Anthropic, Responses), read
+/// without its tree: the unit the vendor's reader makes of it from its tree (its lane and the
+/// tool calls of its block or item from `lanes` and `calls`), the event its JSON as it came. The
+/// event back for any other.
+pub(super) fn read_named(
+    template: Option<&Template>,
+    event: sse::Event,
+    lanes: &BTreeMap<u64, Lane>,
+    calls: &BTreeSet<u64>,
+) -> Result<Unit, sse::Event> {
+    let read = match template {
+        Some(template) if event.event.as_deref() == template.place.name => template
+            .read(event.data.as_bytes())
+            .filter(|(_, len)| *len == event.data.len())
+            .map(|(alone, _)| (alone.text.into_owned(), alone.place)),
+        _ => None,
+    };
+    let Some((text, place)) = read.filter(|(_, place)| place.block.is_some()) else {
+        return Err(event);
+    };
+    let block = place.block.unwrap_or_default();
+    let mut ev = Ev::unchanged(event.event, event.data, None);
+    ev.text_span(place.pointer, place.span);
+    let mut unit = Unit::new(ev, lanes.get(&block).copied().unwrap_or(Lane::Side));
+    unit.texts.push(TextIn {
+        pointer: place.pointer.into(),
+        channel: place.channel,
+        kind: TextKind::Answer,
+        text: Some(text),
+    });
+    unit.calls.extend(calls.get(&block));
+    Ok(unit)
+}
+
+/// [`Template::read`] for an event whose block or item is not a tool call's (`calls`): a call's
+/// events go as a unit, never on the short path.
+pub(super) fn read_outside_calls<'d>(
+    template: Option<&Template>,
+    line: &'d [u8],
+    calls: &BTreeSet<u64>,
+) -> Option<(TextAlone<'d>, usize)> {
+    let (alone, len) = template?.read(line)?;
+    (!calls.contains(&alone.place.block?)).then_some((alone, len))
+}
+
+/// Whether the caller sees the block or item `place` belongs to under its upstream index
+/// (`indexes`: upstream index → the caller's), so that `write` renumbers nothing of it.
+pub(super) fn keeps_index(place: &TextPlace, indexes: &BTreeMap<u64, u64>) -> bool {
+    place
+        .block
+        .is_some_and(|block| indexes.get(&block) == Some(&block))
 }
 
 /// The text of a whole JSON string literal (quotes included), or `None` where JSON refuses it. A
@@ -121,6 +225,23 @@ fn literal_end(bytes: &[u8], at: usize) -> Option<usize> {
             _ => i += 1,
         }
     }
+}
+
+/// The non-negative integer JSON writes at byte `at` of `bytes` (digits, no leading zero but a
+/// lone `0`), as a `u64`, and where it ends; `None` for anything else there (a sign, a leading
+/// zero, more digits than a `u64` holds). What follows it is the template's to compare.
+fn integer(bytes: &[u8], at: usize) -> Option<(u64, usize)> {
+    let digits = bytes
+        .get(at..)?
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    let text = bytes.get(at..at.checked_add(digits)?)?;
+    if text.is_empty() || (text.len() > 1 && text.first() == Some(&b'0')) {
+        return None;
+    }
+    let n = std::str::from_utf8(text).ok()?.parse().ok()?;
+    Some((n, at + digits))
 }
 
 /// Where `part`, a slice borrowed from `whole`, stands in it (bytes).

@@ -1277,7 +1277,11 @@ fn text_alone_on_the_short_path_is_sent_as_the_general_path_sends_it() {
     };
     let head = "data: {\"id\":\"chatcmpl-9\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
     let tail = "data: {\"id\":\"chatcmpl-9\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
-    short_path_sends_what_the_general_path_sends(Api::ChatCompletions, head, &chunk, tail);
+    let stream_of = |texts: &[&str]| {
+        let texts: String = texts.iter().map(|t| chunk(t)).collect();
+        format!("{head}{}{texts}{tail}", chunk("Well, "))
+    };
+    short_path_sends_what_the_general_path_sends(Api::ChatCompletions, head.len(), &stream_of);
 }
 
 #[test]
@@ -1293,12 +1297,17 @@ fn an_anthropic_text_delta_on_the_short_path_is_sent_as_the_general_path_sends_i
     let tail = "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
         event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":9}}\n\n\
         event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
-    let chunk = |text: &str| delta(0, text);
+    let stream_of = |texts: &[&str]| {
+        let texts: String = texts.iter().map(|t| delta(0, t)).collect();
+        format!(
+            "{ANTHROPIC_TEXT_OPENING}{}{texts}{tail}",
+            delta(0, "Well, ")
+        )
+    };
     short_path_sends_what_the_general_path_sends(
         Api::AnthropicMessages,
-        ANTHROPIC_TEXT_OPENING,
-        &chunk,
-        tail,
+        ANTHROPIC_TEXT_OPENING.len(),
+        &stream_of,
     );
     // Deltas the template does not read (other spacing, a ping between, a second block under
     // another index, a text written with escapes) go the general way, and the output is the same.
@@ -1337,6 +1346,7 @@ fn an_anthropic_text_delta_on_the_short_path_is_sent_as_the_general_path_sends_i
     let (whole, cut) = run_with(true, &[stream]);
     assert_eq!(cut.and_then(|c| c.check), Some(IBAN));
     for chunks in (0..=stream.len())
+        .step_by(2)
         .map(|i| {
             let (a, b) = stream.split_at(i);
             vec![a, b]
@@ -1374,7 +1384,7 @@ fn an_anthropic_text_delta_on_the_short_path_is_sent_as_the_general_path_sends_i
         !text.contains("\"index\":3") && text.contains("\"index\":0"),
         "{text}"
     );
-    for chunks in (0..=renumbered.len()).map(|i| {
+    for chunks in (0..=renumbered.len()).step_by(3).map(|i| {
         let (a, b) = renumbered.split_at(i);
         vec![a, b]
     }) {
@@ -1382,14 +1392,80 @@ fn an_anthropic_text_delta_on_the_short_path_is_sent_as_the_general_path_sends_i
     }
 }
 
+/// A Responses stream of `texts` (after "Well, "): every event numbered as the vendor numbers
+/// them, from 0; `obfuscation` set on the deltas when given (the vendor's padding).
+fn responses_stream_of(texts: &[&str], obfuscation: bool, index: u64) -> String {
+    let mut n = 0u64;
+    let mut next = || {
+        n += 1;
+        n - 1
+    };
+    let mut out = String::new();
+    let mut event = |name: &str, data: String| {
+        out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+    };
+    event("response.created", format!("{{\"type\":\"response.created\",\"sequence_number\":{},\"response\":{{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"in_progress\",\"model\":\"m\",\"output\":[]}}}}", next()));
+    event("response.output_item.added", format!("{{\"type\":\"response.output_item.added\",\"sequence_number\":{},\"output_index\":{index},\"item\":{{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"in_progress\",\"role\":\"assistant\",\"content\":[]}}}}", next()));
+    for text in std::iter::once(&"Well, ").chain(texts) {
+        let pad = if obfuscation {
+            format!(
+                ",\"obfuscation\":{}",
+                serde_json::to_string(&"x".repeat(text.len() % 5)).unwrap()
+            )
+        } else {
+            String::new()
+        };
+        event("response.output_text.delta", format!("{{\"type\":\"response.output_text.delta\",\"sequence_number\":{},\"item_id\":\"msg_1\",\"output_index\":{index},\"content_index\":0,\"delta\":{},\"logprobs\":[]{pad}}}", next(), serde_json::to_string(text).unwrap()));
+    }
+    event("response.completed", format!("{{\"type\":\"response.completed\",\"sequence_number\":{},\"response\":{{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"completed\",\"model\":\"m\",\"output\":[]}}}}", next()));
+    out
+}
+
+#[test]
+fn a_responses_text_delta_on_the_short_path_is_sent_as_the_general_path_sends_it() {
+    let head = responses_stream_of(&[], false, 0)
+        .find("event: response.output_text.delta")
+        .unwrap();
+    // With `obfuscation`, a string slot beside the sequence number's.
+    let stream_of = |texts: &[&str]| responses_stream_of(texts, true, 0);
+    short_path_sends_what_the_general_path_sends(Api::Responses, head, &stream_of);
+    // An item the caller sees under another output index (the upstream's first is 2): renumbered,
+    // so no delta goes as it came, on either path; and a sequence the upstream starts at 7.
+    let run_with = |short: bool, chunks: &[&[u8]]| {
+        let mut rw = Rewriter::new(
+            Api::Responses,
+            version(POLICY),
+            &request(false),
+            Hold::Rules,
+            1 << 20,
+        );
+        rw.short_path = short;
+        (feed_all(&mut rw, chunks).0, rw.passed_whole)
+    };
+    let renumbered = responses_stream_of(&["all is ", "fine"], false, 2);
+    let late = responses_stream_of(&["all is ", "fine"], false, 0)
+        .replace("\"sequence_number\":", "\"sequence_number\":7");
+    for stream in [renumbered, late] {
+        let stream = stream.as_bytes();
+        let (whole, passed) = run_with(true, &[stream]);
+        assert_eq!(passed, 0);
+        let text = String::from_utf8(whole).unwrap();
+        assert!(text.contains("\"output_index\":0") && text.contains("\"sequence_number\":0"));
+        for i in (0..=stream.len()).step_by(3) {
+            let (a, b) = stream.split_at(i);
+            assert!(run_with(true, &[a, b]).0 == run_with(false, &[a, b]).0);
+        }
+    }
+}
+
 /// What the short path sends (`Rewriter::pass_whole`) against the general path alone, for
-/// streams of `api` made of `head`, text events made by `chunk` and `tail`: byte for byte the
-/// same, fed whole, at every split in two, one event at a time and in small chunks.
+/// streams of `api` that `stream_of` makes of text events ("Well, " first), its first `head`
+/// bytes before the text: byte for byte the same, fed whole, at every split in two, one event at
+/// a time and in small chunks.
 fn short_path_sends_what_the_general_path_sends(
     api: Api,
-    head: &str,
-    chunk: &dyn Fn(&str) -> String,
-    tail: &str,
+    head: usize,
+    stream_of: &dyn Fn(&[&str]) -> String,
 ) {
     let version = version(POLICY);
     let cases: [(&[&str], Option<usize>); 6] = [
@@ -1430,11 +1506,7 @@ fn short_path_sends_what_the_general_path_sends(
         (out, cut, rw.passed_whole)
     };
     for (texts, check) in cases {
-        let stream = format!(
-            "{head}{}{}{tail}",
-            chunk("Well, "),
-            texts.iter().map(|t| chunk(t)).collect::<String>()
-        );
+        let stream = stream_of(texts);
         let stream = stream.as_bytes();
         let (whole, cut, passed) = run_with(true, &[stream]);
         assert!(passed >= 1, "{texts:?}: nothing took the short path");
@@ -1442,7 +1514,7 @@ fn short_path_sends_what_the_general_path_sends(
         assert_eq!(cut.and_then(|c| c.check), check, "{texts:?}");
         if check.is_none() && texts.iter().all(|t| !t.contains("NL9")) {
             // Nothing held: every byte after the first chunk (read as a tree) as it came.
-            assert!(whole.ends_with(&stream[head.len()..]), "{texts:?}");
+            assert!(whole.ends_with(&stream[head..]), "{texts:?}");
         }
         let mut splits: Vec<Vec<&[u8]>> = (0..=stream.len())
             .map(|i| {
@@ -1466,7 +1538,7 @@ fn short_path_sends_what_the_general_path_sends(
         }
     }
     // A text that is not UTF-8 (the template compares bytes): unreadable on both paths.
-    let mut stream = format!("{head}{}{}{tail}", chunk("Well, "), chunk("so é ok")).into_bytes();
+    let mut stream = stream_of(&["so é ok"]).into_bytes();
     let e = stream.iter().rposition(|&b| b == 0xc3).unwrap();
     stream[e] = 0xff;
     // Whole, and with the bad event starting a chunk.
