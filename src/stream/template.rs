@@ -1,15 +1,14 @@
 //! A text event of the last one's shape, read without parsing.
 //!
-//! Most of a stream is text events that differ only in their text string (and, in some
-//! vendors' events, other values that change every event: OpenAI's `obfuscation` string, the
-//! Responses API's `sequence_number`).
-//! After one such event was read as JSON, the next is compared with it byte for byte outside
-//! those values, and each string's literal is found (a backslash skips the next byte) and read
-//! as JSON, each number's digits read as an integer JSON writes. When all of that holds, the event is the template's JSON with other strings in the
-//! same places, so the JSON reader would read it the same way: its place is the template's with
-//! the new text, its spans moved by the strings' new lengths. Anything else (other spacing,
-//! another id or index, another kind of event, an empty text, a string JSON refuses) is the
-//! vendor reader's, as before.
+//! Most of a stream is text events that differ only in their text string (and, in some vendors'
+//! events, other values that change every event: OpenAI's `obfuscation` string, the Responses
+//! API's `sequence_number`). After one such event was read as JSON, the next is compared with it
+//! byte for byte outside those values; each string's literal is found (a backslash skips the next
+//! byte) and read as JSON, and each number's digits as an integer JSON writes. When all of that
+//! holds, the event is the template's JSON with other values in the same places, so the JSON
+//! reader would read it the same way: its place is the template's with the new text, its spans
+//! moved by the values' new lengths. Anything else (other spacing, another id or index, another
+//! kind of event, an empty text, a value JSON refuses) is the vendor reader's, as before.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};

@@ -1796,3 +1796,187 @@ fn an_unreadable_stream_of_a_version_with_tool_checks_alone_names_no_check() {
         })
     );
 }
+
+/// What a unit says, as the rewriter takes it: the event's name and JSON, each text field's
+/// pointer, channel, kind and text (read from the tree when the reader did not read it), the
+/// lane and the tool calls.
+fn unit_as_taken(unit: &Unit) -> String {
+    let texts: Vec<String> = unit
+        .texts
+        .iter()
+        .map(|t| {
+            let text = t
+                .text
+                .clone()
+                .or_else(|| util::str_at(unit.ev.data(), &t.pointer).map(str::to_owned));
+            format!("{} {} {:?} {text:?}", t.pointer, t.channel, t.kind)
+        })
+        .collect();
+    format!(
+        "{:?} {:?} {:?} {texts:?} {:?} {:?} {:?} {:?} {} {}",
+        unit.ev.name,
+        unit.ev.raw(),
+        unit.ev.data(),
+        unit.lane,
+        unit.ends,
+        unit.calls,
+        unit.calls_done,
+        unit.terminal,
+        unit.asks_for_tool
+    )
+}
+
+/// An event's name and its data.
+type NamedEvent<'a> = (&'a str, String);
+
+/// A text delta the template reads (Anthropic, Responses) is the unit the JSON reader makes of
+/// it: the same event, texts, lane and calls; and an event of another shape is left to the JSON
+/// reader.
+#[test]
+fn a_templated_text_delta_is_the_unit_its_json_makes() {
+    let request = request(false);
+    let anthropic = |index: u64, text: &str| {
+        format!(
+            "{{\"type\":\"content_block_delta\",\"index\":{index},\"delta\":{{\"type\":\"text_delta\",\"text\":{}}}}}",
+            serde_json::to_string(text).unwrap()
+        )
+    };
+    let responses = |seq: &str, text: &str| {
+        format!(
+            "{{\"type\":\"response.output_text.delta\",\"sequence_number\":{seq},\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":{},\"logprobs\":[],\"obfuscation\":\"ab\"}}",
+            serde_json::to_string(text).unwrap()
+        )
+    };
+    let anthropic_head = [
+        ("message_start", "{\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[]}}".to_owned()),
+        ("content_block_start", "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}".to_owned()),
+        ("content_block_delta", anthropic(0, "first")),
+    ];
+    let responses_head = [
+        ("response.output_item.added", "{\"type\":\"response.output_item.added\",\"sequence_number\":0,\"output_index\":0,\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"in_progress\",\"role\":\"assistant\",\"content\":[]}}".to_owned()),
+        ("response.output_text.delta", responses("1", "first")),
+    ];
+    // (the API, the events before, the event read, whether the template reads it)
+    let cases: Vec<(Api, &[NamedEvent], NamedEvent, bool)> = vec![
+        (
+            Api::AnthropicMessages,
+            &anthropic_head,
+            ("content_block_delta", anthropic(0, "next words")),
+            true,
+        ),
+        (
+            Api::AnthropicMessages,
+            &anthropic_head,
+            ("content_block_delta", anthropic(0, "é \"q\"\n\\ \u{1F600}")),
+            true,
+        ),
+        (
+            Api::AnthropicMessages,
+            &anthropic_head,
+            (
+                "content_block_delta",
+                anthropic(0, "caf\\u00e9").replace("\\\\u", "\\u"),
+            ),
+            true,
+        ),
+        // Another index, an empty text, another name, spacing: the JSON reader's.
+        (
+            Api::AnthropicMessages,
+            &anthropic_head,
+            ("content_block_delta", anthropic(1, "x")),
+            false,
+        ),
+        (
+            Api::AnthropicMessages,
+            &anthropic_head,
+            ("content_block_delta", anthropic(0, "")),
+            false,
+        ),
+        (
+            Api::AnthropicMessages,
+            &anthropic_head,
+            ("ping", anthropic(0, "x")),
+            false,
+        ),
+        (
+            Api::AnthropicMessages,
+            &anthropic_head,
+            ("content_block_delta", anthropic(0, "x").replace(",", ", ")),
+            false,
+        ),
+        (
+            Api::Responses,
+            &responses_head,
+            ("response.output_text.delta", responses("2", "next words")),
+            true,
+        ),
+        (
+            Api::Responses,
+            &responses_head,
+            (
+                "response.output_text.delta",
+                responses("12345", "é \"q\"\n"),
+            ),
+            true,
+        ),
+        // A sequence number JSON writes otherwise, or that is not one: the JSON reader's.
+        (
+            Api::Responses,
+            &responses_head,
+            ("response.output_text.delta", responses("2.0", "x")),
+            false,
+        ),
+        (
+            Api::Responses,
+            &responses_head,
+            ("response.output_text.delta", responses("-2", "x")),
+            false,
+        ),
+        (
+            Api::Responses,
+            &responses_head,
+            (
+                "response.output_text.delta",
+                responses("18446744073709551616", "x"),
+            ),
+            false,
+        ),
+        (
+            Api::Responses,
+            &responses_head,
+            (
+                "response.output_text.delta",
+                responses("2", "x").replace("\"ab\"", "1"),
+            ),
+            false,
+        ),
+    ];
+    let format_of = |api: Api| -> Box<dyn Format> {
+        match api {
+            Api::AnthropicMessages => Box::new(anthropic::Anthropic::new(&request)),
+            _ => Box::new(responses::Responses::new(&request)),
+        }
+    };
+    let event = |(name, data): &(&str, String)| sse::Event {
+        event: Some((*name).to_owned()),
+        data: data.clone(),
+    };
+    for (api, head, last, templated) in cases {
+        // With a template (the head's last event made it), and without (the head's last left out).
+        let mut with = format_of(api);
+        for e in head {
+            with.read(event(e)).unwrap();
+        }
+        let mut without = format_of(api);
+        for e in &head[..head.len() - 1] {
+            without.read(event(e)).unwrap();
+        }
+        let (a, b) = (with.read(event(&last)), without.read(event(&last)));
+        assert_eq!(a.is_ok(), b.is_ok(), "{last:?}");
+        let (Ok(a), Ok(b)) = (a, b) else { continue };
+        assert_eq!(unit_as_taken(&a), unit_as_taken(&b), "{last:?}");
+        // Read by the template: its tree was never built.
+        let read_plain = a.ev.raw().is_some() && a.texts.iter().all(|t| t.text.is_some());
+        assert_eq!(read_plain && !a.texts.is_empty(), templated, "{last:?}");
+    }
+}
