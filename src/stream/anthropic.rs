@@ -40,6 +40,11 @@ pub(super) struct Anthropic {
     stopped: bool,
     /// The last text delta read from its JSON, as a pattern for the next ([`Template`]).
     template: Option<Template>,
+    /// Templates made so far (each numbers the events it reads).
+    templates: u64,
+    /// Tests: no template is made ([`Format::without_templates`]).
+    #[cfg(test)]
+    no_templates: bool,
 }
 
 /// The event most of a stream is.
@@ -95,6 +100,9 @@ impl Anthropic {
             message_ended: false,
             stopped: false,
             template: None,
+            templates: 0,
+            #[cfg(test)]
+            no_templates: false,
         }
     }
 
@@ -224,8 +232,18 @@ impl Format for Anthropic {
             .then(|| plain_text_span(&event.data))
             .flatten();
         if let Some(plain) = span.clone().filter(|_| !texts.is_empty()) {
-            if let Some(template) = Template::named(&event, TEXT_EVENT, TEXT, plain, Vec::new()) {
+            let made = Template::named(
+                &event,
+                (TEXT_EVENT, TEXT),
+                plain,
+                Vec::new(),
+                self.templates,
+            );
+            #[cfg(test)]
+            let made = made.filter(|_| !self.no_templates);
+            if let Some(template) = made {
                 self.template = Some(template);
+                self.templates += 1;
             }
         }
         let mut ev = Ev::parsed(event.event, event.data, data, as_it_came);
@@ -240,6 +258,11 @@ impl Format for Anthropic {
         unit.calls = calls;
         unit.calls_done = calls_done;
         Ok(unit)
+    }
+
+    #[cfg(test)]
+    fn without_templates(&mut self) {
+        self.no_templates = true;
     }
 
     fn text_name(&self) -> Option<&'static str> {
@@ -260,6 +283,10 @@ impl Format for Anthropic {
     }
 
     fn joins(&self, rest: &Ev, next: &Ev) -> bool {
+        // Two deltas a template read: text deltas both, their blocks known without a tree.
+        if let (Some(r), Some(n)) = (rest.templated(), next.templated()) {
+            return r.block == n.block;
+        }
         let text = |ev: &Ev| {
             str_at(ev.data(), "/type") == Some("content_block_delta")
                 && str_at(ev.data(), "/delta/type") == Some("text_delta")
@@ -268,6 +295,14 @@ impl Format for Anthropic {
     }
 
     fn write(&mut self, mut ev: Ev, out: &mut Vec<u8>) {
+        if let Some(t) = ev.templated() {
+            // A text delta a template read: renumbered as below, without its tree unless it is.
+            if let Some(&index) = self.indexes.get(&t.block).filter(|&&i| i != t.block) {
+                ev.set_number("index", index);
+            }
+            util::write(&ev, out);
+            return;
+        }
         match str_at(ev.data(), "/type") {
             Some("message_start") => self.started = true,
             Some("content_block_start") => {

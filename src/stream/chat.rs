@@ -270,6 +270,7 @@ impl Chat {
                     choice: Some(choice.index),
                     block: None,
                     sequence: None,
+                    template: None,
                     pointer: CONTENT,
                     span: content.clone(),
                     join_id: Some(id.clone()),

@@ -1089,6 +1089,20 @@ pub(crate) struct Ev {
     /// `id` literal stands in `raw`. Such a chunk is its own bare rest, and joins another like it
     /// with the same choice and id without a tree.
     join_id: Option<std::ops::Range<usize>>,
+    /// What the template that read it knows of it (Anthropic, Responses), while `raw` is kept.
+    templated: Option<Templated>,
+}
+
+/// What a template's read says of a text event (Anthropic, Responses): its vendor writes,
+/// renumbers and joins it without building its tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Templated {
+    /// The template that read it: events of one template differ only in its slots.
+    pub template: u64,
+    /// Its content block's (output item's) index upstream.
+    pub block: u64,
+    /// The number it counts itself by upstream.
+    pub sequence: Option<u64>,
 }
 
 impl Ev {
@@ -1100,6 +1114,7 @@ impl Ev {
             choice: None,
             span: None,
             join_id: None,
+            templated: None,
         }
     }
 
@@ -1114,6 +1129,7 @@ impl Ev {
             choice: None,
             span: None,
             join_id: None,
+            templated: None,
         }
     }
 
@@ -1130,7 +1146,13 @@ impl Ev {
             choice,
             span: None,
             join_id: None,
+            templated: None,
         }
+    }
+
+    /// What the template that read it knows of it, while it is written from its JSON as it came.
+    pub(crate) fn templated(&self) -> Option<Templated> {
+        self.raw.as_ref().and(self.templated)
     }
 
     /// Says where the string at `pointer` stands in the event's JSON as it came.
@@ -1188,6 +1210,7 @@ impl Ev {
         self.choice = None;
         self.span = None;
         self.join_id = None;
+        self.templated = None;
         self.data.get_mut()
     }
 
@@ -1281,6 +1304,9 @@ pub(crate) trait Format {
     /// Writes one event for the caller, renumbering what the vendor numbers in emission order,
     /// and remembers what the caller has seen (for `close`).
     fn write(&mut self, ev: Ev, out: &mut Vec<u8>);
+    /// Tests: the reader makes no template, so every event is read from its JSON.
+    #[cfg(test)]
+    fn without_templates(&mut self) {}
     /// The name (`event:` field) of the events [`Format::text_alone`] reads; `None`: nameless.
     fn text_name(&self) -> Option<&'static str> {
         None
@@ -1342,6 +1368,8 @@ pub(crate) struct TextPlace {
     pub block: Option<u64>,
     /// The number the event counts itself by upstream (Responses' `sequence_number`).
     pub sequence: Option<u64>,
+    /// The template that read it, numbered by its vendor's reader (Anthropic, Responses).
+    pub template: Option<u64>,
     /// JSON pointer to the text, and where its string literal stands in the data (quotes in).
     pub pointer: &'static str,
     pub span: std::ops::Range<usize>,
@@ -1352,6 +1380,7 @@ pub(crate) struct TextPlace {
 impl TextPlace {
     /// The event, as `read` reads it, its JSON `data`.
     fn ev(self, data: String) -> Ev {
+        let templated = self.templated();
         let mut ev = Ev::unchanged(
             self.name.map(str::to_owned),
             data,
@@ -1361,7 +1390,17 @@ impl TextPlace {
         if let Some(id) = self.join_id {
             ev.join_id_at(id);
         }
+        ev.templated = templated;
         ev
+    }
+
+    /// What the template that read the event knows of it.
+    fn templated(&self) -> Option<Templated> {
+        Some(Templated {
+            template: self.template?,
+            block: self.block?,
+            sequence: self.sequence,
+        })
     }
 }
 

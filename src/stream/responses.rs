@@ -39,6 +39,14 @@ pub(super) struct Responses {
     ended: bool,
     /// The last text delta read from its JSON, as a pattern for the next ([`Template`]).
     template: Option<Template>,
+    /// Templates made so far (each numbers the events it reads).
+    templates: u64,
+    /// Tests: no template is made ([`Format::without_templates`]).
+    #[cfg(test)]
+    no_templates: bool,
+    /// The template whose deltas carry no log probabilities (`logprobs` absent, null or empty):
+    /// they join one another and split without a change but their text.
+    bare_template: Option<u64>,
 }
 
 /// The event most of a stream is.
@@ -69,12 +77,13 @@ struct PlainDelta<'a> {
     obfuscation: Option<&'a RawValue>,
 }
 
-/// What a plain delta's data says of its place: the delta's literal, its output index, and its
-/// other values that differ from event to event (`sequence_number`, `obfuscation`).
+/// What a plain delta's data says of its place: the delta's literal and its output index, its
+/// other values that differ from event to event (`sequence_number`, `obfuscation`), and whether
+/// it carries no log probabilities (`logprobs` absent, null or empty).
 type PlainPlace = (
-    std::ops::Range<usize>,
-    u64,
+    (std::ops::Range<usize>, u64),
     Vec<(std::ops::Range<usize>, Slot)>,
+    bool,
 );
 
 fn plain_delta(data: &str) -> Option<PlainPlace> {
@@ -92,10 +101,14 @@ fn plain_delta(data: &str) -> Option<PlainPlace> {
         serde_json::from_str::<Cow<str>>(o.get()).ok()?;
         others.push((span_in(data, o.get())?, Slot::String));
     }
+    let bare = delta.logprobs.is_none_or(|l| {
+        serde_json::from_str::<Value>(l.get())
+            .is_ok_and(|l| l.is_null() || l.as_array().is_some_and(Vec::is_empty))
+    });
     Some((
-        span_in(data, delta.delta.get())?,
-        delta.output_index,
+        (span_in(data, delta.delta.get())?, delta.output_index),
         others,
+        bare,
     ))
 }
 
@@ -113,7 +126,17 @@ impl Responses {
             calls: BTreeSet::new(),
             ended: false,
             template: None,
+            templates: 0,
+            #[cfg(test)]
+            no_templates: false,
+            bare_template: None,
         }
+    }
+
+    /// Whether `ev` was read by the template whose deltas carry no log probabilities.
+    fn bare(&self, ev: &Ev) -> bool {
+        ev.templated()
+            .is_some_and(|t| Some(t.template) == self.bare_template)
     }
 
     fn emit(&mut self, data: Value, out: &mut Vec<u8>) {
@@ -256,12 +279,16 @@ impl Format for Responses {
         let plain = (as_it_came && kind == TEXT_EVENT)
             .then(|| plain_delta(&event.data))
             .flatten();
-        let span = plain.as_ref().map(|(span, _, _)| span.clone());
-        if let Some((span, index, others)) = plain.filter(|_| !texts.is_empty()) {
-            if let Some(template) =
-                Template::named(&event, TEXT_EVENT, DELTA, (span, index), others)
-            {
+        let span = plain.as_ref().map(|((span, _), _, _)| span.clone());
+        if let Some((at, others, bare)) = plain.filter(|_| !texts.is_empty()) {
+            let number = self.templates;
+            let made = Template::named(&event, (TEXT_EVENT, DELTA), at, others, number);
+            #[cfg(test)]
+            let made = made.filter(|_| !self.no_templates);
+            if let Some(template) = made {
                 self.template = Some(template);
+                self.templates += 1;
+                self.bare_template = bare.then_some(number);
             }
         }
         let mut ev = Ev::parsed(event.event, event.data, data, as_it_came);
@@ -279,6 +306,19 @@ impl Format for Responses {
     }
 
     fn write(&mut self, mut ev: Ev, out: &mut Vec<u8>) {
+        if let Some(t) = ev.templated() {
+            // A text delta a template read: numbered as below, without its tree unless it is
+            // renumbered.
+            if let Some(&index) = self.indexes.get(&t.block).filter(|&&i| i != t.block) {
+                ev.set_number("output_index", index);
+            }
+            if t.sequence != Some(self.sequence) {
+                ev.set_number("sequence_number", self.sequence);
+            }
+            self.sequence += 1;
+            util::write(&ev, out);
+            return;
+        }
         let kind = str_at(ev.data(), "/type").unwrap_or_default().to_owned();
         let index = match (kind.as_str(), u64_at(ev.data(), "/output_index")) {
             ("response.output_item.added", Some(upstream)) => {
@@ -301,6 +341,11 @@ impl Format for Responses {
         ev.set_number("sequence_number", self.sequence);
         self.sequence += 1;
         util::write(&ev, out);
+    }
+
+    #[cfg(test)]
+    fn without_templates(&mut self) {
+        self.no_templates = true;
     }
 
     fn text_name(&self) -> Option<&'static str> {
@@ -329,6 +374,11 @@ impl Format for Responses {
     }
 
     fn joins(&self, rest: &Ev, next: &Ev) -> bool {
+        // Two deltas the same template read, without log probabilities: the same item, output
+        // index and content part, known without a tree.
+        if self.bare(rest) && self.bare(next) {
+            return true;
+        }
         let text = |ev: &Ev| {
             str_at(ev.data(), "/type") == Some("response.output_text.delta")
                 && ev
@@ -343,6 +393,9 @@ impl Format for Responses {
     fn part(&self, ev: &mut Ev) {
         // Log probabilities belong to whole tokens: they go with the last part (an event with
         // none keeps its JSON as it came).
+        if self.bare(ev) {
+            return;
+        }
         if ev
             .data()
             .get("logprobs")

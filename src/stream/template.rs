@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
 use super::{Ev, Lane, TextAlone, TextIn, TextKind, TextPlace, Unit};
+
 use crate::{sse, swar};
 
 /// A value of a template's event that may differ from event to event.
@@ -57,13 +58,14 @@ impl Template {
 
     /// A template of a named vendor's text event (Anthropic, Responses): `event` named `name`,
     /// its data one line, its text (at `pointer`, its literal at `span`) in channel 0, of block
-    /// or item `block`; `None` for an event of another name or of several lines.
+    /// or item `block`; the reader's `number` for it; `None` for an event of another name or of
+    /// several lines.
     pub(super) fn named(
         event: &sse::Event,
-        name: &'static str,
-        pointer: &'static str,
+        (name, pointer): (&'static str, &'static str),
         (span, block): (Range<usize>, u64),
         others: Vec<(Range<usize>, Slot)>,
+        number: u64,
     ) -> Option<Self> {
         if event.event.as_deref() != Some(name) || event.data.contains('\n') {
             return None;
@@ -74,6 +76,7 @@ impl Template {
             choice: None,
             block: Some(block),
             sequence: None,
+            template: Some(number),
             pointer,
             span,
             join_id: None,
@@ -166,7 +169,8 @@ pub(super) fn read_named(
     };
     let block = place.block.unwrap_or_default();
     let mut ev = Ev::unchanged(event.event, event.data, None);
-    ev.text_span(place.pointer, place.span);
+    ev.text_span(place.pointer, place.span.clone());
+    ev.templated = place.templated();
     let mut unit = Unit::new(ev, lanes.get(&block).copied().unwrap_or(Lane::Side));
     unit.texts.push(TextIn {
         pointer: place.pointer.into(),

@@ -1284,19 +1284,25 @@ fn text_alone_on_the_short_path_is_sent_as_the_general_path_sends_it() {
     short_path_sends_what_the_general_path_sends(Api::ChatCompletions, head.len(), &stream_of);
 }
 
+/// An Anthropic text delta of block `index`, in the vendor's compact JSON.
+fn anthropic_delta(index: u64, text: &str) -> String {
+    format!(
+        "event: content_block_delta\n\
+         data: {{\"type\":\"content_block_delta\",\"index\":{index},\
+         \"delta\":{{\"type\":\"text_delta\",\"text\":{}}}}}\n\n",
+        serde_json::to_string(text).unwrap()
+    )
+}
+
+/// The end of an Anthropic stream of one text block (0) after [`ANTHROPIC_TEXT_OPENING`].
+const ANTHROPIC_TEXT_CLOSING: &str = "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
+    event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":9}}\n\n\
+    event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
 #[test]
 fn an_anthropic_text_delta_on_the_short_path_is_sent_as_the_general_path_sends_it() {
-    let delta = |index: u64, text: &str| {
-        format!(
-            "event: content_block_delta\n\
-             data: {{\"type\":\"content_block_delta\",\"index\":{index},\
-             \"delta\":{{\"type\":\"text_delta\",\"text\":{}}}}}\n\n",
-            serde_json::to_string(text).unwrap()
-        )
-    };
-    let tail = "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
-        event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":9}}\n\n\
-        event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let delta = anthropic_delta;
+    let tail = ANTHROPIC_TEXT_CLOSING;
     let stream_of = |texts: &[&str]| {
         let texts: String = texts.iter().map(|t| delta(0, t)).collect();
         format!(
@@ -1978,5 +1984,62 @@ fn a_templated_text_delta_is_the_unit_its_json_makes() {
         // Read by the template: its tree was never built.
         let read_plain = a.ev.raw().is_some() && a.texts.iter().all(|t| t.text.is_some());
         assert_eq!(read_plain && !a.texts.is_empty(), templated, "{last:?}");
+    }
+}
+
+/// What an Anthropic or Responses stream's caller receives is the same, byte for byte, whether its
+/// text deltas are read, written, joined and split through templates (without trees) or every
+/// event is read from its JSON: held, cut and clean streams, renumbered blocks and items, fed
+/// whole and at every split in two.
+#[test]
+fn templates_change_nothing_the_caller_receives() {
+    let anthropic = |texts: &[&str]| {
+        let deltas: String = texts.iter().map(|t| anthropic_delta(0, t)).collect();
+        format!("{ANTHROPIC_TEXT_OPENING}{deltas}{ANTHROPIC_TEXT_CLOSING}")
+    };
+    let texts: [&[&str]; 4] = [
+        &["Pay ", "to N", "L91ABNA0417164300", " now"],
+        &["Pay ", "to NL9", "x and ", "NL91", " then ", "more"],
+        &["a ", "pass", "word", " b", " c"],
+        &["Hello ", "there, ", "é日本 \"q\"\n", "ok"],
+    ];
+    let mut streams: Vec<(Api, String)> = Vec::new();
+    for t in texts {
+        streams.push((Api::AnthropicMessages, anthropic(t)));
+        streams.push((
+            Api::AnthropicMessages,
+            anthropic(t).replace("\"index\":0", "\"index\":3"),
+        ));
+        streams.push((Api::Responses, responses_stream_of(t, true, 0)));
+        streams.push((Api::Responses, responses_stream_of(t, false, 2)));
+        let late = responses_stream_of(t, true, 0)
+            .replace("\"sequence_number\":", "\"sequence_number\":7");
+        streams.push((Api::Responses, late));
+        let logprobs = responses_stream_of(t, false, 0).replace(
+            "\"logprobs\":[]",
+            "\"logprobs\":[{\"token\":\"x\",\"logprob\":-0.5,\"top_logprobs\":[]}]",
+        );
+        streams.push((Api::Responses, logprobs));
+    }
+    let run_with = |api: Api, templates: bool, chunks: &[&[u8]]| {
+        let mut rw = Rewriter::new(api, version(POLICY), &request(false), Hold::Rules, 1 << 20);
+        if !templates {
+            rw.format.without_templates();
+        }
+        feed_all(&mut rw, chunks)
+    };
+    for (api, stream) in &streams {
+        let stream = stream.as_bytes();
+        for i in (0..=stream.len()).step_by(17).chain([stream.len()]) {
+            let (a, b) = stream.split_at(i);
+            let with = run_with(*api, true, &[a, b]);
+            assert!(
+                with == run_with(*api, false, &[a, b]),
+                "{api:?} split at {i}: {}",
+                String::from_utf8_lossy(stream)
+            );
+        }
+        let events = per_event(std::str::from_utf8(stream).unwrap());
+        assert!(run_with(*api, true, &events) == run_with(*api, false, &events));
     }
 }
