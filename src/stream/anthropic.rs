@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::template::{keeps_index, read_named, read_outside_calls, span_in, Template};
+use super::template::{keeps_index, span_in, Templates};
 use super::util::{self, str_at, u64_at};
 use super::{Ev, Format, Lane, TextAlone, TextIn, TextKind, TextPlace, Unit, Unreadable};
 use crate::api::{Request, ToolCall};
@@ -38,13 +38,8 @@ pub(super) struct Anthropic {
     calls: BTreeSet<u64>,
     message_ended: bool,
     stopped: bool,
-    /// The last text delta read from its JSON, as a pattern for the next ([`Template`]).
-    template: Option<Template>,
-    /// Templates made so far (each numbers the events it reads).
-    templates: u64,
-    /// Tests: no template is made ([`Format::without_templates`]).
-    #[cfg(test)]
-    no_templates: bool,
+    /// The last text delta read from its JSON, as a pattern for the next ([`Templates`]).
+    templates: Templates,
 }
 
 /// The event most of a stream is.
@@ -99,10 +94,7 @@ impl Anthropic {
             calls: BTreeSet::new(),
             message_ended: false,
             stopped: false,
-            template: None,
-            templates: 0,
-            #[cfg(test)]
-            no_templates: false,
+            templates: Templates::default(),
         }
     }
 
@@ -145,7 +137,7 @@ impl Format for Anthropic {
     }
 
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
-        let event = match read_named(self.template.as_ref(), event, &self.lanes, &self.calls) {
+        let event = match self.templates.read_event(event, &self.lanes, &self.calls) {
             Ok(unit) => {
                 self.deltas += 1;
                 return Ok(unit);
@@ -232,19 +224,8 @@ impl Format for Anthropic {
             .then(|| plain_text_span(&event.data))
             .flatten();
         if let Some(plain) = span.clone().filter(|_| !texts.is_empty()) {
-            let made = Template::named(
-                &event,
-                (TEXT_EVENT, TEXT),
-                plain,
-                Vec::new(),
-                self.templates,
-            );
-            #[cfg(test)]
-            let made = made.filter(|_| !self.no_templates);
-            if let Some(template) = made {
-                self.template = Some(template);
-                self.templates += 1;
-            }
+            self.templates
+                .make(&event, (TEXT_EVENT, TEXT), plain, Vec::new());
         }
         let mut ev = Ev::parsed(event.event, event.data, data, as_it_came);
         if let Some((span, _)) = span {
@@ -262,7 +243,7 @@ impl Format for Anthropic {
 
     #[cfg(test)]
     fn without_templates(&mut self) {
-        self.no_templates = true;
+        self.templates.off = true;
     }
 
     fn text_name(&self) -> Option<&'static str> {
@@ -270,7 +251,7 @@ impl Format for Anthropic {
     }
 
     fn text_alone<'d>(&self, line: &'d [u8]) -> Option<(TextAlone<'d>, usize)> {
-        read_outside_calls(self.template.as_ref(), line, &self.calls)
+        self.templates.read_outside_calls(line, &self.calls)
     }
 
     fn goes_as_it_came(&self, place: &TextPlace, _after: usize) -> bool {

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::template::{keeps_index, read_named, read_outside_calls, span_in, Slot, Template};
+use super::template::{keeps_index, span_in, Slot, Templates};
 use super::util::{self, str_at, u64_at};
 use super::{Ev, Format, Lane, TextAlone, TextIn, TextKind, TextPlace, Unit, Unreadable};
 use crate::api::{self, Request, ToolCall};
@@ -37,13 +37,8 @@ pub(super) struct Responses {
     /// Upstream output indexes of the items that are tool calls.
     calls: BTreeSet<u64>,
     ended: bool,
-    /// The last text delta read from its JSON, as a pattern for the next ([`Template`]).
-    template: Option<Template>,
-    /// Templates made so far (each numbers the events it reads).
-    templates: u64,
-    /// Tests: no template is made ([`Format::without_templates`]).
-    #[cfg(test)]
-    no_templates: bool,
+    /// The last text delta read from its JSON, as a pattern for the next ([`Templates`]).
+    templates: Templates,
     /// The template whose deltas carry no log probabilities (`logprobs` absent, null or empty):
     /// they join one another and split without a change but their text.
     bare_template: Option<u64>,
@@ -125,10 +120,7 @@ impl Responses {
             indexes: BTreeMap::new(),
             calls: BTreeSet::new(),
             ended: false,
-            template: None,
-            templates: 0,
-            #[cfg(test)]
-            no_templates: false,
+            templates: Templates::default(),
             bare_template: None,
         }
     }
@@ -195,7 +187,7 @@ impl Format for Responses {
     }
 
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
-        let event = match read_named(self.template.as_ref(), event, &self.lanes, &self.calls) {
+        let event = match self.templates.read_event(event, &self.lanes, &self.calls) {
             Ok(unit) => {
                 self.deltas += 1;
                 return Ok(unit);
@@ -281,13 +273,8 @@ impl Format for Responses {
             .flatten();
         let span = plain.as_ref().map(|((span, _), _, _)| span.clone());
         if let Some((at, others, bare)) = plain.filter(|_| !texts.is_empty()) {
-            let number = self.templates;
-            let made = Template::named(&event, (TEXT_EVENT, DELTA), at, others, number);
-            #[cfg(test)]
-            let made = made.filter(|_| !self.no_templates);
-            if let Some(template) = made {
-                self.template = Some(template);
-                self.templates += 1;
+            let made = self.templates.make(&event, (TEXT_EVENT, DELTA), at, others);
+            if let Some(number) = made {
                 self.bare_template = bare.then_some(number);
             }
         }
@@ -345,7 +332,7 @@ impl Format for Responses {
 
     #[cfg(test)]
     fn without_templates(&mut self) {
-        self.no_templates = true;
+        self.templates.off = true;
     }
 
     fn text_name(&self) -> Option<&'static str> {
@@ -353,7 +340,7 @@ impl Format for Responses {
     }
 
     fn text_alone<'d>(&self, line: &'d [u8]) -> Option<(TextAlone<'d>, usize)> {
-        read_outside_calls(self.template.as_ref(), line, &self.calls)
+        self.templates.read_outside_calls(line, &self.calls)
     }
 
     fn goes_as_it_came(&self, place: &TextPlace, after: usize) -> bool {

@@ -60,7 +60,7 @@ impl Template {
     /// its data one line, its text (at `pointer`, its literal at `span`) in channel 0, of block
     /// or item `block`; the reader's `number` for it; `None` for an event of another name or of
     /// several lines.
-    pub(super) fn named(
+    fn named(
         event: &sse::Event,
         (name, pointer): (&'static str, &'static str),
         (span, block): (Range<usize>, u64),
@@ -147,50 +147,82 @@ impl Template {
     }
 }
 
-/// A text event of `template`'s shape (named as its events are; Anthropic, Responses), read
-/// without its tree: the unit the vendor's reader makes of it from its tree (its lane and the
-/// tool calls of its block or item from `lanes` and `calls`), the event its JSON as it came. The
-/// event back for any other.
-pub(super) fn read_named(
-    template: Option<&Template>,
-    event: sse::Event,
-    lanes: &BTreeMap<u64, Lane>,
-    calls: &BTreeSet<u64>,
-) -> Result<Unit, sse::Event> {
-    let read = match template {
-        Some(template) if event.event.as_deref() == template.place.name => template
-            .read(event.data.as_bytes())
-            .filter(|(_, len)| *len == event.data.len())
-            .map(|(alone, _)| (alone.text.into_owned(), alone.place)),
-        _ => None,
-    };
-    let Some((text, place)) = read.filter(|(_, place)| place.block.is_some()) else {
-        return Err(event);
-    };
-    let block = place.block.unwrap_or_default();
-    let mut ev = Ev::unchanged(event.event, event.data, None);
-    ev.text_span(place.pointer, place.span.clone());
-    ev.templated = place.templated();
-    let mut unit = Unit::new(ev, lanes.get(&block).copied().unwrap_or(Lane::Side));
-    unit.texts.push(TextIn {
-        pointer: place.pointer.into(),
-        channel: place.channel,
-        kind: TextKind::Answer,
-        text: Some(text),
-    });
-    unit.calls.extend(calls.get(&block));
-    Ok(unit)
+/// A named vendor's templates (Anthropic, Responses): the current one, the others numbered in
+/// the order they were made.
+#[derive(Default)]
+pub(super) struct Templates {
+    current: Option<Template>,
+    made: u64,
+    /// Tests: none is made ([`super::Format::without_templates`]).
+    #[cfg(test)]
+    pub(super) off: bool,
 }
 
-/// [`Template::read`] for an event whose block or item is not a tool call's (`calls`): a call's
-/// events go as a unit, never on the short path.
-pub(super) fn read_outside_calls<'d>(
-    template: Option<&Template>,
-    line: &'d [u8],
-    calls: &BTreeSet<u64>,
-) -> Option<(TextAlone<'d>, usize)> {
-    let (alone, len) = template?.read(line)?;
-    (!calls.contains(&alone.place.block?)).then_some((alone, len))
+impl Templates {
+    /// Makes the template of `event` ([`Template::named`]) the current one: its number, `None`
+    /// when `event` makes none.
+    pub(super) fn make(
+        &mut self,
+        event: &sse::Event,
+        names: (&'static str, &'static str),
+        at: (Range<usize>, u64),
+        others: Vec<(Range<usize>, Slot)>,
+    ) -> Option<u64> {
+        #[cfg(test)]
+        if self.off {
+            return None;
+        }
+        let number = self.made;
+        self.current = Some(Template::named(event, names, at, others, number)?);
+        self.made += 1;
+        Some(number)
+    }
+
+    /// A text event of the current template's shape (named as its events are), read without its
+    /// tree: the unit the vendor's reader makes of it from its tree (its lane and the tool calls
+    /// of its block or item from `lanes` and `calls`), the event its JSON as it came. The event
+    /// back for any other.
+    pub(super) fn read_event(
+        &self,
+        event: sse::Event,
+        lanes: &BTreeMap<u64, Lane>,
+        calls: &BTreeSet<u64>,
+    ) -> Result<Unit, sse::Event> {
+        let read = match &self.current {
+            Some(template) if event.event.as_deref() == template.place.name => template
+                .read(event.data.as_bytes())
+                .filter(|(_, len)| *len == event.data.len())
+                .map(|(alone, _)| (alone.text.into_owned(), alone.place)),
+            _ => None,
+        };
+        let Some((text, place)) = read.filter(|(_, place)| place.block.is_some()) else {
+            return Err(event);
+        };
+        let block = place.block.unwrap_or_default();
+        let mut ev = Ev::unchanged(event.event, event.data, None);
+        ev.text_span(place.pointer, place.span.clone());
+        ev.templated = place.templated();
+        let mut unit = Unit::new(ev, lanes.get(&block).copied().unwrap_or(Lane::Side));
+        unit.texts.push(TextIn {
+            pointer: place.pointer.into(),
+            channel: place.channel,
+            kind: TextKind::Answer,
+            text: Some(text),
+        });
+        unit.calls.extend(calls.get(&block));
+        Ok(unit)
+    }
+
+    /// [`Template::read`] of the current template for an event whose block or item is not a
+    /// tool call's (`calls`): a call's events go as a unit, never on the short path.
+    pub(super) fn read_outside_calls<'d>(
+        &self,
+        line: &'d [u8],
+        calls: &BTreeSet<u64>,
+    ) -> Option<(TextAlone<'d>, usize)> {
+        let (alone, len) = self.current.as_ref()?.read(line)?;
+        (!calls.contains(&alone.place.block?)).then_some((alone, len))
+    }
 }
 
 /// Whether the caller sees the block or item `place` belongs to under its upstream index
