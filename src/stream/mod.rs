@@ -204,7 +204,13 @@ pub struct Rewriter {
     short_path: bool,
     #[cfg(test)]
     passed_whole: usize,
+    /// Tests: text events the short path read behind a held rest, which joined them.
+    #[cfg(test)]
+    joined_short: usize,
 }
+
+/// The room for queued pieces a stream keeps between chunks when it holds fewer.
+const QUEUE_KEPT: usize = 2;
 
 /// The answer's id an event carries: Anthropic `message_start`'s `message.id`, a Responses event's
 /// `response.id`, a Chat chunk's `id`.
@@ -276,6 +282,8 @@ impl Rewriter {
             short_path: true,
             #[cfg(test)]
             passed_whole: 0,
+            #[cfg(test)]
+            joined_short: 0,
         }
     }
 
@@ -384,7 +392,9 @@ impl Rewriter {
     /// text is still held wait in `run` (behind the queue), and go whole once a later event
     /// confirmed them and everything queued before them goes whole; at the chunk's end, a cut, or
     /// an event of another kind they join the queue as the general path would have queued them,
-    /// and it takes over. Returns the bytes not taken.
+    /// and it takes over. A text event behind a held rest (a split event's unsent text, as a
+    /// paced stream leaves one at most chunks' ends) is read here too and takes the rest in at
+    /// once, as the general path would at the chunk's end. Returns the bytes not taken.
     fn pass_whole<'c>(&mut self, mut chunk: &'c [u8], step: &mut Step) -> &'c [u8] {
         #[cfg(test)]
         if !self.short_path {
@@ -401,9 +411,7 @@ impl Rewriter {
                 break;
             };
             // Behind a held rest, a text event takes the rest in (`Piece::absorb`): not as it came.
-            if run.is_empty() && self.queue.back().is_some_and(|p| p.rest) {
-                break;
-            }
+            let behind_rest = run.is_empty() && self.queue.back().is_some_and(|p| p.rest);
             // The format finds where the data ends (no pass over the line to look for it first);
             // a data line of another shape, or not ended by a blank line, is the decoder's.
             let Some((alone, data_len)) = self.format.text_alone(line) else {
@@ -458,6 +466,18 @@ impl Rewriter {
                 self.stop_at(found, channel, step);
                 return chunk;
             }
+            if behind_rest {
+                // The rest joins this event now, as the general path would join them at the
+                // chunk's end, and the event goes if its text is confirmed (whole, never split
+                // before the chunk's end): the events after it need not wait behind the rest.
+                self.queue_run(std::mem::take(&mut run));
+                self.send_queued(None, false, &mut step.out);
+                #[cfg(test)]
+                {
+                    self.joined_short += 1;
+                }
+                continue;
+            }
             if confirmed && self.queue_goes_whole() {
                 // Confirmed, but `write` changes something of it (the queue before it went
                 // already): the events go the general way, whole, as it would send them.
@@ -492,8 +512,12 @@ impl Rewriter {
             };
             self.queue.push_back(Piece {
                 seq: p.seq,
-                // UTF-8 (`text_alone` read it): nothing is replaced.
-                ev: p.place.ev(String::from_utf8_lossy(p.data).into_owned()),
+                // UTF-8 (`text_alone` read it): nothing is replaced. Most events are ASCII,
+                // checked eight bytes a step ([`swar::ascii_str`]).
+                ev: p.place.ev(match crate::swar::ascii_str(p.data) {
+                    Some(data) => data.to_owned(),
+                    None => String::from_utf8_lossy(p.data).into_owned(),
+                }),
                 fields: vec![field],
                 calls: Vec::new(),
                 rest: false,
@@ -659,10 +683,12 @@ impl Rewriter {
         if self.reading() {
             self.release_queue(None, &mut step.out);
         }
-        // Between chunks a stream keeps room for the pieces it holds and no more: room kept for
-        // the most any chunk queued made a stream's memory depend on its history (room for 8
-        // pieces, 1,088 bytes in the VM, from the first chunk that queued more than 4).
-        self.queue.shrink_to_fit();
+        // Between chunks a stream keeps room for the pieces it holds, or for two, and no more:
+        // room kept for the most any chunk queued made a stream's memory depend on its history
+        // (room for 8 pieces, 1,088 bytes in the VM, from the first chunk that queued more than
+        // 4). Two: a paced stream holds a split event's rest between chunks and queues the next
+        // event behind it, and room for exactly one grew and shrank the queue at every chunk.
+        self.queue.shrink_to(QUEUE_KEPT);
     }
 
     /// The stream still reads upstream events: not ended, and no round ended early.
@@ -901,14 +927,26 @@ impl Rewriter {
                 self.queue.push_front(piece);
                 return;
             }
-            let mut now = piece.ev.clone();
+            let mut now = None;
             let mut any = false;
             for field in &mut piece.fields {
                 let bound = self.bound(field.channel, cut_at);
                 let part = field.split_at(bound);
                 any |= !part.is_empty();
-                set_text(&mut now, &field.pointer, part);
+                // The part's event written from the one held (its JSON as it came, the part's
+                // text in place), else a copy of it with the part's text set.
+                match &mut now {
+                    None => {
+                        now = Some(piece.ev.spliced(&field.pointer, &part).unwrap_or_else(|| {
+                            let mut copy = piece.ev.clone();
+                            set_text(&mut copy, &field.pointer, part);
+                            copy
+                        }));
+                    }
+                    Some(now) => set_text(now, &field.pointer, part),
+                }
             }
+            let mut now = now.unwrap_or_else(|| piece.ev.clone());
             if any {
                 self.format.part(&mut now);
                 self.format.write(now, out);
@@ -1066,6 +1104,19 @@ fn set_text(ev: &mut Ev, pointer: &str, text: String) {
     }
 }
 
+/// Appends `text` as the JSON string literal serde_json writes for it: most texts (no quote,
+/// backslash or control character) as they are between quotes, any other through serde_json.
+fn push_literal(out: &mut String, text: &str) -> Option<()> {
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(text).ok()?);
+    }
+    Some(())
+}
+
 /// An event that cannot be read: the stream is unreadable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Unreadable;
@@ -1173,25 +1224,49 @@ impl Ev {
     /// of it changes: key order, spacing, other escapes); `false` when the event has no such
     /// place, and nothing changed.
     fn splice_text(&mut self, pointer: &str, text: &str) -> bool {
-        let (Some(raw), Some((at, span))) = (self.raw.as_mut(), self.span.as_mut()) else {
+        let Some(spliced) = self.spliced(pointer, text) else {
             return false;
         };
-        if *at != pointer || raw.get(span.clone()).is_none() {
-            return false;
-        }
-        let Ok(literal) = serde_json::to_string(text) else {
-            return false;
-        };
-        let (old_end, new_end) = (span.end, span.start + literal.len());
-        raw.replace_range(span.clone(), &literal);
-        *span = span.start..new_end;
-        // What stands after the text moved with it.
-        if let Some(id) = self.join_id.as_mut().filter(|id| id.start >= old_end) {
-            *id = (id.start + new_end - old_end)..(id.end + new_end - old_end);
-        }
-        // A tree built from the JSON before holds the old text.
-        self.data = OnceCell::new();
+        *self = spliced;
         true
+    }
+
+    /// The event with `text` as the string at `pointer`, written straight into a copy of the JSON
+    /// as it came (nothing else of it changes: key order, spacing, other escapes); `None` when
+    /// the event has no such place.
+    fn spliced(&self, pointer: &str, text: &str) -> Option<Ev> {
+        let (Some(raw), Some((at, span))) = (self.raw.as_deref(), self.span.as_ref()) else {
+            return None;
+        };
+        let (Some(before), Some(after)) = (raw.get(..span.start), raw.get(span.end..)) else {
+            return None;
+        };
+        if *at != pointer || span.start > span.end {
+            return None;
+        }
+        let mut spliced = String::with_capacity(raw.len() - span.len() + text.len() + 2);
+        spliced.push_str(before);
+        push_literal(&mut spliced, text)?;
+        let new_end = spliced.len();
+        spliced.push_str(after);
+        // What stands after the text moved with it.
+        let join_id = self.join_id.clone().map(|id| {
+            if id.start >= span.end {
+                (id.start + new_end - span.end)..(id.end + new_end - span.end)
+            } else {
+                id
+            }
+        });
+        Some(Ev {
+            name: self.name.clone(),
+            raw: Some(spliced),
+            // A tree built from the JSON before holds the old text.
+            data: OnceCell::new(),
+            choice: self.choice,
+            span: Some((at, span.start..new_end)),
+            join_id,
+            templated: self.templated,
+        })
     }
 
     pub(crate) fn data(&self) -> &Value {
