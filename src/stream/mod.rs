@@ -209,9 +209,6 @@ pub struct Rewriter {
     joined_short: usize,
 }
 
-/// The room for queued pieces a stream keeps between chunks when it holds fewer.
-const QUEUE_KEPT: usize = 2;
-
 /// The answer's id an event carries: Anthropic `message_start`'s `message.id`, a Responses event's
 /// `response.id`, a Chat chunk's `id`.
 fn answer_id(data: &Value) -> Option<String> {
@@ -683,12 +680,13 @@ impl Rewriter {
         if self.reading() {
             self.release_queue(None, &mut step.out);
         }
-        // Between chunks a stream keeps room for the pieces it holds, or for two, and no more:
-        // room kept for the most any chunk queued made a stream's memory depend on its history
-        // (room for 8 pieces, 1,088 bytes in the VM, from the first chunk that queued more than
-        // 4). Two: a paced stream holds a split event's rest between chunks and queues the next
-        // event behind it, and room for exactly one grew and shrank the queue at every chunk.
-        self.queue.shrink_to(QUEUE_KEPT);
+        // Between chunks a stream keeps room for the pieces it holds and no more: room kept for
+        // the most any chunk queued made a stream's memory depend on its history (room for 8
+        // pieces, 1,088 bytes in the VM, from the first chunk that queued more than 4). Room for
+        // two kept (a paced stream's rest and the event behind it, without growing the queue at
+        // every chunk) cost 0.3-0.5 KiB more per stream in `make bench-memory-ab` for no
+        // difference in Envoy's CPU: not kept.
+        self.queue.shrink_to_fit();
     }
 
     /// The stream still reads upstream events: not ended, and no round ended early.

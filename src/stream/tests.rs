@@ -1227,11 +1227,11 @@ fn a_chunk_of_many_events_leaves_no_room_behind_in_the_stream() {
         "every event went in the same callback"
     );
     // What a stream keeps between chunks does not grow with the chunk.
-    assert!(rw.queue.capacity() <= rw.queue.len().max(super::QUEUE_KEPT));
+    assert_eq!(rw.queue.capacity(), rw.queue.len());
 }
 
 /// A stream's memory between chunks is what it holds, not the most any chunk before needed: the
-/// queue keeps no room beyond its pieces (or two), on both paths, whatever the chunks were.
+/// queue keeps no room beyond its pieces, on both paths, whatever the chunks were.
 #[test]
 fn between_chunks_the_queue_keeps_room_for_what_it_holds_only() {
     // "NL" may begin the IBAN rule's match: held until the next event's text.
@@ -1248,11 +1248,10 @@ fn between_chunks_the_queue_keeps_room_for_what_it_holds_only() {
             let step = rw.feed(&body[at..end]);
             assert_eq!(step.cut, None);
             most = most.max(rw.queue.len());
-            assert!(
-                rw.queue.capacity() <= rw.queue.len().max(super::QUEUE_KEPT),
-                "short path {short_path}: room for {} pieces, {} held",
+            assert_eq!(
                 rw.queue.capacity(),
-                rw.queue.len()
+                rw.queue.len(),
+                "short path {short_path}"
             );
             at = end;
             if at == body.len() {

@@ -507,6 +507,70 @@ mod tests {
         );
     }
 
+    /// A background Responses request would have its answer read back later, unchecked: refused
+    /// before it reaches the model wherever an output check could stop the answer; streamed, or
+    /// where no output check blocks (or every one passes on error), it goes on.
+    #[test]
+    fn a_background_answer_that_no_check_would_read_is_refused() {
+        let policy = |checks: &str, tools: &str| {
+            format!(
+                r#"{{"default_agent": "a", "agents": {{"a": {{"published": "1", "versions": {{"1": {{
+                  "live_checks": [{checks}]{tools}}}}}}}}}}}"#
+            )
+        };
+        let rule = r#"{"name": "no-iban", "stage": "output", "kind": "matches_pattern",
+                       "pattern": "NL\\d{2}", "max_match": 4}"#;
+        let passing = r#"{"name": "polite", "stage": "output", "kind": "polite_tone",
+                          "on_error": "pass"}"#;
+        let judged = r#"{"name": "polite", "stage": "output", "kind": "polite_tone"}"#;
+        let sampled = r#"{"name": "polite", "stage": "output", "kind": "polite_tone",
+                          "mode": "background"}"#;
+        let input = r#"{"name": "no-pw", "stage": "input", "kind": "not_contains",
+                        "expected": "password"}"#;
+        let tools = r#", "tool_checks": [{"name": "no-rival", "args": [{"pointer": "/to",
+                        "not_contains": "@rival.example"}]}]"#;
+        let cases = [
+            (policy(rule, ""), true, false, true),
+            (policy(rule, ""), false, false, false),
+            (policy(rule, ""), true, true, false),
+            (policy(passing, ""), true, false, false),
+            (policy(judged, ""), true, false, true),
+            (policy(sampled, ""), true, false, false),
+            (policy(input, ""), true, false, false),
+            (policy(input, tools), true, false, true),
+        ];
+        for (policy, background, stream, refused) in cases {
+            let mut t = Turn::new(Rc::new(Policy::from_json(policy.as_bytes()).unwrap()));
+            let mut host = FakeHost::with_request(&[
+                (":method", "POST"),
+                (":path", "/v1/responses"),
+                (":authority", "api.test"),
+            ]);
+            host.request_body = serde_json::json!({
+                "model": "gpt-4.1-mini", "input": "hello", "background": background,
+                "stream": stream
+            })
+            .to_string()
+            .into_bytes();
+            let flows = ask(&mut t, &mut host);
+            let case = format!("{policy} background {background} stream {stream}");
+            assert_eq!(host.local_reply.is_some(), refused, "{case}");
+            if refused {
+                assert_eq!(flows.1, Flow::Pause, "{case}");
+                let reply = host.local_reply.as_ref().unwrap();
+                assert_eq!(reply.status, 400, "{case}");
+                let body = host.local_reply_json();
+                assert_eq!(body["error"]["type"], "invalid_request_error", "{case}");
+                assert!(body["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("background: true"));
+            } else {
+                assert_eq!(flows.1, Flow::Continue, "{case}");
+            }
+        }
+    }
+
     #[test]
     fn a_forbidden_answer_is_withheld_in_its_held_body_and_no_headers_are_ever_held() {
         let (mut t, mut host) = (turn(), chat_request("hello"));

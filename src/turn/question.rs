@@ -88,6 +88,9 @@ impl Turn {
             Ok(r) => r,
             Err(e) => return self.refuse_request(host, api, 400, &e.to_string()),
         };
+        if request.background && !request.stream && answers_must_be_checked(&version) {
+            return self.refuse_request(host, api, 400, BACKGROUND_REFUSED);
+        }
         let rules = decide(
             &version,
             Stage::Input,
@@ -193,6 +196,24 @@ impl Turn {
             &format!("the request body is larger than this gateway reads ({limit} bytes)"),
         )
     }
+}
+
+/// A Responses request with `background: true` and no stream is answered at once with a queued
+/// response, and its answer is read back later (`GET /v1/responses/{id}`), a request the filter
+/// does not check: the answer would pass every output check unread (streamed, the answer is
+/// checked as it streams). Refused before it reaches the model, where
+/// an output check could stop the answer: a blocking one that does not pass on error, or any tool
+/// check (a tool call that cannot be checked is denied).
+const BACKGROUND_REFUSED: &str =
+    "livecheck checks an answer as the model sends it, and a background \
+     response is read back later, past those checks: send this request without `background: true`";
+
+fn answers_must_be_checked(version: &Version) -> bool {
+    version.tools.any()
+        || version
+            .checks
+            .iter()
+            .any(|c| c.blocks_output() && !c.on_error_pass)
 }
 
 /// What a retry is built from: the request's authority, path and forwarded headers, read in the

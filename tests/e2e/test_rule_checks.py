@@ -8,7 +8,8 @@ For each vendor API (Anthropic Messages, OpenAI Chat Completions, OpenAI Respons
     nowhere in the raw bytes, usage kept;
   - a clean turn: passes unchanged, no X-Core-Check;
   - a request livecheck refuses to read (an unknown agent 400, a body over max_body_bytes 413, an
-    encoded body 415): the SDK raises its own typed error carrying the vendor-shaped message.
+    encoded body 415) or whose answer it could not check (a Responses `background: true` 400): the SDK
+    raises its own typed error carrying the vendor-shaped message.
 X-Core-Check is parsed with an independent RFC 8941 parser (http-sfv). Then the counters on the
 admin's /stats/prometheus, and Envoy refusing a bad livecheck configuration at startup.
 Streamed answers (cut where a match starts, held rounds, recovery) are in test_streaming.py and
@@ -367,6 +368,29 @@ def test_the_sdk_raises_its_typed_error_for_a_request_livecheck_refuses(livechec
         assert error.body == body["error"] and error.type == fields["type"]
     assert message in str(error)
     assert double.requests() == [], "a refused request reached upstream"
+
+
+def test_a_background_response_is_refused_before_the_model_is_asked(livecheck_envoy, double):
+    """`background: true` answers at once with a queued response whose answer the caller reads back
+    later (`responses.retrieve`), a request the filter does not check: with the seed's blocking output
+    checks it is refused with the vendor's error, and never reaches upstream."""
+    double.script(default=_json_answer(RESPONSES.answer(CLEAN_ANSWER)))
+    raised, fields = _sdk_error(RESPONSES, 400)
+
+    with pytest.raises(raised) as caught:
+        _openai(livecheck_envoy).responses.create(model="gpt-4.1-mini", input=CLEAN_QUESTION, background=True)
+
+    error = caught.value
+    assert error.status_code == 400
+    assert "x-core-check" not in error.response.headers
+    body = error.response.json()
+    assert body["error"]["type"] == fields["type"]
+    assert "without `background: true`" in body["error"]["message"]
+    assert double.requests() == [], "a background request reached upstream"
+    # The same request without it goes on.
+    answer = _openai(livecheck_envoy).responses.create(model="gpt-4.1-mini", input=CLEAN_QUESTION)
+    assert answer.output_text == CLEAN_ANSWER
+    assert len(double.requests()) == 1
 
 
 # --- counters on /stats/prometheus --------------------------------------------------------------------
