@@ -529,6 +529,23 @@ mod tests {
                         "expected": "password"}"#;
         let tools = r#", "tool_checks": [{"name": "no-rival", "args": [{"pointer": "/to",
                         "not_contains": "@rival.example"}]}]"#;
+        // A question its input rules refuse gets the agent's reply, background or not.
+        let mut t = Turn::new(Rc::new(
+            Policy::from_json(policy(&format!("{input}, {rule}"), "").as_bytes()).unwrap(),
+        ));
+        let mut host = FakeHost::with_request(&[
+            (":method", "POST"),
+            (":path", "/v1/responses"),
+            (":authority", "api.test"),
+        ]);
+        host.request_body = serde_json::json!({
+            "model": "gpt-4.1-mini", "input": "my password is x", "background": true
+        })
+        .to_string()
+        .into_bytes();
+        ask(&mut t, &mut host);
+        assert_eq!(host.local_reply.as_ref().map(|r| r.status), Some(200));
+        assert_eq!(host.local_reply_json()["status"], "incomplete");
         let cases = [
             (policy(rule, ""), true, false, true),
             (policy(rule, ""), false, false, false),

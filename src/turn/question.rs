@@ -88,9 +88,6 @@ impl Turn {
             Ok(r) => r,
             Err(e) => return self.refuse_request(host, api, 400, &e.to_string()),
         };
-        if request.background && !request.stream && answers_must_be_checked(&version) {
-            return self.refuse_request(host, api, 400, BACKGROUND_REFUSED);
-        }
         let rules = decide(
             &version,
             Stage::Input,
@@ -124,6 +121,14 @@ impl Turn {
         if rules.stop.is_some() {
             decided(host, &mut self.record, &asked.version, &rules.results);
             return self.refuse_question(host, &asked, rules.stop.as_ref());
+        }
+        // A question its input rules refuse gets the agent's reply, background or not (the spec:
+        // "answered with the standard reply at once"); one they pass is refused here.
+        if asked.request.background
+            && !asked.request.stream
+            && answers_must_be_checked(&asked.version)
+        {
+            return self.refuse_request(host, api, 400, BACKGROUND_REFUSED);
         }
         // The judge reads the question only for a judged input check: no copy otherwise.
         let text = if judge::blocking_judged(&asked.version, Stage::Input).is_empty() {
