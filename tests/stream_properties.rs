@@ -66,48 +66,6 @@ fn run(api: Api, version: &Rc<Version>, body: &[u8], cuts: &[usize]) -> Vec<u8> 
     out
 }
 
-/// What a caller's SDK reads from a stream, but for how the text is divided among its events: the
-/// decoded text, and the events with their text emptied (and Responses' sequence numbers, which
-/// count the events), a run of equal ones counted once (a text event split in two).
-fn to_the_caller(api: Api, bytes: &[u8]) -> (String, Vec<(Option<String>, String)>) {
-    let mut decoder = livecheck::sse::Decoder::new(usize::MAX);
-    let mut events = Vec::new();
-    decoder.push(bytes, &mut events).unwrap();
-    decoder.finish(&mut events).unwrap();
-    let text_at: &[&str] = match api {
-        Api::AnthropicMessages => &["/delta/text"],
-        Api::ChatCompletions => &["/choices/0/delta/content"],
-        Api::Responses => &["/delta"],
-    };
-    let mut shapes: Vec<(Option<String>, String)> = Vec::new();
-    let mut last_was_text = false;
-    for e in events {
-        let mut is_text = false;
-        let data = match serde_json::from_str::<serde_json::Value>(&e.data) {
-            Ok(mut v) => {
-                for p in text_at {
-                    if let Some(t) = v.pointer_mut(p).filter(|t| t.is_string()) {
-                        *t = serde_json::Value::from("");
-                        is_text = true;
-                    }
-                }
-                if let Some(n) = v.pointer_mut("/sequence_number") {
-                    *n = serde_json::Value::Null;
-                }
-                v.to_string()
-            }
-            Err(_) => e.data,
-        };
-        let shape = (e.event, data);
-        // A text event split in two: its parts count once.
-        if !(is_text && last_was_text && shapes.last() == Some(&shape)) {
-            shapes.push(shape);
-        }
-        last_was_text = is_text;
-    }
-    (caller_text(api, bytes), shapes)
-}
-
 /// Text near the rules: digits, capitals, `NL`, pieces of "password", multi-byte characters and
 /// what JSON escapes.
 fn text() -> impl Strategy<Value = String> {
@@ -172,7 +130,7 @@ proptest! {
             prop_assert_eq!(seen.as_str(), expected);
             let b = run(api, &version, &body, &cuts_b);
             prop_assert!(
-                to_the_caller(api, &a) == to_the_caller(api, &b),
+                caller::read_by_caller(api, &a) == caller::read_by_caller(api, &b),
                 "{:?}: what the caller reads depends on the chunking", api
             );
         }
@@ -226,7 +184,7 @@ proptest! {
             let seen = caller_text(api, &a);
             prop_assert_eq!(seen.as_str(), expected);
             let b = run(api, &version, &body, &cuts_b);
-            prop_assert!(to_the_caller(api, &a) == to_the_caller(api, &b));
+            prop_assert!(caller::read_by_caller(api, &a) == caller::read_by_caller(api, &b));
         }
     }
 }

@@ -1,9 +1,10 @@
 //! Each vendor's stream rewriter, fed an upstream stream in chunks, under every hold: never panics;
 //! what the caller receives is valid in the vendor's format, never holds a match of an output rule
-//! (a match of the answer's text: text cut before a match may look like one on its own),
-//! is the same however the upstream was chunked, and its text is a prefix of the upstream's (under
-//! `Hold::Rules` exactly the text before the first match; in the whole-text holds a cut says the
-//! version's blocked reply instead).
+//! (a match of the answer's text: text cut before a match may look like one on its own), reads
+//! the same however the upstream was chunked (`caller::read_by_caller`: where the text is divided
+//! among the events may differ), and its text is a prefix of the upstream's (under `Hold::Rules`
+//! exactly the text before the first match; in the whole-text holds a cut says the version's
+//! blocked reply instead).
 //!
 //! Input: a mode byte (vendor, hold, and whether the rest is raw upstream bytes or an answer text
 //! the target writes as the vendor's stream), a chunk-size byte, then the bytes.
@@ -12,7 +13,7 @@
 use libfuzzer_sys::fuzz_target;
 use livecheck::api::Api;
 use livecheck::stream::{caller, Hold};
-use livecheck_fuzz::{rewrite, version_of};
+use livecheck_fuzz::{rewrite_limited, version_of};
 
 const POLICY: &str = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {
   "live_checks": [
@@ -69,12 +70,49 @@ fuzz_target!(|input: &[u8]| {
         (caller::upstream(api, &deltas), Some(text))
     };
     let size = usize::from(*size) + 1;
-    let out = rewrite(api, hold, &version, &upstream, size);
-    assert_eq!(
-        out,
-        rewrite(api, hold, &version, &upstream, upstream.len()),
-        "the output depends on the chunking"
-    );
+    let (out, limited) = rewrite_limited(api, hold, &version, &upstream, size);
+    let (whole, whole_limited) = rewrite_limited(api, hold, &version, &upstream, upstream.len());
+    // Where the text is divided among the events may differ (text confirmed by a later event of
+    // the same chunk goes whole, text confirmed only by a later chunk in two parts); what the
+    // caller reads does not. An event split in two is written as the vendor's parts (Chat's rest
+    // a bare chunk, its finish reason moved to it): from raw bytes of a shape the vendor does not
+    // write (fields it has no name for, a finish reason left out), only the text is the same. In
+    // the whole-text holds the events beside the held answer (pings, the message's start,
+    // reasoning, tool calls) stream while it is held, so how far they run ahead of it depends on
+    // where the chunks end: the same events, in another order.
+    //
+    // Not compared: a held round that met the limit of what it may keep. The limit is applied to
+    // a whole chunk before it is read, so where the chunk that crosses it begins decides what was
+    // read first (a match found before it, the opening events the reply takes its id from), and
+    // the stream then ends otherwise (cut as unreadable, or gone on unjudged under the rules).
+    // A known difference (ARCHITECTURE.md, Tests), still held to every property below.
+    if !(limited || whole_limited) {
+        let (chunked, whole) = (
+            caller::read_by_caller(api, &out),
+            caller::read_by_caller(api, &whole),
+        );
+        if raw {
+            assert_eq!(
+                chunked.0, whole.0,
+                "the caller's text depends on the chunking"
+            );
+        } else if hold == Hold::Rules {
+            assert_eq!(
+                chunked, whole,
+                "what the caller reads depends on the chunking"
+            );
+        } else {
+            let sorted = |(text, mut events): (Option<String>, Vec<_>)| {
+                events.sort();
+                (text, events)
+            };
+            assert_eq!(
+                sorted(chunked),
+                sorted(whole),
+                "what the caller reads depends on the chunking"
+            );
+        }
+    }
     // Garbage in may come out as the upstream wrote it: what the caller reads is judged only when
     // the upstream itself was valid in the vendor's format.
     let seen = match (caller::decode(api, &out), &sent) {

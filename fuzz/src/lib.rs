@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use livecheck::api::{Api, Request};
 use livecheck::config::{Policy, Version};
-use livecheck::stream::{Hold, Rewriter};
+use livecheck::stream::{CutWhy, Hold, Rewriter, Step};
 
 /// The published version of a policy the target itself wrote, compiled once per thread (`Rc` is
 /// not `Sync`; libFuzzer runs a target on one thread). A refusal is the target's own bug.
@@ -29,6 +29,19 @@ pub fn version_of(policy: &'static str) -> Rc<Version> {
 /// The bytes a caller receives for an upstream `body` fed in `size`-byte chunks: a held round is
 /// released, or cut when a rule of the version matches its text (as the turn decides it).
 pub fn rewrite(api: Api, hold: Hold, version: &Rc<Version>, body: &[u8], size: usize) -> Vec<u8> {
+    rewrite_limited(api, hold, version, body, size).0
+}
+
+/// [`rewrite`], and whether the stream met the limit of what a held round may keep: cut as
+/// unreadable (`CutWhy::Unreadable`, which a stream that cannot be read is cut as too) or gone on
+/// unjudged ([`livecheck::stream::Step::unjudged`]).
+pub fn rewrite_limited(
+    api: Api,
+    hold: Hold,
+    version: &Rc<Version>,
+    body: &[u8],
+    size: usize,
+) -> (Vec<u8>, bool) {
     let request = Request {
         stream: true,
         ..Request::default()
@@ -36,14 +49,17 @@ pub fn rewrite(api: Api, hold: Hold, version: &Rc<Version>, body: &[u8], size: u
     let mut rw = Rewriter::new(api, Rc::clone(version), &request, hold, 1 << 16);
     let mut out = Vec::new();
     let mut round = None;
+    let mut limited = false;
+    let mut steps: Vec<Step> = Vec::new();
     for chunk in body.chunks(size.max(1)) {
-        let step = rw.feed(chunk);
+        steps.push(rw.feed(chunk));
+    }
+    steps.push(rw.finish());
+    for step in steps {
         out.extend(step.out);
         round = round.or(step.round_end);
+        limited |= step.unjudged || step.cut.is_some_and(|c| c.why == CutWhy::Unreadable);
     }
-    let step = rw.finish();
-    out.extend(step.out);
-    round = round.or(step.round_end);
     if let Some(round) = round {
         let hit = round.early.or_else(|| {
             version
@@ -56,5 +72,5 @@ pub fn rewrite(api: Api, hold: Hold, version: &Rc<Version>, body: &[u8], size: u
             None => out.extend(rw.release()),
         }
     }
-    out
+    (out, limited)
 }

@@ -128,6 +128,56 @@ pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, String> {
     Ok(out)
 }
 
+/// What a caller reads from a stream but for how the text is divided among its events: the text
+/// its SDK shows ([`decode`]; `None` for bytes out of the vendor's format), and the events with
+/// their text emptied (and Responses' sequence numbers, which count the events), a run of equal
+/// text events counted once (a text event split in two); an error of the SSE decoder ends the
+/// list. The rewriter keeps this, not the bytes, the same however the upstream was split: text
+/// confirmed by a later event of the same body chunk goes in its own event whole, text confirmed
+/// only by a later chunk in two parts.
+pub fn read_by_caller(api: Api, bytes: &[u8]) -> (Option<String>, Vec<(Option<String>, String)>) {
+    let mut decoder = sse::Decoder::new(usize::MAX);
+    let mut events = Vec::new();
+    let decoded = decoder
+        .push(bytes, &mut events)
+        .and_then(|()| decoder.finish(&mut events));
+    let text_at: &[&str] = match api {
+        Api::AnthropicMessages => &["/delta/text"],
+        Api::ChatCompletions => &["/choices/0/delta/content"],
+        Api::Responses => &["/delta"],
+    };
+    let mut shapes: Vec<(Option<String>, String)> = Vec::new();
+    let mut last_was_text = false;
+    for e in events {
+        let mut is_text = false;
+        let data = match serde_json::from_str::<Value>(&e.data) {
+            Ok(mut v) => {
+                for p in text_at {
+                    if let Some(t) = v.pointer_mut(p).filter(|t| t.is_string()) {
+                        *t = Value::from("");
+                        is_text = true;
+                    }
+                }
+                if let Some(n) = v.pointer_mut("/sequence_number") {
+                    *n = Value::Null;
+                }
+                v.to_string()
+            }
+            Err(_) => e.data,
+        };
+        let shape = (e.event, data);
+        // A text event split in two: its parts count once.
+        if !(is_text && last_was_text && shapes.last() == Some(&shape)) {
+            shapes.push(shape);
+        }
+        last_was_text = is_text;
+    }
+    if let Err(e) = decoded {
+        shapes.push((Some("error".to_owned()), e.to_string()));
+    }
+    (decode(api, bytes).ok().map(|d| d.text), shapes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
