@@ -268,7 +268,8 @@ soak: wasm venv postgres-tools
 # after the build; not part of `make bench`): where a checked 4 KiB Chat turn's guest time goes.
 V8_TURNS ?= 100000
 # The stream rewriter's own cost in V8, function by function: streams of the bench's answer, 16 events to a
-# body chunk, through `Rewriter::feed` under Node's profiler (per stream of 2,000 events).
+# body chunk (LIVECHECK_PROFILE_CHUNK_EVENTS=1 for a paced stream's one), through `Rewriter::feed` under
+# Node's profiler (per stream of 2,000 events).
 V8_STREAMS ?= 200
 .PHONY: bench-v8-stream
 bench-v8-stream: toolchain
