@@ -50,16 +50,17 @@ pub fn rewrite_limited(
     let mut out = Vec::new();
     let mut round = None;
     let mut limited = false;
-    let mut steps: Vec<Step> = Vec::new();
-    for chunk in body.chunks(size.max(1)) {
-        steps.push(rw.feed(chunk));
-    }
-    steps.push(rw.finish());
-    for step in steps {
+    let mut take = |step: Step| {
         out.extend(step.out);
-        round = round.or(step.round_end);
+        if round.is_none() {
+            round = step.round_end;
+        }
         limited |= step.unjudged || step.cut.is_some_and(|c| c.why == CutWhy::Unreadable);
+    };
+    for chunk in body.chunks(size.max(1)) {
+        take(rw.feed(chunk));
     }
+    take(rw.finish());
     if let Some(round) = round {
         let hit = round.early.or_else(|| {
             version

@@ -925,24 +925,18 @@ impl Rewriter {
                 self.queue.push_front(piece);
                 return;
             }
-            let mut now = None;
+            // The part's event: a copy of the held one with each field's part as its text.
+            let mut now: Option<Ev> = None;
             let mut any = false;
             for field in &mut piece.fields {
                 let bound = self.bound(field.channel, cut_at);
                 let part = field.split_at(bound);
                 any |= !part.is_empty();
-                // The part's event written from the one held (its JSON as it came, the part's
-                // text in place), else a copy of it with the part's text set.
-                match &mut now {
-                    None => {
-                        now = Some(piece.ev.spliced(&field.pointer, &part).unwrap_or_else(|| {
-                            let mut copy = piece.ev.clone();
-                            set_text(&mut copy, &field.pointer, part);
-                            copy
-                        }));
-                    }
-                    Some(now) => set_text(now, &field.pointer, part),
-                }
+                now = Some(
+                    now.as_ref()
+                        .unwrap_or(&piece.ev)
+                        .with_text(&field.pointer, part),
+                );
             }
             let mut now = now.unwrap_or_else(|| piece.ev.clone());
             if any {
@@ -1102,10 +1096,10 @@ fn set_text(ev: &mut Ev, pointer: &str, text: String) {
     }
 }
 
-/// Appends `text` as the JSON string literal serde_json writes for it: most texts (no quote,
-/// backslash or control character) as they are between quotes, any other through serde_json.
+/// Appends `text` as the JSON string literal serde_json writes for it: most texts
+/// ([`template::written_as_is`]) as they are between quotes, any other through serde_json.
 fn push_literal(out: &mut String, text: &str) -> Option<()> {
-    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    if template::written_as_is(text) {
         out.push('"');
         out.push_str(text);
         out.push('"');
@@ -1113,6 +1107,14 @@ fn push_literal(out: &mut String, text: &str) -> Option<()> {
         out.push_str(&serde_json::to_string(text).ok()?);
     }
     Some(())
+}
+
+/// An event's JSON as it came with a new text written into it ([`Ev::spliced_raw`]): where that
+/// text's literal and the event's `id` literal now stand.
+struct Spliced {
+    raw: String,
+    span: (&'static str, std::ops::Range<usize>),
+    join_id: Option<std::ops::Range<usize>>,
 }
 
 /// An event that cannot be read: the stream is unreadable.
@@ -1222,26 +1224,49 @@ impl Ev {
     /// of it changes: key order, spacing, other escapes); `false` when the event has no such
     /// place, and nothing changed.
     fn splice_text(&mut self, pointer: &str, text: &str) -> bool {
-        let Some(spliced) = self.spliced(pointer, text) else {
+        let Some(spliced) = self.spliced_raw(pointer, text) else {
             return false;
         };
-        *self = spliced;
+        self.raw = Some(spliced.raw);
+        self.span = Some(spliced.span);
+        self.join_id = spliced.join_id;
+        // A tree built from the JSON before holds the old text.
+        self.data = OnceCell::new();
         true
     }
 
-    /// The event with `text` as the string at `pointer`, written straight into a copy of the JSON
-    /// as it came (nothing else of it changes: key order, spacing, other escapes); `None` when
-    /// the event has no such place.
-    fn spliced(&self, pointer: &str, text: &str) -> Option<Ev> {
+    /// A copy of the event with `text` as the string at `pointer`: written straight into a copy
+    /// of its JSON as it came where it has such a place ([`Ev::splice_text`]), else set in a copy
+    /// of its tree.
+    fn with_text(&self, pointer: &str, text: String) -> Ev {
+        match self.spliced_raw(pointer, &text) {
+            Some(spliced) => Ev {
+                name: self.name.clone(),
+                raw: Some(spliced.raw),
+                data: OnceCell::new(),
+                choice: self.choice,
+                span: Some(spliced.span),
+                join_id: spliced.join_id,
+                templated: self.templated,
+            },
+            None => {
+                let mut copy = self.clone();
+                set_text(&mut copy, pointer, text);
+                copy
+            }
+        }
+    }
+
+    /// The event's JSON as it came with `text` as the string at `pointer` (one copy, nothing
+    /// else of it changed); `None` when the event has no such place.
+    fn spliced_raw(&self, pointer: &str, text: &str) -> Option<Spliced> {
         let (Some(raw), Some((at, span))) = (self.raw.as_deref(), self.span.as_ref()) else {
-            return None;
-        };
-        let (Some(before), Some(after)) = (raw.get(..span.start), raw.get(span.end..)) else {
             return None;
         };
         if *at != pointer || span.start > span.end {
             return None;
         }
+        let (before, after) = (raw.get(..span.start)?, raw.get(span.end..)?);
         let mut spliced = String::with_capacity(raw.len() - span.len() + text.len() + 2);
         spliced.push_str(before);
         push_literal(&mut spliced, text)?;
@@ -1255,15 +1280,10 @@ impl Ev {
                 id
             }
         });
-        Some(Ev {
-            name: self.name.clone(),
-            raw: Some(spliced),
-            // A tree built from the JSON before holds the old text.
-            data: OnceCell::new(),
-            choice: self.choice,
-            span: Some((at, span.start..new_end)),
+        Some(Spliced {
+            raw: spliced,
+            span: (*at, span.start..new_end),
             join_id,
-            templated: self.templated,
         })
     }
 

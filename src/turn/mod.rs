@@ -529,21 +529,24 @@ mod tests {
                         "expected": "password"}"#;
         let tools = r#", "tool_checks": [{"name": "no-rival", "args": [{"pointer": "/to",
                         "not_contains": "@rival.example"}]}]"#;
+        // A Responses request of `body` asked of a turn of `policy`: its host and both flows.
+        let ask_responses = |policy: &str, body: serde_json::Value| {
+            let mut t = Turn::new(Rc::new(Policy::from_json(policy.as_bytes()).unwrap()));
+            let mut host = FakeHost::with_request(&[
+                (":method", "POST"),
+                (":path", "/v1/responses"),
+                (":authority", "api.test"),
+            ]);
+            host.request_body = body.to_string().into_bytes();
+            let flows = ask(&mut t, &mut host);
+            (host, flows)
+        };
         // A question its input rules refuse gets the agent's reply, background or not.
-        let mut t = Turn::new(Rc::new(
-            Policy::from_json(policy(&format!("{input}, {rule}"), "").as_bytes()).unwrap(),
-        ));
-        let mut host = FakeHost::with_request(&[
-            (":method", "POST"),
-            (":path", "/v1/responses"),
-            (":authority", "api.test"),
-        ]);
-        host.request_body = serde_json::json!({
-            "model": "gpt-4.1-mini", "input": "my password is x", "background": true
-        })
-        .to_string()
-        .into_bytes();
-        ask(&mut t, &mut host);
+        let (host, _) = ask_responses(
+            &policy(&format!("{input}, {rule}"), ""),
+            serde_json::json!({"model": "gpt-4.1-mini", "input": "my password is x",
+                               "background": true}),
+        );
         assert_eq!(host.local_reply.as_ref().map(|r| r.status), Some(200));
         assert_eq!(host.local_reply_json()["status"], "incomplete");
         let cases = [
@@ -557,19 +560,11 @@ mod tests {
             (policy(input, tools), true, false, true),
         ];
         for (policy, background, stream, refused) in cases {
-            let mut t = Turn::new(Rc::new(Policy::from_json(policy.as_bytes()).unwrap()));
-            let mut host = FakeHost::with_request(&[
-                (":method", "POST"),
-                (":path", "/v1/responses"),
-                (":authority", "api.test"),
-            ]);
-            host.request_body = serde_json::json!({
-                "model": "gpt-4.1-mini", "input": "hello", "background": background,
-                "stream": stream
-            })
-            .to_string()
-            .into_bytes();
-            let flows = ask(&mut t, &mut host);
+            let (host, flows) = ask_responses(
+                &policy,
+                serde_json::json!({"model": "gpt-4.1-mini", "input": "hello",
+                                   "background": background, "stream": stream}),
+            );
             let case = format!("{policy} background {background} stream {stream}");
             assert_eq!(host.local_reply.is_some(), refused, "{case}");
             if refused {
