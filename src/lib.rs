@@ -10,6 +10,7 @@ pub mod fold;
 pub mod frame;
 pub mod host;
 pub mod judge;
+pub mod lanes;
 pub mod lost_reports;
 pub mod mcp;
 pub mod outbox;

@@ -96,6 +96,10 @@ impl Record {
     /// Results decided now, in the order decided.
     pub fn decided(&mut self, version: &Version, results: &[CheckResult], now_ms: u64) {
         let _span = crate::profile::span("phase.count_results");
+        if self.results.json.is_empty() {
+            // Room for a result of every check (~250 bytes each) at once, not by doubling.
+            self.results.json.reserve(version.checks.len() * 256);
+        }
         for result in results {
             let Some(check) = version.checks.get(result.check) else {
                 continue;
@@ -305,8 +309,12 @@ pub fn result_head(check: &Check) -> String {
 
 /// Appends a JSON string literal, as serde_json writes it: a text with nothing to escape (no `"`,
 /// `\\` or control character; the fixed reasons, most names) is copied between quotes as it is.
+/// ASCII text is checked eight bytes a step ([`crate::swar::plain_string_len`]).
 fn push_str(out: &mut Vec<u8>, text: &str) {
-    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    let bytes = text.as_bytes();
+    if crate::swar::plain_string_len(bytes) == bytes.len()
+        || bytes.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
+    {
         out.push(b'"');
         out.extend_from_slice(text.as_bytes());
         out.push(b'"');

@@ -289,7 +289,7 @@ impl Recovery {
         let read = Judged {
             stage: Stage::Output,
             text: &answer.text,
-            question: Some(&turn.request.last_user_text),
+            question: Some(turn.request.last_user_text()),
             turn_model: turn.request.model.as_deref(),
             credentials: turn.credentials,
         };

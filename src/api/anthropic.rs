@@ -9,17 +9,19 @@ use serde_json::{json, Map, Value};
 
 use super::json::{push_event, scalars_of_text, scalars_of_value};
 use super::json::{Node, Obj};
-use super::{content_texts, intent, join_lines, push_tool_call, Answer, Ids, Request, ToolCall};
+use super::{content_texts, push_tool_call, Answer, CallerText, Ids, Request, ToolCall};
 
 /// Block types whose `input` is a tool call the model makes.
 const TOOL_USE_BLOCKS: &[&str] = &["tool_use", "server_tool_use", "mcp_tool_use"];
 
 pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
-    let mut pieces = content_texts(body.get("system"), &["text"], "system")?;
+    let mut caller = CallerText::default();
+    for piece in content_texts(body.get("system"), &["text"], "system")? {
+        caller.piece(piece);
+    }
     let Some(Node::Array(messages)) = body.get("messages") else {
         return Err("messages must be an array".into());
     };
-    let mut user_texts: Vec<String> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         let Node::Object(message) = message else {
             return Err(format!("messages[{i}] must be an object"));
@@ -33,16 +35,12 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
         if role == "assistant" {
             continue;
         }
-        let text = join_lines(&texts);
-        if role == "user" && !text.is_empty() {
-            user_texts.push(text);
-        }
-        pieces.extend(texts);
+        caller.message(role == "user", &texts);
     }
+    let (input_text, intent) = caller.finish();
     Ok(Request {
-        input_text: join_lines(&pieces),
-        last_user_text: user_texts.last().cloned().unwrap_or_default(),
-        intent: intent(user_texts),
+        input_text,
+        intent,
         stream: body.bool_field("stream")?,
         background: false,
         include_usage: false,

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use super::json::{push_event, scalars_of_text};
 use super::json::{Node, Obj};
-use super::{content_texts, intent, join_lines, push_tool_call, Answer, Ids, Request, ToolCall};
+use super::{content_texts, push_tool_call, Answer, CallerText, Ids, Request, ToolCall};
 
 /// Roles whose text an input check does not read: the model's own, and tool results.
 const UNREAD_ROLES: &[&str] = &["assistant", "tool", "function"];
@@ -16,8 +16,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
     let Some(Node::Array(messages)) = body.get("messages") else {
         return Err("messages must be an array".into());
     };
-    let mut pieces = Vec::new();
-    let mut user_texts: Vec<String> = Vec::new();
+    let mut caller = CallerText::default();
     for (i, message) in messages.iter().enumerate() {
         let Node::Object(message) = message else {
             return Err(format!("messages[{i}] must be an object"));
@@ -31,11 +30,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
         if UNREAD_ROLES.contains(&role) {
             continue;
         }
-        let text = join_lines(&texts);
-        if role == "user" && !text.is_empty() {
-            user_texts.push(text);
-        }
-        pieces.extend(texts);
+        caller.message(role == "user", &texts);
     }
     let include_usage = match body.get("stream_options") {
         None | Some(Node::Null) => false,
@@ -44,10 +39,10 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
             .map_err(|_| "stream_options.include_usage must be a boolean".to_string())?,
         Some(_) => return Err("stream_options must be an object".into()),
     };
+    let (input_text, intent) = caller.finish();
     Ok(Request {
-        input_text: join_lines(&pieces),
-        last_user_text: user_texts.last().cloned().unwrap_or_default(),
-        intent: intent(user_texts),
+        input_text,
+        intent,
         stream: body.bool_field("stream")?,
         background: false,
         include_usage,
@@ -78,7 +73,7 @@ pub(super) fn parse_answer(body: &Obj<'_>) -> Result<Answer, String> {
         };
         let path = format!("choices[{i}].message.content");
         for piece in content_texts(message.get("content"), &["text"], &path)? {
-            text.push_str(&piece);
+            text.push_str(piece);
         }
         if let Some(Node::Array(tool_calls)) = message.get("tool_calls") {
             asks_for_tool |= !tool_calls.is_empty();

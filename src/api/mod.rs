@@ -64,9 +64,6 @@ pub struct Request {
     /// System, developer and user text and values filled into the prompt, joined by `"\n"`; never
     /// images, files, audio, tool results or assistant messages.
     pub input_text: String,
-    /// The text of the last user message that has text (a turn that only returns tool results is
-    /// skipped): what a judge reads beside an answer.
-    pub last_user_text: String,
     /// The text of the last user messages that have text (at most
     /// [`livecheck_wire::INTENT_MESSAGES`]), oldest first: what a tool-call check's judge reads as
     /// the user's intent.
@@ -79,6 +76,14 @@ pub struct Request {
     pub include_usage: bool,
     /// The requested model, when the request names one.
     pub model: Option<String>,
+}
+
+impl Request {
+    /// The text of the last user message that has text (a turn that only returns tool results is
+    /// skipped): what a judge reads beside an answer.
+    pub fn last_user_text(&self) -> &str {
+        self.intent.last().map_or("", String::as_str)
+    }
 }
 
 /// The model's non-streamed answer, as output checks read it.
@@ -266,37 +271,70 @@ fn answer_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, BadAnswe
     }
 }
 
-/// The last [`livecheck_wire::INTENT_MESSAGES`] user texts, oldest first.
-fn intent(mut user_texts: Vec<String>) -> Vec<String> {
-    let extra = user_texts
-        .len()
-        .saturating_sub(livecheck_wire::INTENT_MESSAGES);
-    user_texts.drain(..extra);
-    user_texts
+/// The caller's text of a request, gathered message by message as the vendor's reader walks it:
+/// every piece that is read, joined by `"\n"` (empty pieces left out), and the text of each user
+/// message that has any (its pieces joined the same way).
+#[derive(Debug, Default)]
+struct CallerText {
+    input: String,
+    user_texts: Vec<String>,
 }
 
-/// Joins the non-empty pieces of text with `"\n"`.
-fn join_lines(pieces: &[String]) -> String {
-    pieces
-        .iter()
-        .filter(|p| !p.is_empty())
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .join("\n")
+impl CallerText {
+    /// A piece of text an input check reads that is no user message's (instructions, a system
+    /// prompt, a prompt's variables).
+    fn piece(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        if !self.input.is_empty() {
+            self.input.push('\n');
+        }
+        self.input.push_str(text);
+    }
+
+    /// A message's text pieces, read as input; a user's are also its intent.
+    fn message(&mut self, user: bool, texts: &[&str]) {
+        if user {
+            let mut text = String::new();
+            for piece in texts.iter().filter(|p| !p.is_empty()) {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(piece);
+            }
+            if !text.is_empty() {
+                self.user_texts.push(text);
+            }
+        }
+        for piece in texts {
+            self.piece(piece);
+        }
+    }
+
+    /// The input text, and the last [`livecheck_wire::INTENT_MESSAGES`] user texts.
+    fn finish(mut self) -> (String, Vec<String>) {
+        let extra = self
+            .user_texts
+            .len()
+            .saturating_sub(livecheck_wire::INTENT_MESSAGES);
+        self.user_texts.drain(..extra);
+        (self.input, self.user_texts)
+    }
 }
 
 /// The text of a message's `content`: the string itself, or the `text` of each block whose `type`
 /// is one of `text_types` (other blocks: images, files, audio, tool results, are not read).
 /// `path` names the field in errors.
-fn content_texts(
-    content: Option<&json::Node<'_>>,
+fn content_texts<'n>(
+    content: Option<&'n json::Node<'_>>,
     text_types: &[&str],
     path: &str,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<&'n str>, String> {
     use json::Node;
     match content {
         None | Some(Node::Null) => Ok(Vec::new()),
-        Some(Node::Str(s)) => Ok(vec![s.as_ref().to_owned()]),
+        Some(Node::Str(s)) => Ok(vec![s.as_ref()]),
         Some(Node::Array(blocks)) => {
             let mut texts = Vec::new();
             for (i, block) in blocks.iter().enumerate() {
@@ -308,7 +346,7 @@ fn content_texts(
                 };
                 if text_types.contains(&kind) {
                     match block.str_field("text") {
-                        Some(text) => texts.push(text.to_owned()),
+                        Some(text) => texts.push(text),
                         None => return Err(format!("{path}[{i}].text must be a string")),
                     }
                 }

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use super::json::{push_event, scalars_of_text, scalars_of_value, str_field, to_vec};
 use super::json::{Node, Obj};
-use super::{content_texts, intent, join_lines, push_tool_call, Answer, Ids, Request, ToolCall};
+use super::{content_texts, push_tool_call, Answer, CallerText, Ids, Request, ToolCall};
 
 /// Content part types a caller's message carries text in.
 const TEXT_PARTS: &[&str] = &["input_text", "text", "output_text"];
@@ -29,22 +29,22 @@ pub(super) const CALLER_TOOL_CALLS: &[&str] = &[
 const CALL_VALUE_FIELDS: &[&str] = &["action", "operation", "queries", "code"];
 
 pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
-    let mut pieces = Vec::new();
+    let mut caller = CallerText::default();
     if let Some(instructions) = body.opt_str_field("instructions")? {
-        pieces.push(instructions);
+        caller.piece(&instructions);
     }
     match body.get("prompt") {
         None | Some(Node::Null) => {}
-        Some(Node::Object(prompt)) => pieces.extend(prompt_variables(prompt)?),
+        Some(Node::Object(prompt)) => {
+            for variable in prompt_variables(prompt)? {
+                caller.piece(&variable);
+            }
+        }
         Some(_) => return Err("prompt must be an object".into()),
     }
-    let mut user_texts: Vec<String> = Vec::new();
     match body.get("input") {
         None | Some(Node::Null) => {}
-        Some(Node::Str(input)) => {
-            user_texts.push(input.as_ref().to_owned());
-            pieces.push(input.as_ref().to_owned());
-        }
+        Some(Node::Str(input)) => caller.message(true, &[input.as_ref()]),
         Some(Node::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
                 let Node::Object(item) = item else {
@@ -63,19 +63,15 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
                 if role == "assistant" {
                     continue;
                 }
-                let text = join_lines(&texts);
-                if role == "user" && !text.is_empty() {
-                    user_texts.push(text);
-                }
-                pieces.extend(texts);
+                caller.message(role == "user", &texts);
             }
         }
         Some(_) => return Err("input must be a string or an array of input items".into()),
     }
+    let (input_text, intent) = caller.finish();
     Ok(Request {
-        input_text: join_lines(&pieces),
-        last_user_text: user_texts.last().cloned().unwrap_or_default(),
-        intent: intent(user_texts),
+        input_text,
+        intent,
         stream: body.bool_field("stream")?,
         background: body.bool_field("background")?,
         include_usage: false,
@@ -134,7 +130,7 @@ pub(super) fn parse_answer(body: &Obj<'_>) -> Result<Answer, String> {
             Some("message") => {
                 let path = format!("output[{i}].content");
                 for piece in content_texts(fields.get("content"), &["output_text"], &path)? {
-                    text.push_str(&piece);
+                    text.push_str(piece);
                 }
             }
             Some(kind) if is_tool_call(kind) => {

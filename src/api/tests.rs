@@ -16,7 +16,6 @@ fn ids() -> Ids {
 fn request(stream: bool) -> Request {
     Request {
         input_text: "password".into(),
-        last_user_text: "password".into(),
         intent: vec!["password".into()],
         stream,
         background: false,
@@ -92,7 +91,7 @@ fn anthropic_input_reads_system_and_user_text_only() {
         req.input_text,
         "You answer questions about orders.\nWhere is order 17?\nAnd when does it arrive?"
     );
-    assert_eq!(req.last_user_text, "And when does it arrive?");
+    assert_eq!(req.last_user_text(), "And when does it arrive?");
     assert!(req.stream && !req.background);
     assert_eq!(req.model.as_deref(), Some("claude-sonnet-4-5"));
 }
@@ -104,7 +103,7 @@ fn chat_input_reads_system_developer_and_user_text_only() {
         req.input_text,
         "You answer questions about orders.\nBe brief.\nWhere is order 17?"
     );
-    assert_eq!(req.last_user_text, "Where is order 17?");
+    assert_eq!(req.last_user_text(), "Where is order 17?");
     assert!(req.stream && req.include_usage);
 }
 
@@ -117,7 +116,7 @@ fn responses_input_reads_instructions_prompt_values_and_caller_messages() {
         "You answer questions about orders.\nAda\nrefunds\nBe brief.\nWhere is order 17?"
     );
     assert!(!req.input_text.contains("password"));
-    assert_eq!(req.last_user_text, "Where is order 17?");
+    assert_eq!(req.last_user_text(), "Where is order 17?");
     assert!(req.background && !req.stream);
 }
 
@@ -125,7 +124,7 @@ fn responses_input_reads_instructions_prompt_values_and_caller_messages() {
 fn responses_string_input_is_the_user_message() {
     let req = parse_request(Api::Responses, br#"{"model":"m","input":"hi there"}"#).unwrap();
     assert_eq!(req.input_text, "hi there");
-    assert_eq!(req.last_user_text, "hi there");
+    assert_eq!(req.last_user_text(), "hi there");
 }
 
 #[test]
@@ -760,4 +759,24 @@ fn reader_reads_or_declines_each_kind_of_value_as_serde_json_reads_it() {
     assert!(assert_reader_agrees(nested(100).as_bytes(), true));
     assert!(!assert_reader_agrees(nested(101).as_bytes(), true));
     assert!(json::read_node::<true>(nested(101).as_bytes()).is_ok());
+}
+
+#[test]
+fn the_intent_is_the_last_ten_user_texts_each_joined_and_none_empty() {
+    let mut messages = vec![serde_json::json!({"role": "system", "content": "Be brief."})];
+    for i in 0..12 {
+        messages.push(serde_json::json!({"role": "user", "content": [
+            {"type": "text", "text": format!("ask {i}")},
+            {"type": "text", "text": ""},
+            {"type": "text", "text": "please"}]}));
+        messages.push(serde_json::json!({"role": "assistant", "content": format!("answer {i}")}));
+    }
+    messages.push(serde_json::json!({"role": "user", "content": ""}));
+    let body = serde_json::json!({"model": "m", "messages": messages}).to_string();
+    let req = parse_request(Api::ChatCompletions, body.as_bytes()).unwrap();
+    let want: Vec<String> = (2..12).map(|i| format!("ask {i}\nplease")).collect();
+    assert_eq!(req.intent, want);
+    assert_eq!(req.last_user_text(), "ask 11\nplease");
+    let asked: Vec<String> = (0..12).map(|i| format!("ask {i}\nplease")).collect();
+    assert_eq!(req.input_text, format!("Be brief.\n{}", asked.join("\n")));
 }

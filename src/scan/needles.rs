@@ -10,6 +10,8 @@
 //! pass; text holding many is searched whole, as without this.
 
 use regex_syntax::hir::{Class, Hir, HirKind};
+
+use crate::lanes::{Ranges, BLOCK};
 use regex_syntax::ParserBuilder;
 
 /// A set of byte values.
@@ -44,6 +46,18 @@ impl ByteSet {
             *mine |= *theirs;
         }
         self
+    }
+
+    /// The set as sorted, disjoint ranges of bytes, each `(first, last)`.
+    fn ranges(&self) -> Vec<(u8, u8)> {
+        let mut ranges: Vec<(u8, u8)> = Vec::new();
+        for b in (0..=255u8).filter(|b| self.has(*b)) {
+            match ranges.last_mut() {
+                Some((_, last)) if u16::from(*last) + 1 == u16::from(b) => *last = b,
+                _ => ranges.push((b, b)),
+            }
+        }
+        ranges
     }
 
     pub fn has(&self, byte: u8) -> bool {
@@ -137,6 +151,9 @@ fn first_byte(c: u32) -> Option<u8> {
 #[derive(Debug, Clone)]
 pub struct Needles {
     bytes: ByteSet,
+    /// Byte ranges that hold every needed byte: what a text is scanned for, a block at a time
+    /// (more than four ranges are joined, so a block may hit with no needed byte in it).
+    cover: Ranges,
     /// The longest match of the stage, in bytes (a character is at most four).
     reach: usize,
 }
@@ -150,23 +167,30 @@ impl Needles {
             let hir = ParserBuilder::new().build().parse(source).ok()?;
             bytes = bytes.union(&needed(&hir)?);
         }
-        (bytes.commonness() <= TOO_COMMON).then(|| Self {
+        if bytes.commonness() > TOO_COMMON {
+            return None;
+        }
+        Some(Self {
+            cover: Ranges::covering(bytes.ranges())?,
             bytes,
             reach: longest.saturating_mul(4),
         })
     }
 
-    /// Where the first needed byte at or after `at` is. Eight bytes are looked up per branch:
-    /// in wasm a branch per byte cost about twice as much.
+    /// Where the first needed byte at or after `at` is: blocks the cover does not hit are
+    /// skipped whole, and the first that it hits is read byte by byte.
     fn next_needed(&self, text: &[u8], at: usize) -> Option<usize> {
         let rest = text.get(at..)?;
-        let mut chunks = rest.chunks_exact(8);
         let mut offset = 0;
-        for chunk in chunks.by_ref() {
-            if chunk.iter().fold(false, |any, b| any | self.bytes.has(*b)) {
-                break;
+        for block in rest.chunks_exact(BLOCK) {
+            if let Ok(block) = <&[u8; BLOCK]>::try_from(block) {
+                if self.cover.hits(block) {
+                    if let Some(i) = block.iter().position(|b| self.bytes.has(*b)) {
+                        return Some(at + offset + i);
+                    }
+                }
             }
-            offset += 8;
+            offset += BLOCK;
         }
         rest.get(offset..)?
             .iter()
@@ -292,5 +316,39 @@ mod tests {
         assert_eq!(n.windows(&two), Some(vec![(42, 60), (144, 161)]));
         // Windows covering half the text or more: searched whole.
         assert_eq!(n.windows(b"x1x2x3x4x5"), None);
+    }
+
+    #[test]
+    fn a_set_is_its_ranges() {
+        let set = ByteSet::of(b"0123456789@-".iter().copied().chain([0, 255]));
+        assert_eq!(
+            set.ranges(),
+            vec![(0, 0), (b'-', b'-'), (b'0', b'9'), (b'@', b'@'), (255, 255)]
+        );
+        assert_eq!(ByteSet::empty().ranges(), vec![]);
+    }
+
+    /// The first needed byte found at every offset and length around the block edges, among bytes
+    /// the cover holds that are not in the set.
+    #[test]
+    fn the_next_needed_byte_is_the_first_in_the_set_past_blocks_that_only_look_like_it() {
+        let n = needles(&["[0-9]", "[@]", "[-]", "[;]", "[#]"], 1).unwrap();
+        // Five ranges: the nearest two ('0'..='9' and ';') are joined, so the cover holds ':'.
+        assert!(n.cover.hits(&[b':'; BLOCK]));
+        let decoys = b":::x:";
+        for len in 0..(3 * BLOCK) {
+            let text: Vec<u8> = (0..len).map(|i| decoys[i % decoys.len()]).collect();
+            assert_eq!(n.next_needed(&text, 0), None, "{len}");
+            for at in 0..len {
+                for needle in [b'5', b'@', b'-', b';'] {
+                    let mut t = text.clone();
+                    t[at] = needle;
+                    for from in [0, at / 2, at, at + 1] {
+                        let want = (from <= at).then_some(at);
+                        assert_eq!(n.next_needed(&t, from), want, "{len} {at} {from}");
+                    }
+                }
+            }
+        }
     }
 }

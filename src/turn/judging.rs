@@ -17,7 +17,7 @@ impl Turn {
     ) -> Box<Judging> {
         let question = match stage {
             Stage::Input => None,
-            Stage::Output => Some(asked.request.last_user_text.clone()),
+            Stage::Output => Some(asked.request.last_user_text().to_owned()),
         };
         let mut judging = Box::new(Judging {
             stage,

@@ -268,7 +268,7 @@ fn queue_background(
     let read = Judged {
         stage: Stage::Output,
         text: answer,
-        question: Some(&asked.request.last_user_text),
+        question: Some(asked.request.last_user_text()),
         turn_model: asked.request.model.as_deref(),
         credentials: &asked.credentials,
     };
@@ -675,8 +675,9 @@ mod v8_profile {
 
     const RULES: &str = include_str!("../../benches/rules.json");
 
-    /// The bench's 4 KiB Chat request (`benches/compare.py`'s `chat_body(4096)`): ordinary text.
-    fn request_4k() -> Vec<u8> {
+    /// The bench's Chat request of `size` bytes (`benches/compare.py`'s `chat_body(size)`):
+    /// ordinary text.
+    fn request_of(size: usize) -> Vec<u8> {
         let sentence = "where is my order and when will it arrive at the depot near the station ? ";
         let wrap = |text: &str| {
             serde_json::json!({"model": "gpt-4.1-mini", "messages": [
@@ -684,7 +685,7 @@ mod v8_profile {
                 {"role": "user", "content": text}]})
             .to_string()
         };
-        let room = 4096 - wrap("").len();
+        let room = size - wrap("").len();
         let text: String = sentence.chars().cycle().take(room).collect();
         wrap(&text).into_bytes()
     }
@@ -756,13 +757,19 @@ mod v8_profile {
             .ok()
             .and_then(|n| n.parse().ok())
             .unwrap_or(20_000);
-        let (request, answer) = (request_4k(), answer());
+        // LIVECHECK_PROFILE_BODY_KIB: the request's size (default 4 KiB, the bench's turn).
+        let kib: usize = std::env::var("LIVECHECK_PROFILE_BODY_KIB")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(4);
+        let (request, answer) = (request_of(kib * 1024), answer());
+        let length = request.len().to_string();
         let mut host = FakeHost::with_request(&[
             (":method", "POST"),
             (":path", "/v1/chat/completions"),
             (":authority", "api.test"),
             ("content-type", "application/json"),
-            ("content-length", "4096"),
+            ("content-length", &length),
         ]);
         // LIVECHECK_PROFILE_EVICT_KIB: between callbacks, write one byte of every 64 of a buffer
         // that large (data caches evicted, roughly as Envoy's work between callbacks evicts them);
@@ -787,7 +794,7 @@ mod v8_profile {
         }
         let total = began.elapsed();
         eprintln!(
-            "v8_profile chat_4k_turns: {:.2} µs per turn ({evict_kib} KiB evicted between callbacks)",
+            "v8_profile chat_4k_turns: {:.2} µs per turn of {kib} KiB ({evict_kib} KiB evicted between callbacks)",
             total.saturating_sub(evicting).as_secs_f64() * 1e6 / turns as f64
         );
         assert!(host.local_reply.is_none());

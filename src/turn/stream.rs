@@ -191,7 +191,7 @@ pub(super) fn stream_chunk(
             let read = Judged {
                 stage: Stage::Output,
                 text: &round.answer_text,
-                question: Some(&s.asked.request.last_user_text),
+                question: Some(s.asked.request.last_user_text()),
                 turn_model: s.asked.request.model.as_deref(),
                 credentials: &s.asked.credentials,
             };
