@@ -1205,17 +1205,33 @@ def write_report(r: dict) -> None:
     w(f"| bytes on the wire per clean streamed answer ≤ 1.02× plain | {wire:.3f}× | "
       f"{'met' if wire <= 1.02 else 'MISSED'} |")
     chunked_ratio = ck_b / ck_a
+    # As everywhere in these pages: where the runs' min–max ranges overlap (here livecheck's against
+    # 1.3× plain's), one run cannot tell, whichever side the medians fall on.
+    ka_cpu, kb_cpu = [x["cpu_us"] for x in ka], [x["cpu_us"] for x in kb]
+    if max(kb_cpu) <= 1.3 * min(ka_cpu):
+        cpu_verdict = "met"
+    elif min(kb_cpu) > 1.3 * max(ka_cpu):
+        cpu_verdict = f"MISSED by {chunked_ratio / 1.3:.2f}×"
+    else:
+        cpu_verdict = ("too noisy to tell (livecheck's runs and 1.3× plain's overlap: "
+                       f"{spread(kb_cpu)} against 1.3 × {spread(ka_cpu)} µs)")
     w(f"| Envoy CPU per streamed {TOKENS:,}-token answer ≤ 1.3× plain ({CHUNK_EVENTS} events per write, the "
-      f"chunking fixed) | {chunked_ratio:.2f}× | "
-      f"{'met' if chunked_ratio <= 1.3 else f'MISSED by {chunked_ratio / 1.3:.2f}×'} |")
+      f"chunking fixed) | {chunked_ratio:.2f}× | {cpu_verdict} |")
     w(f"| (not a verdict) the same, unpaced: how many events share a callback is a race (client reads per run "
       f"above) | {cpu_ratio:.2f}× | – |")
     w(f"| per-event added p99 ≤ 50 µs (no partial match at event ends) | {p99_added:+.0f} µs | "
       f"{'met' if p99_added <= 50 else 'MISSED'} |")
+    def within_noise(added: float, noise: float) -> str:
+        # A filter adds work: livecheck measured faster than plain Envoy by more than plain's own spread
+        # says the run was noisy, not that the goal was met.
+        if added < -noise:
+            return "too noisy to tell (livecheck measured faster than plain)"
+        return "met" if added <= noise else "MISSED"
+
     w(f"| time to first text within plain's noise (no partial match) | {ttft_add:+.0f} µs (noise {ttft_noise:.0f}) | "
-      f"{'met' if ttft_add <= ttft_noise else 'MISSED'} |")
+      f"{within_noise(ttft_add, ttft_noise)} |")
     w(f"| text lag within plain's noise (no partial match) | {lag_add:+.0f} µs (noise {lag_noise:.0f}) | "
-      f"{'met' if lag_add <= lag_noise else 'MISSED'} |")
+      f"{within_noise(lag_add, lag_noise)} |")
     w("")
     if r["memory"]:
         w("## Memory per stream (Envoy process)")
