@@ -56,8 +56,11 @@ PACE_US = 400
 CHUNKED_STREAMS = 4 if QUICK else 30
 CHUNK_EVENTS = 16
 CHUNK_PACE_US = 1000
+# A 1 MiB Chat question (not run by default: PROFILE_ONLY=chat-1m): where Envoy's per-byte work for a
+# body held whole goes (`make bench`'s V8 scanning row).
+LARGE_TURNS = 5 if QUICK else 100
 # PROFILE_ONLY: a comma-separated list of the workloads to run (chat-4k, stream-2k, stream-2k-paced,
-# stream-2k-chunked); all by default.
+# stream-2k-chunked, chat-1m); all but chat-1m by default.
 ONLY = [w for w in os.environ.get("PROFILE_ONLY", "").split(",") if w]
 STREAM_TOKENS = 2000
 WARMUP = 50
@@ -110,8 +113,9 @@ def baseline_cpu(upstream: UpstreamDouble, judge: JudgeSidecar, workdir: pathlib
 
 def workloads(envoy: Envoy) -> dict:
     """One keep-alive connection; a 4 KiB non-streamed Chat turn, a streamed 2,000-token answer, the
-    same answer paced (one event per body callback) and chunked (16 events per write, paced): name →
-    (run one, how many), the ones PROFILE_ONLY names."""
+    same answer paced (one event per body callback) and chunked (16 events per write, paced), and a
+    1 MiB Chat question when PROFILE_ONLY names it: name → (run one, how many), the ones PROFILE_ONLY
+    names."""
     conn = http.client.HTTPConnection("127.0.0.1", envoy.port, timeout=30)
     body = chat_body(4096)
     stream_headers = {"content-type": "application/json", "x-bench-stream-tokens": str(STREAM_TOKENS)}
@@ -143,9 +147,18 @@ def workloads(envoy: Envoy) -> dict:
         data = r.read()
         check(r.status == 200 and data.rstrip().endswith(b"data: [DONE]"), "a chunked stream did not end with [DONE]")
 
+    large = chat_body(1 << 20)
+
+    def large_turn(_i: int) -> None:
+        conn.request("POST", "/v1/chat/completions", body=large, headers={"content-type": "application/json"})
+        r = conn.getresponse()
+        data = r.read()
+        check(r.status == 200 and b"choices" in data, f"a 1 MiB turn was answered {r.status}")
+
     runs = {"chat-4k": (turn, TURNS), "stream-2k": (stream, STREAMS), "stream-2k-paced": (paced, PACED_STREAMS),
-            "stream-2k-chunked": (chunked, CHUNKED_STREAMS)}
-    return {name: run for name, run in runs.items() if not ONLY or name in ONLY or name == "chat-4k"}
+            "stream-2k-chunked": (chunked, CHUNKED_STREAMS), "chat-1m": (large_turn, LARGE_TURNS)}
+    return {name: run for name, run in runs.items()
+            if name == "chat-4k" or (name in ONLY if ONLY else name != "chat-1m")}
 
 
 def profile(envoy: Envoy) -> dict[str, tuple[int, int]]:
