@@ -4,7 +4,8 @@
 //! standard ones are as fast or faster; one way is kept for both. The wasm build has WebAssembly's
 //! SIMD since `scan::needles` needed it (`crate::lanes`); written in its lanes,
 //! [`plain_string_len`] measured no faster in V8 (1 MiB: ~150-185 µs against ~170-190) and twice
-//! as slow natively (~115 µs against ~58), so it stays as it is.
+//! as slow natively (~115 µs against ~58), so its strides are tested in WebAssembly's SIMD itself
+//! in the wasm build and eight bytes a step elsewhere.
 
 const HIGH: u64 = 0x8080_8080_8080_8080;
 
@@ -48,16 +49,11 @@ pub fn ascii_str(bytes: &[u8]) -> Option<&str> {
 #[inline]
 pub fn plain_string_len(bytes: &[u8]) -> usize {
     let mut done = 0;
-    let mut strides = bytes.chunks_exact(32);
-    for stride in &mut strides {
-        if stride
-            .chunks_exact(8)
-            .fold(0, |any, word| any | stops(load(word)))
-            != 0
-        {
-            break;
+    for stride in bytes.chunks_exact(32) {
+        match <&[u8; 32]>::try_from(stride) {
+            Ok(stride) if !stride_stops(stride) => done += 32,
+            _ => break,
         }
-        done += 32;
     }
     let rest = bytes.get(done..).unwrap_or_default();
     let mut words = rest.chunks_exact(8);
@@ -73,6 +69,43 @@ pub fn plain_string_len(bytes: &[u8]) -> usize {
         .iter()
         .position(|&b| !(0x20..0x80).contains(&b) || b == b'"' || b == b'\\')
         .unwrap_or(tail.len())
+}
+
+/// Whether a 32-byte stride holds a byte that stops [`plain_string_len`], in WebAssembly's SIMD:
+/// one signed compare with 0x20 takes both the control and the non-ASCII bytes, two compares the
+/// quote and the backslash (~7 instructions per 16 bytes; LLVM does not write this from portable
+/// code, see `crate::lanes`). In V8 the SWAR stride took ~170-190 µs a MiB, about three times
+/// native.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[inline]
+fn stride_stops(stride: &[u8; 32]) -> bool {
+    use core::arch::wasm32::{
+        i8x16_eq, i8x16_lt, i8x16_splat, v128, v128_any_true, v128_load, v128_or,
+    };
+    let (low, high) = stride.split_at(16);
+    let stops = |lane: &[u8]| {
+        // SAFETY: `lane` is 16 bytes of `stride` (split at 16 of 32), all readable; `v128_load`
+        // reads 16 bytes and allows any alignment.
+        let v = unsafe { v128_load(lane.as_ptr().cast::<v128>()) };
+        v128_or(
+            v128_or(
+                i8x16_lt(v, i8x16_splat(0x20)),
+                i8x16_eq(v, i8x16_splat(0x22)),
+            ),
+            i8x16_eq(v, i8x16_splat(0x5C)),
+        )
+    };
+    v128_any_true(v128_or(stops(low), stops(high)))
+}
+
+/// Whether a 32-byte stride holds a byte that stops [`plain_string_len`], eight bytes a step.
+#[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+#[inline]
+fn stride_stops(stride: &[u8; 32]) -> bool {
+    stride
+        .chunks_exact(8)
+        .fold(0, |any, word| any | stops(load(word)))
+        != 0
 }
 
 /// The high bit of each byte of `w` a JSON string cannot hold as it is (see
