@@ -308,13 +308,10 @@ pub fn result_head(check: &Check) -> String {
 }
 
 /// Appends a JSON string literal, as serde_json writes it: a text with nothing to escape (no `"`,
-/// `\\` or control character; the fixed reasons, most names) is copied between quotes as it is.
-/// ASCII text is checked eight bytes a step ([`crate::swar::plain_string_len`]).
+/// `\\` or control character; the fixed reasons, most names; [`crate::swar::written_as_is`]) is
+/// copied between quotes as it is.
 fn push_str(out: &mut Vec<u8>, text: &str) {
-    let bytes = text.as_bytes();
-    if crate::swar::plain_string_len(bytes) == bytes.len()
-        || bytes.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
-    {
+    if crate::swar::written_as_is(text) {
         out.push(b'"');
         out.extend_from_slice(text.as_bytes());
         out.push(b'"');

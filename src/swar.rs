@@ -71,6 +71,17 @@ pub fn plain_string_len(bytes: &[u8]) -> usize {
         .unwrap_or(tail.len())
 }
 
+/// Whether JSON writes `text` between quotes as it is: no quote, backslash or control character,
+/// the characters serde_json escapes (it leaves every other one, non-ASCII included, as it is).
+/// ASCII text is read a stride at a time ([`plain_string_len`]); text with a non-ASCII byte a byte
+/// at a time.
+#[inline]
+pub fn written_as_is(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    plain_string_len(bytes) == bytes.len()
+        || bytes.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
+}
+
 /// Whether a 32-byte stride holds a byte that stops [`plain_string_len`], in WebAssembly's SIMD:
 /// one signed compare with 0x20 takes both the control and the non-ASCII bytes, two compares the
 /// quote and the backslash (~7 instructions per 16 bytes; LLVM does not write this from portable
@@ -179,6 +190,22 @@ mod tests {
                             "{len} {at} {byte:#x} {after:#x}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// Every length to 40, every place and every character kind, against what serde_json writes.
+    #[test]
+    fn a_text_is_written_as_is_where_serde_json_writes_it_between_quotes() {
+        for len in 0..40 {
+            for at in 0..len {
+                for c in [
+                    'a', '"', '\\', '\n', '\u{1}', '\u{1f}', ' ', '\u{7f}', 'é', '😀',
+                ] {
+                    let text: String = (0..len).map(|i| if i == at { c } else { 'a' }).collect();
+                    let as_is = serde_json::to_string(&text).unwrap() == format!("\"{text}\"");
+                    assert_eq!(written_as_is(&text), as_is, "{text:?}");
                 }
             }
         }

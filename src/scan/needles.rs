@@ -10,9 +10,9 @@
 //! pass; text holding many is searched whole, as without this.
 
 use regex_syntax::hir::{Class, Hir, HirKind};
+use regex_syntax::ParserBuilder;
 
 use crate::lanes::{Ranges, BLOCK};
-use regex_syntax::ParserBuilder;
 
 /// A set of byte values.
 #[derive(Clone, PartialEq, Eq)]

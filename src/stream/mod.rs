@@ -1097,9 +1097,9 @@ fn set_text(ev: &mut Ev, pointer: &str, text: String) {
 }
 
 /// Appends `text` as the JSON string literal serde_json writes for it: most texts
-/// ([`template::written_as_is`]) as they are between quotes, any other through serde_json.
+/// ([`crate::swar::written_as_is`]) as they are between quotes, any other through serde_json.
 fn push_literal(out: &mut String, text: &str) -> Option<()> {
-    if template::written_as_is(text) {
+    if crate::swar::written_as_is(text) {
         out.push('"');
         out.push_str(text);
         out.push('"');

@@ -234,21 +234,15 @@ pub(super) fn keeps_index(place: &TextPlace, indexes: &BTreeMap<u64, u64>) -> bo
 }
 
 /// The text of a whole JSON string literal (quotes included), or `None` where JSON refuses it. A
-/// literal whose text JSON writes as it is ([`written_as_is`]) is that text (most are: a few
+/// literal whose text JSON writes as it is ([`crate::swar::written_as_is`]) is that text (most are: a few
 /// words); any other is read by serde_json.
 pub(super) fn literal_text(literal: &[u8]) -> Option<Cow<'_, str>> {
     let literal = std::str::from_utf8(literal).ok()?;
     let inner = literal.get(1..literal.len().checked_sub(1)?)?;
-    if written_as_is(inner) {
+    if crate::swar::written_as_is(inner) {
         return Some(Cow::Borrowed(inner));
     }
     serde_json::from_str(literal).ok()
-}
-
-/// Whether JSON writes `text` between quotes as it is: no quote, backslash or control character,
-/// the characters serde_json escapes (it leaves every other one, non-ASCII included, as it is).
-pub(super) fn written_as_is(text: &str) -> bool {
-    text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\')
 }
 
 /// Where the string literal starting at byte `at` of `data` ends (just past its closing quote),
