@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import statistics
 import sys
 import tempfile
@@ -92,6 +93,7 @@ def main() -> int:
             p.stop()
         compare.SIDECAR.stop()
         double.stop()
+        shutil.rmtree(workdir, ignore_errors=True)  # a run's sidecar store grows to gigabytes
     write(runs, base, version, time.monotonic() - started)
     return 0
 

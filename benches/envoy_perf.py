@@ -190,6 +190,7 @@ def main() -> int:
     finally:
         compare.SIDECAR.stop()
         double.stop()
+        shutil.rmtree(workdir, ignore_errors=True)  # a run's sidecar store grows to gigabytes
     write(runs, version, time.monotonic() - started)
     return 0
 

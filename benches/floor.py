@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import sys
 import tempfile
@@ -143,6 +144,7 @@ def main() -> int:
             p.stop()
         compare.SIDECAR.stop()
         double.stop()
+        shutil.rmtree(workdir, ignore_errors=True)  # a run's sidecar store grows to gigabytes
     write(runs, version, time.monotonic() - started)
     return 0
 

@@ -32,6 +32,7 @@ import json
 import os
 import pathlib
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -198,6 +199,7 @@ def main() -> None:
             except (OSError, subprocess.TimeoutExpired):
                 double.kill()
                 double.wait(timeout=5)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def write(results: dict, binary: pathlib.Path, seconds: float) -> None:

@@ -28,6 +28,7 @@ import json
 import os
 import pathlib
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -442,6 +443,10 @@ def main() -> int:
                 print(f"stopping {process}: {e}", file=sys.stderr)
     for failure in failures:
         print(f"SOAK FAILED: {failure}", file=sys.stderr)
+    if failures:
+        print(f"the run's logs and stores are kept in {workdir}", file=sys.stderr)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
     return 1 if failures else 0
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import statistics
 import sys
 import tempfile
@@ -88,6 +89,7 @@ def main() -> int:
         for e in envoys:
             e.stop()
         double.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     write_report(cpu, base)
     return 0
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import statistics
 import sys
 import tempfile
@@ -79,6 +80,7 @@ def main() -> int:
         for e in envoys.values():
             e.stop()
         double.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     write_report(cpu, time.monotonic() - started)
     return 0
 

@@ -999,6 +999,7 @@ def main() -> int:
         for e in envoys:
             e.stop()
         double.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     report["elapsed_s"] = time.monotonic() - t_start
     write_report(report)
     if SUMMARY_JSON:
@@ -1008,7 +1009,6 @@ def main() -> int:
             "pace_us": PACE_S * 1e6, "chunk_events": CHUNK_EVENTS, "tokens": TOKENS, "delta_chars": DELTA_CHARS, "shape": SHAPE,
             "latency": {f"{mode}-{name}": runs for (mode, name), runs in report["latency"].items()},
             "ttfb": report["ttfb"], "elapsed_s": report["elapsed_s"]}))
-    shutil.rmtree(workdir, ignore_errors=True)
     print(RESULTS.read_text())
     return 0
 
