@@ -1073,24 +1073,25 @@ async fn insert_result(
 /// multi-row statement per [`ROWS_PER_STATEMENT`]; says for each whether it was stored. Of a
 /// result repeated within `rows` the first is stored. A number (`seq`) a result stored before
 /// leaves unused is a gap, not a fault: `seq` only orders a turn's results (the pages' cursor).
+///
+/// Each row gets a fresh id here. A statement that stored every row of its chunk (nearly always)
+/// says so in its count; only when it stored fewer are the chunk's ids looked up to tell which.
+/// (`RETURNING id` told the same for every statement, but sqlx's SQLite driver hands each returned
+/// row across threads on its own: ~25% of the sidecar's CPU per report, `make bench-ingest`.)
 async fn insert_results(
     tx: &mut Transaction<'_, Any>,
     rows: &[ResultRow<'_>],
 ) -> Result<Vec<bool>, StoreError> {
     let mut stored = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        // A NULL DOUBLE PRECISION is never bound (see above): the score goes with a flag. Each row
-        // gets its id here, and the statement returns the ids it stored: one text a row to read
-        // back (rather than the four columns of the row's key), and a row repeated within the batch
-        // is new only where it was stored.
+        // A NULL DOUBLE PRECISION is never bound (see above): the score goes with a flag.
         let ids: Vec<String> = chunk.iter().map(|_| ids::time_ordered("rck_")).collect();
         let sql = numbered(
             tx,
             &format!(
                 "INSERT INTO results (id, turn_id, seq, agent, version, name, stage, kind, mode, attempt, \
                  outcome, score, reason, judge_model, passed_on_error, created_at, tool, tool_call) VALUES {} \
-                 ON CONFLICT (turn_id, name, attempt, tool_call) DO NOTHING \
-                 RETURNING id",
+                 ON CONFLICT (turn_id, name, attempt, tool_call) DO NOTHING",
                 rows_of(
                     chunk.len(),
                     "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, CASE WHEN ? = 1 THEN ? END, ?, ?, ?, ?, ?, ?"
@@ -1121,13 +1122,38 @@ async fn insert_results(
                 .bind(&result.tool)
                 .bind(i64::from(result.call.unwrap_or(0)));
         }
-        let mut new_ids = HashSet::new();
-        for row in query.fetch_all(&mut **tx).await? {
-            new_ids.insert(row.try_get::<String, _>(0)?);
+        let inserted = query.execute(&mut **tx).await?.rows_affected();
+        if usize::try_from(inserted).is_ok_and(|n| n == chunk.len()) {
+            stored.extend(std::iter::repeat_n(true, chunk.len()));
+            continue;
         }
+        let new_ids = ids_present(tx, &ids).await?;
         stored.extend(ids.iter().map(|id| new_ids.contains(id)));
     }
     Ok(stored)
+}
+
+/// Which of `ids` (at most [`ROWS_PER_STATEMENT`]) name a stored result.
+async fn ids_present(
+    tx: &mut Transaction<'_, Any>,
+    ids: &[String],
+) -> Result<HashSet<String>, StoreError> {
+    let sql = numbered(
+        tx,
+        &format!(
+            "SELECT id FROM results WHERE id IN ({})",
+            vec!["?"; ids.len()].join(", ")
+        ),
+    );
+    let mut query = sqlx::query(&sql);
+    for id in ids {
+        query = query.bind(id.as_str());
+    }
+    let mut present = HashSet::with_capacity(ids.len());
+    for row in query.fetch_all(&mut **tx).await? {
+        present.insert(row.try_get::<String, _>(0)?);
+    }
+    Ok(present)
 }
 
 /// Queues a `response.check_failed` event per webhook for a result that did not pass.
