@@ -51,7 +51,12 @@ mod native {
                 return ExitCode::from(2);
             }
         };
-        let runtime = match tokio::runtime::Builder::new_multi_thread()
+        // One thread runs every task: a judged check is waiting on I/O nearly all its time, and
+        // on tokio's work-stealing pool the request, its backend call and hyper's connection tasks
+        // woke each other across threads, which cost as much as all the rest of the sidecar's work
+        // for a check (`make bench` judge_overhead: ~440 -> ~215 us p50). SQLite's work has its
+        // own thread (sqlx's worker) either way.
+        let runtime = match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
         {
