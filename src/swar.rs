@@ -73,13 +73,16 @@ pub fn plain_string_len(bytes: &[u8]) -> usize {
 
 /// Whether JSON writes `text` between quotes as it is: no quote, backslash or control character,
 /// the characters serde_json escapes (it leaves every other one, non-ASCII included, as it is).
-/// ASCII text is read a stride at a time ([`plain_string_len`]); text with a non-ASCII byte a byte
+/// ASCII text is read a stride at a time ([`plain_string_len`]); from a non-ASCII byte on, a byte
 /// at a time.
 #[inline]
 pub fn written_as_is(text: &str) -> bool {
     let bytes = text.as_bytes();
-    plain_string_len(bytes) == bytes.len()
-        || bytes.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
+    bytes
+        .get(plain_string_len(bytes)..)
+        .unwrap_or_default()
+        .iter()
+        .all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
 }
 
 /// Whether a 32-byte stride holds a byte that stops [`plain_string_len`], in WebAssembly's SIMD:

@@ -1077,7 +1077,7 @@ async fn insert_result(
 /// Each row gets a fresh id here. A statement that stored every row of its chunk (nearly always)
 /// says so in its count; only when it stored fewer are the chunk's ids looked up to tell which.
 /// (`RETURNING id` told the same for every statement, but sqlx's SQLite driver hands each returned
-/// row across threads on its own: ~25% of the sidecar's CPU per report, `make bench-ingest`.)
+/// row across threads on its own: ~30% of the sidecar's CPU per report, `make bench-ingest`.)
 async fn insert_results(
     tx: &mut Transaction<'_, Any>,
     rows: &[ResultRow<'_>],
