@@ -505,3 +505,57 @@ fn a_held_stream_past_max_body_bytes_is_withheld_as_errored_without_asking_the_j
         );
     }
 }
+
+#[test]
+fn a_streamed_round_with_the_judge_ends_as_unreadable_when_the_rest_of_the_stream_cannot_be_read() {
+    // The round's text is whole and with the judge; then the upstream sends an event that cannot
+    // be read. The stream ends there, as any unreadable stream does (fail closed): the first
+    // blocking output check errored, and the judge's verdict, arriving after, changes nothing.
+    for outcome in ["passed", "failed"] {
+        for vendor in VENDORS {
+            let mut host = host();
+            let s = ask_streamed_and_passed(&mut host, vendor);
+            let pieces = ["Your order ", "ships ", "tomorrow."];
+            let body = stream(vendor, &pieces).concat();
+            host.send_response_headers(
+                s,
+                &[(":status", "200"), ("content-type", "text/event-stream")],
+                false,
+            )
+            .unwrap();
+            host.send_response_body(s, body.as_bytes(), false).unwrap();
+            assert_eq!(
+                host.pending_callouts().len(),
+                1,
+                "{vendor:?}: with the judge"
+            );
+            host.send_response_body(s, b"data: {\"not json\n\n", false)
+                .unwrap();
+            let caller = host.caller_received(s);
+            let got = read_stream(vendor, &caller.body_text());
+            assert_eq!(got.text, "Not allowed.", "{vendor:?} {outcome}");
+            assert!(!caller.body_text().contains("tomorrow"), "{vendor:?}");
+            assert_eq!(
+                host.metric("livecheck.a.polite-out.errored"),
+                Some(1),
+                "{vendor:?} {outcome}: counted as a stream that cannot be read"
+            );
+            answer_all(&mut host, outcome);
+            host.send_response_body(s, b"", true).unwrap();
+            let caller = host.caller_received(s);
+            assert_eq!(
+                read_stream(vendor, &caller.body_text()).text,
+                "Not allowed.",
+                "{vendor:?} {outcome}: the verdict changes nothing"
+            );
+            assert!(caller.end_of_stream, "{vendor:?} {outcome}");
+            for o in ["passed", "failed"] {
+                assert_eq!(
+                    host.metric(&format!("livecheck.a.polite-out.{o}")),
+                    None,
+                    "{vendor:?} {outcome}: one result for the check"
+                );
+            }
+        }
+    }
+}

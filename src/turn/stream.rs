@@ -149,9 +149,20 @@ pub(super) fn stream_chunk(
         let mut step = s.rewriter.feed(fresh);
         judging.kept.append(&mut step.out);
         judging.end_of_stream |= end_of_stream;
-        let kept = judging.kept.clone();
-        replace_chunk(host, body_size, &kept);
-        return Flow::Pause;
+        if step.cut.is_none() {
+            let kept = judging.kept.clone();
+            replace_chunk(host, body_size, &kept);
+            return Flow::Pause;
+        }
+        // What came after the round could not be read, or outgrew what can be held, while the
+        // judge decided: the held round was cut with it, and the stream ends here as such a
+        // stream does (its first blocking output check errored). The verdicts still to come
+        // decide nothing: one result per check.
+        step.out = s.judging.take().map(|j| j.kept).unwrap_or_default();
+        s.round_decided = true;
+        let out = finish_step(host, record, s, step, end_of_stream);
+        replace_chunk(host, body_size, &out);
+        return Flow::Continue;
     }
     // Paused while tool calls are checked: Envoy keeps buffering after what this filter kept.
     let kept = s.calls.as_ref().map_or(0, |c| c.kept_len());
