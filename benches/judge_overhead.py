@@ -5,6 +5,11 @@ Run from the repository root after `make venv`:
 
     .venv/bin/python benches/judge_overhead.py [N]      # writes bench/results-judge.md (N default 300)
 
+For a before/after of two sidecar builds, name the binary and where to write:
+`JUDGE_BINARY=/tmp/judge-before BENCH_RESULTS=/tmp/before.md .venv/bin/python benches/judge_overhead.py`
+(no cargo build then: cargo re-links `target/release/livecheck-judge` from its own fingerprint, so a
+binary copied there would be replaced). Run the builds alternately, more than once each.
+
 What it measures, on loopback, in well under a minute:
 
 - The REAL livecheck-judge binary (release build, `cargo build --release -p livecheck-judge`) on a free
@@ -48,7 +53,9 @@ N = int(sys.argv[1]) if len(sys.argv) > 1 else 300
 WARMUP = 20
 BLOCK = 25  # calls per block; blocks of (s) and (d) alternate
 DELAY = 0.020  # the double's fixed answer delay, seconds
-OUT = REPO / "bench" / "results-judge.md"
+OUT = pathlib.Path(os.environ.get("BENCH_RESULTS", str(REPO / "bench" / "results-judge.md")))
+# A given sidecar binary instead of the release build of this checkout (see the docstring).
+GIVEN_BINARY = os.environ.get("JUDGE_BINARY")
 KEY = "sk-bench-turn-key"
 QUESTION = "Where is my order 4711, and when will it arrive?"
 ANSWER = ("Your order 4711 left our warehouse in Utrecht this morning and should reach you tomorrow "
@@ -73,6 +80,11 @@ d.stop()
 
 
 def release_binary() -> pathlib.Path:
+    if GIVEN_BINARY:
+        binary = pathlib.Path(GIVEN_BINARY).resolve()
+        if not os.access(binary, os.X_OK):
+            raise SystemExit(f"JUDGE_BINARY={GIVEN_BINARY}: not an executable file")
+        return binary
     print("building livecheck-judge (release) ...", file=sys.stderr)
     subprocess.run(["cargo", "build", "--release", "--locked", "-p", "livecheck-judge"], cwd=REPO, check=True)
     return REPO / "target" / "release" / "livecheck-judge"
@@ -222,8 +234,9 @@ def write(results: dict, binary: pathlib.Path, seconds: float) -> None:
         f"- Machine: `nproc` {os.cpu_count()}, {cpu}, {platform.system()} {platform.release()}; Python "
         f"{platform.python_version()}; load average at the end {' / '.join(load)} (p99 is sensitive to other work on "
         f"the machine: compare (s) and (d), which ran interleaved)",
-        f"- livecheck-judge {commit}{'+dirty(judge/wire)' if dirty else ''}, release build "
-        f"(`{binary.relative_to(REPO)}`), defaults except `timeout_ms = 5000`; logs at `info` (one line per call)",
+        (f"- livecheck-judge given as `{binary}` (`JUDGE_BINARY`; its commit is not recorded here)" if GIVEN_BINARY
+         else f"- livecheck-judge {commit}{'+dirty(judge/wire)' if dirty else ''}, release build "
+         f"(`{binary.relative_to(REPO)}`)") + ", defaults except `timeout_ms = 5000`; logs at `info` (one line per call)",
         f"- Judge backend double (tests/e2e/judge_backend_double.py) in its own process, answering after a fixed "
         f"{DELAY * 1000:.0f} ms; its handling time is measured from the request line read to the answer flushed.",
         f"- Client: Python `http.client`, one keep-alive connection per series, calls one at a time; {N} calls per "
@@ -261,7 +274,7 @@ def write(results: dict, binary: pathlib.Path, seconds: float) -> None:
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines))
     print("\n".join(lines))
-    print(f"wrote {OUT.relative_to(REPO)}", file=sys.stderr)
+    print(f"wrote {OUT}", file=sys.stderr)
 
 
 if __name__ == "__main__":
