@@ -509,11 +509,26 @@ fn a_held_stream_past_max_body_bytes_is_withheld_as_errored_without_asking_the_j
 #[test]
 fn a_streamed_round_with_the_judge_ends_as_unreadable_when_the_rest_of_the_stream_cannot_be_read() {
     // The round's text is whole and with the judge; then the upstream sends an event that cannot
-    // be read. The stream ends there, as any unreadable stream does (fail closed): the first
-    // blocking output check errored, and the judge's verdict, arriving after, changes nothing.
-    for outcome in ["passed", "failed"] {
-        for vendor in VENDORS {
-            let mut host = host();
+    // be read, or more than the filter may hold (SSE comments past `max_body_bytes`). The stream
+    // ends there, as any unreadable stream does (fail closed): the output check errored, and the
+    // judge's verdict, arriving after, changes nothing.
+    let small = JUDGED.replacen(
+        r#"{"default_agent": "a","#,
+        r#"{"default_agent": "a", "max_body_bytes": 4096,"#,
+        1,
+    );
+    let comments = ": keep-alive\n\n".repeat(400);
+    let tails: [(&str, &str, &[u8]); 2] = [
+        ("unreadable", JUDGED, b"data: {\"not json\n\n"),
+        ("outgrown", &small, comments.as_bytes()),
+    ];
+    for (why, config, tail) in tails {
+        for (outcome, vendor) in ["passed", "failed"]
+            .into_iter()
+            .flat_map(|o| VENDORS.into_iter().map(move |v| (o, v)))
+        {
+            let outcome = format!("{why} {outcome}");
+            let mut host = livecheck(config);
             let s = ask_streamed_and_passed(&mut host, vendor);
             let pieces = ["Your order ", "ships ", "tomorrow."];
             let body = stream(vendor, &pieces).concat();
@@ -529,8 +544,7 @@ fn a_streamed_round_with_the_judge_ends_as_unreadable_when_the_rest_of_the_strea
                 1,
                 "{vendor:?}: with the judge"
             );
-            host.send_response_body(s, b"data: {\"not json\n\n", false)
-                .unwrap();
+            host.send_response_body(s, tail, false).unwrap();
             let caller = host.caller_received(s);
             let got = read_stream(vendor, &caller.body_text());
             assert_eq!(got.text, "Not allowed.", "{vendor:?} {outcome}");
@@ -540,7 +554,7 @@ fn a_streamed_round_with_the_judge_ends_as_unreadable_when_the_rest_of_the_strea
                 Some(1),
                 "{vendor:?} {outcome}: counted as a stream that cannot be read"
             );
-            answer_all(&mut host, outcome);
+            answer_all(&mut host, outcome.rsplit(' ').next().unwrap());
             host.send_response_body(s, b"", true).unwrap();
             let caller = host.caller_received(s);
             assert_eq!(
