@@ -50,7 +50,8 @@ def main() -> int:
                     order = list(enumerate(dirs))
                     for i, d in (order if rep % 2 == 0 else order[::-1]):
                         os.environ["LIVECHECK_WASM_DIR"] = d
-                        m = compare.memory_run(double, workdir, "c", tokens, rep * 100 + i, shape)
+                        m = compare.memory_run(double, workdir, "c", tokens, compare.memory_streams(tokens),
+                                               rep * 100 + i, shape)
                         print(f"| {d} | {shape} | {tokens} × {m['streams']} | {m['per_stream_vm_kib']:.2f} | "
                               f"{m['per_stream_hwm_kib']:.2f} | {m['per_stream_alloc_kib']:.2f} |", flush=True)
     finally:
