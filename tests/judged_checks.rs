@@ -511,7 +511,8 @@ fn a_streamed_round_with_the_judge_ends_as_unreadable_when_the_rest_of_the_strea
     // The round's text is whole and with the judge; then the upstream sends an event that cannot
     // be read, or more than the filter may hold (SSE comments past `max_body_bytes`). The stream
     // ends there, as any unreadable stream does (fail closed): the output check errored, and the
-    // judge's verdict, arriving after, changes nothing.
+    // judge's verdict, arriving after, changes nothing. The same when that tail comes in the
+    // round's last chunk (`split` false): then the judge is never asked.
     let small = JUDGED.replacen(
         r#"{"default_agent": "a","#,
         r#"{"default_agent": "a", "max_body_bytes": 4096,"#,
@@ -523,11 +524,12 @@ fn a_streamed_round_with_the_judge_ends_as_unreadable_when_the_rest_of_the_strea
         ("outgrown", &small, comments.as_bytes()),
     ];
     for (why, config, tail) in tails {
-        for (outcome, vendor) in ["passed", "failed"]
+        for (verdict, vendor, split) in ["passed", "failed"]
             .into_iter()
             .flat_map(|o| VENDORS.into_iter().map(move |v| (o, v)))
+            .flat_map(|(o, v)| [(o, v, true), (o, v, false)])
         {
-            let outcome = format!("{why} {outcome}");
+            let outcome = format!("{why} {verdict}, split {split}");
             let mut host = livecheck(config);
             let s = ask_streamed_and_passed(&mut host, vendor);
             let pieces = ["Your order ", "ships ", "tomorrow."];
@@ -538,13 +540,16 @@ fn a_streamed_round_with_the_judge_ends_as_unreadable_when_the_rest_of_the_strea
                 false,
             )
             .unwrap();
-            host.send_response_body(s, body.as_bytes(), false).unwrap();
-            assert_eq!(
-                host.pending_callouts().len(),
-                1,
-                "{vendor:?}: with the judge"
-            );
-            host.send_response_body(s, tail, false).unwrap();
+            if split {
+                host.send_response_body(s, body.as_bytes(), false).unwrap();
+                assert_eq!(host.pending_callouts().len(), 1, "{vendor:?}: judging");
+                host.send_response_body(s, tail, false).unwrap();
+            } else {
+                // The tail in the round's last chunk: cut before the judge was asked.
+                let whole = [body.as_bytes(), tail].concat();
+                host.send_response_body(s, &whole, false).unwrap();
+                assert!(host.pending_callouts().is_empty(), "{vendor:?}: not asked");
+            }
             let caller = host.caller_received(s);
             let got = read_stream(vendor, &caller.body_text());
             assert_eq!(got.text, "Not allowed.", "{vendor:?} {outcome}");
@@ -554,7 +559,7 @@ fn a_streamed_round_with_the_judge_ends_as_unreadable_when_the_rest_of_the_strea
                 Some(1),
                 "{vendor:?} {outcome}: counted as a stream that cannot be read"
             );
-            answer_all(&mut host, outcome.rsplit(' ').next().unwrap());
+            answer_all(&mut host, verdict);
             host.send_response_body(s, b"", true).unwrap();
             let caller = host.caller_received(s);
             assert_eq!(
