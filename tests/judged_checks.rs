@@ -433,17 +433,11 @@ fn a_held_stream_past_max_body_bytes_goes_on_unjudged_when_its_judged_check_pass
     // `on_error: "pass"` on the only judged output check: past the limit it cannot decide and lets
     // the answer through, as for a non-streamed answer over the limit: what was held is sent, the
     // rest streams, the judge is never asked, and the result says errored, passed on error.
-    let config = JUDGED
-        .replacen(
-            r#"{"default_agent": "a","#,
-            r#"{"default_agent": "a", "max_body_bytes": 4096,"#,
-            1,
-        )
-        .replacen(
-            r#""judge_model": "judge-1"}"#,
-            r#""judge_model": "judge-1", "on_error": "pass"}"#,
-            1,
-        );
+    let config = with_max_body_bytes(JUDGED, 4096).replacen(
+        r#""judge_model": "judge-1"}"#,
+        r#""judge_model": "judge-1", "on_error": "pass"}"#,
+        1,
+    );
     assert_ne!(config, JUDGED);
     for vendor in VENDORS {
         let (mut host, s, text) = long_held_stream(&config, vendor);
@@ -479,11 +473,7 @@ fn a_held_stream_past_max_body_bytes_goes_on_unjudged_when_its_judged_check_pass
 fn a_held_stream_past_max_body_bytes_is_withheld_as_errored_without_asking_the_judge() {
     // The held round lives in the filter's memory: bounded by `max_body_bytes`, as a
     // non-streamed answer is, and then undecidable (fail closed), so the judge is never asked.
-    let config = JUDGED.replacen(
-        r#"{"default_agent": "a","#,
-        r#"{"default_agent": "a", "max_body_bytes": 4096,"#,
-        1,
-    );
+    let config = with_max_body_bytes(JUDGED, 4096);
     for vendor in VENDORS {
         let (host, s, _) = long_held_stream(&config, vendor);
         assert!(
@@ -513,11 +503,7 @@ fn a_streamed_round_with_the_judge_ends_as_unreadable_when_the_rest_of_the_strea
     // ends there, as any unreadable stream does (fail closed): the output check errored, and the
     // judge's verdict, arriving after, changes nothing. The same when that tail comes in the
     // round's last chunk (`split` false): then the judge is never asked.
-    let small = JUDGED.replacen(
-        r#"{"default_agent": "a","#,
-        r#"{"default_agent": "a", "max_body_bytes": 4096,"#,
-        1,
-    );
+    let small = with_max_body_bytes(JUDGED, 4096);
     let comments = ": keep-alive\n\n".repeat(400);
     let tails: [(&str, &str, &[u8]); 2] = [
         ("unreadable", JUDGED, b"data: {\"not json\n\n"),

@@ -1100,11 +1100,7 @@ fn a_streamed_answer_sends_no_call_until_every_call_is_decided() {
 /// errored result, as for a stream cut because a call in it outgrew the limit.
 #[test]
 fn an_answer_the_tool_checks_cannot_read_is_withheld() {
-    let policy = POLICY.replacen(
-        r#"{"default_agent": "mail","#,
-        r#"{"default_agent": "mail", "max_body_bytes": 4096,"#,
-        1,
-    );
+    let policy = with_max_body_bytes(POLICY, 4096);
     let long = "x".repeat(8192);
     for vendor in VENDORS {
         for (what, headers, body) in [

@@ -198,41 +198,41 @@ pub(super) fn stream_chunk(
         }
         let judged_apply = !round.asks_for_tool
             && !judge::blocking_judged(&s.asked.version, Stage::Output).is_empty();
-        if failed.is_empty() && judged_apply && step.cut.is_some() {
+        let to_judge = failed.is_empty() && judged_apply;
+        if to_judge && step.cut.is_some() {
             // The round ended, then what followed it in the same chunk could not be read (or
             // outgrew what may be held): it was cut with that before the judge was asked, and
             // the stream ends as one that cannot be read, the round undecided, as when that comes
             // in a later chunk while the judge decides (the judging branch above).
             s.round_decided = true;
-        } else {
-            if failed.is_empty() && judged_apply {
-                let read = Judged {
-                    stage: Stage::Output,
-                    text: &round.answer_text,
-                    question: Some(s.asked.request.last_user_text()),
-                    turn_model: s.asked.request.model.as_deref(),
-                    credentials: &s.asked.credentials,
-                };
-                let sent = judge::dispatch(host, policy, record, &s.asked.version, &read, 1);
-                let judging = StreamJudging {
-                    answer_text: round.answer_text,
-                    pending: sent.pending,
-                    judged: sent.judged,
-                    kept: std::mem::take(&mut step.out),
-                    end_of_stream,
-                };
-                s.judging = Some(judging);
-                if let Some(flow) = settle_stream(host, policy, record, s, false, body_size) {
-                    return flow;
-                }
-                let kept = s
-                    .judging
-                    .as_ref()
-                    .map(|j| j.kept.clone())
-                    .unwrap_or_default();
-                replace_chunk(host, body_size, &kept);
-                return Flow::Pause;
+        } else if to_judge {
+            let read = Judged {
+                stage: Stage::Output,
+                text: &round.answer_text,
+                question: Some(s.asked.request.last_user_text()),
+                turn_model: s.asked.request.model.as_deref(),
+                credentials: &s.asked.credentials,
+            };
+            let sent = judge::dispatch(host, policy, record, &s.asked.version, &read, 1);
+            let judging = StreamJudging {
+                answer_text: round.answer_text,
+                pending: sent.pending,
+                judged: sent.judged,
+                kept: std::mem::take(&mut step.out),
+                end_of_stream,
+            };
+            s.judging = Some(judging);
+            if let Some(flow) = settle_stream(host, policy, record, s, false, body_size) {
+                return flow;
             }
+            let kept = s
+                .judging
+                .as_ref()
+                .map(|j| j.kept.clone())
+                .unwrap_or_default();
+            replace_chunk(host, body_size, &kept);
+            return Flow::Pause;
+        } else {
             let decided_round = Decided {
                 failed: &failed,
                 judged: &[],

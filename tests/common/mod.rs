@@ -26,6 +26,15 @@ pub fn livecheck(config: &str) -> Host {
     try_livecheck(config).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// `config` (a policy's JSON object) with `max_body_bytes` set to `bytes`.
+pub fn with_max_body_bytes(config: &str, bytes: usize) -> String {
+    let rest = config
+        .trim_start()
+        .strip_prefix('{')
+        .unwrap_or_else(|| panic!("not a JSON object"));
+    format!("{{\"max_body_bytes\": {bytes},{rest}")
+}
+
 /// Like [`livecheck`], for configurations the filter may refuse.
 pub fn try_livecheck(config: &str) -> Result<Host, HarnessError> {
     livecheck_with(config, false)
