@@ -544,14 +544,15 @@ def flat_streams() -> int:
 
 def memory_runs() -> list[tuple[int, int]]:
     """(tokens, streams) of every memory run: each length at its own count (`memory_streams`) where
-    that is more than `flat_streams()`, then every length at `flat_streams()`. Memory per stream is compared across lengths at one count
-    only: the wasm VM starts every run with ~120 KiB of its heap committed and free (what its start
-    and the warm-up stream left), which the held streams fill before the VM grows, so the same
-    per-stream cost reads ~1.1 KiB lower at 100 streams than at 1,000 (measured 2026-12-06: 6.7,
-    7.5 and 7.8 KiB per stream at 100, 300 and 1,000 streams of the same 2,000-token answer, which
-    a fixed ~122 KiB spread over the streams fits)."""
-    return ([(t, memory_streams(t)) for t in MEMORY_TOKENS if memory_streams(t) != flat_streams()]
-            + [(t, flat_streams()) for t in MEMORY_TOKENS])
+    that is more than `flat_streams()`, then every length at `flat_streams()`. Memory per stream is
+    compared across lengths at one count only: the wasm VM starts every run with ~120 KiB of its heap
+    committed and free (what its start and the warm-up stream left), which the held streams fill
+    before the VM grows, so the same per-stream cost reads ~1.1 KiB lower at 100 streams than at
+    1,000 (measured 2026-12-06: 6.7, 7.5 and 7.8 KiB per stream at 100, 300 and 1,000 streams of the
+    same 2,000-token answer, which a fixed ~122 KiB spread over the streams fits)."""
+    flat = flat_streams()
+    return ([(t, memory_streams(t)) for t in MEMORY_TOKENS if memory_streams(t) != flat]
+            + [(t, flat) for t in MEMORY_TOKENS])
 
 
 def memory_run(double: UpstreamDouble, workdir: pathlib.Path, variant: str, tokens: int, streams: int, rep: int,
