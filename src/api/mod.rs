@@ -20,6 +20,8 @@ pub(crate) mod reader;
 mod recovered;
 mod responses;
 
+use std::ops::Range;
+
 use serde_json::Value;
 
 pub use peek::{peek_id, PEEK_BYTES};
@@ -64,10 +66,10 @@ pub struct Request {
     /// System, developer and user text and values filled into the prompt, joined by `"\n"`; never
     /// images, files, audio, tool results or assistant messages.
     pub input_text: String,
-    /// The text of the last user messages that have text (at most
-    /// [`livecheck_wire::INTENT_MESSAGES`]), oldest first: what a tool-call check's judge reads as
-    /// the user's intent.
-    pub intent: Vec<String>,
+    /// Where the text of each of the last user messages that have text (at most
+    /// [`livecheck_wire::INTENT_MESSAGES`]) lies in `input_text`, oldest first: a message's pieces
+    /// are joined there as in the message, so its text is never copied ([`Request::intent`]).
+    pub intent: Vec<Range<usize>>,
     /// `"stream": true`.
     pub stream: bool,
     /// `"background": true` (Responses only).
@@ -79,10 +81,20 @@ pub struct Request {
 }
 
 impl Request {
+    /// The text of the last user messages that have text, oldest first: what a tool-call check's
+    /// judge reads as the user's intent.
+    pub fn intent(&self) -> Vec<&str> {
+        self.intent.iter().map(|r| self.text_at(r)).collect()
+    }
+
     /// The text of the last user message that has text (a turn that only returns tool results is
     /// skipped): what a judge reads beside an answer.
     pub fn last_user_text(&self) -> &str {
-        self.intent.last().map_or("", String::as_str)
+        self.intent.last().map_or("", |r| self.text_at(r))
+    }
+
+    fn text_at(&self, range: &Range<usize>) -> &str {
+        self.input_text.get(range.clone()).unwrap_or("")
     }
 }
 
@@ -272,12 +284,12 @@ fn answer_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, BadAnswe
 }
 
 /// The caller's text of a request, gathered message by message as the vendor's reader walks it:
-/// every piece that is read, joined by `"\n"` (empty pieces left out), and the text of each user
-/// message that has any (its pieces joined the same way).
+/// every piece that is read, joined by `"\n"` (empty pieces left out), and where in it the text of
+/// each user message that has any lies (its pieces, joined the same way).
 #[derive(Debug, Default)]
 struct CallerText {
     input: String,
-    user_texts: Vec<String>,
+    user_texts: Vec<Range<usize>>,
 }
 
 impl CallerText {
@@ -295,25 +307,23 @@ impl CallerText {
 
     /// A message's text pieces, read as input; a user's are also its intent.
     fn message(&mut self, user: bool, texts: &[&str]) {
-        if user {
-            let mut text = String::new();
-            for piece in texts.iter().filter(|p| !p.is_empty()) {
-                if !text.is_empty() {
-                    text.push('\n');
-                }
-                text.push_str(piece);
-            }
-            if !text.is_empty() {
-                self.user_texts.push(text);
-            }
-        }
-        for piece in texts {
+        // The message's pieces follow one another in the input, joined as the message joins them.
+        let mut text: Option<Range<usize>> = None;
+        for piece in texts.iter().filter(|p| !p.is_empty()) {
             self.piece(piece);
+            let end = self.input.len();
+            let start = text
+                .as_ref()
+                .map_or(end.saturating_sub(piece.len()), |t| t.start);
+            text = Some(start..end);
+        }
+        if let Some(text) = text.filter(|_| user) {
+            self.user_texts.push(text);
         }
     }
 
-    /// The input text, and the last [`livecheck_wire::INTENT_MESSAGES`] user texts.
-    fn finish(mut self) -> (String, Vec<String>) {
+    /// The input text, and where the last [`livecheck_wire::INTENT_MESSAGES`] user texts lie in it.
+    fn finish(mut self) -> (String, Vec<Range<usize>>) {
         let extra = self
             .user_texts
             .len()

@@ -16,7 +16,7 @@ fn ids() -> Ids {
 fn request(stream: bool) -> Request {
     Request {
         input_text: "password".into(),
-        intent: vec!["password".into()],
+        intent: std::iter::once(0..8).collect(),
         stream,
         background: false,
         include_usage: true,
@@ -761,6 +761,52 @@ fn reader_reads_or_declines_each_kind_of_value_as_serde_json_reads_it() {
     assert!(json::read_node::<true>(nested(101).as_bytes()).is_ok());
 }
 
+/// Each vendor's user messages, read where they lie in the input text: pieces joined by `"\n"`,
+/// empty pieces at either end or between left out, escapes decoded, other text between messages.
+#[test]
+fn the_intent_of_every_vendor_is_each_user_message_as_written() {
+    let pieces = |kind: &str| {
+        json!([
+            {"type": kind, "text": ""},
+            {"type": kind, "text": "Send \"the\" invoice"},
+            {"type": kind, "text": ""},
+            {"type": kind, "text": "to Zoë\nplease"},
+            {"type": kind, "text": ""}])
+    };
+    let want = ["first one", "Send \"the\" invoice\nto Zoë\nplease"];
+    let bodies = [
+        (
+            Api::AnthropicMessages,
+            json!({"model": "m", "max_tokens": 5, "system": "Be brief.", "messages": [
+                {"role": "user", "content": "first one"},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": pieces("text")}]}),
+        ),
+        (
+            Api::ChatCompletions,
+            json!({"model": "m", "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "first one"},
+                {"role": "assistant", "content": "ok"},
+                {"role": "developer", "content": "Be kind."},
+                {"role": "user", "content": pieces("text")}]}),
+        ),
+        (
+            Api::Responses,
+            json!({"model": "m", "instructions": "Be brief.", "input": [
+                {"role": "user", "content": "first one"},
+                {"role": "developer", "content": "Be kind."},
+                {"role": "user", "content": pieces("input_text")}]}),
+        ),
+    ];
+    for (api, body) in bodies {
+        let req = parse_request(api, body.to_string().as_bytes()).unwrap();
+        assert_eq!(req.intent(), want, "{api:?}");
+        assert_eq!(req.last_user_text(), want[1], "{api:?}");
+        assert!(req.input_text.ends_with(want[1]), "{api:?}");
+    }
+}
+
 #[test]
 fn the_intent_is_the_last_ten_user_texts_each_joined_and_none_empty() {
     let mut messages = vec![serde_json::json!({"role": "system", "content": "Be brief."})];
@@ -775,7 +821,7 @@ fn the_intent_is_the_last_ten_user_texts_each_joined_and_none_empty() {
     let body = serde_json::json!({"model": "m", "messages": messages}).to_string();
     let req = parse_request(Api::ChatCompletions, body.as_bytes()).unwrap();
     let want: Vec<String> = (2..12).map(|i| format!("ask {i}\nplease")).collect();
-    assert_eq!(req.intent, want);
+    assert_eq!(req.intent(), want);
     assert_eq!(req.last_user_text(), "ask 11\nplease");
     let asked: Vec<String> = (0..12).map(|i| format!("ask {i}\nplease")).collect();
     assert_eq!(req.input_text, format!("Be brief.\n{}", asked.join("\n")));

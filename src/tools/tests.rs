@@ -31,12 +31,11 @@ fn start(
     calls: Vec<ToolCall>,
 ) -> (Rc<Version>, Checking) {
     let version = p.select(None, None, None).unwrap();
-    let intent: Vec<String> = INTENT.iter().map(|s| (*s).to_owned()).collect();
     let creds = vec![("x-api-key".to_owned(), "sk-test".to_owned())];
     let cx = Context {
         policy: p,
         version: &version,
-        intent: &intent,
+        intent: INTENT.to_vec(),
         turn_model: model,
         credentials: &creds,
         attempt: 1,

@@ -78,7 +78,7 @@ impl Turn {
         let cx = tools::Context {
             policy: &self.policy,
             version: &version,
-            intent: &[],
+            intent: Vec::new(),
             turn_model: version.model.as_deref(),
             credentials: &[],
             attempt: 1,

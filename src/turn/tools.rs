@@ -277,7 +277,7 @@ pub(super) fn tools_context<'a>(
     tools::Context {
         policy,
         version: &asked.version,
-        intent: &asked.request.intent,
+        intent: asked.request.intent(),
         turn_model: asked.request.model.as_deref(),
         credentials: &asked.credentials,
         attempt,
