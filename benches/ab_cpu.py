@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Two livecheck builds side by side: Envoy CPU per checked request, for a before/after of a change
-(`make bench-ab AB_BASE=path/to/livecheck.wasm`; not part of `make bench`).
+(`make bench-ab AB_BASE=path/to/livecheck.wasm`; not part of `make bench`; AB_BODY_BYTES and
+AB_CONNECTIONS for other request sizes than the 4 KiB turn).
 
 Method: the same set-up as `benches/compare.py` section 1 (envoy/livecheck.yaml's shape, V8,
 `--concurrency 1`, `benches/rules.json`: 5 input + 5 output rule checks, 4 KiB Chat requests to
@@ -33,6 +34,10 @@ from compare import (Envoy, UpstreamDouble, check, publish, run_bench, chat_body
 from envoy_process import JudgeSidecar, wasm_path  # noqa: E402
 
 REPEATS = int(os.environ.get("AB_REPEATS", "5"))
+# AB_BODY_BYTES: the Chat request's size (default compare.py's 4 KiB turn); AB_CONNECTIONS: the closed
+# loop's connections (default compare.py's 16; its 1 MiB scan runs use 2).
+BODY_BYTES = int(os.environ.get("AB_BODY_BYTES", str(compare.BODY_BYTES)))
+CONNECTIONS = int(os.environ.get("AB_CONNECTIONS", str(compare.CONNECTIONS)))
 OUT = pathlib.Path(os.environ.get("AB_OUT", REPO / "bench" / "results-ab.md"))
 
 
@@ -65,17 +70,17 @@ def main() -> int:
     try:
         proxies = {"b": envoy_for(double, "b", head, workdir), "base": envoy_for(double, "base", base, workdir),
                    "head": envoy_for(double, "head", head, workdir)}
-        body = workdir / "body-4k.json"
-        body.write_bytes(chat_body(compare.BODY_BYTES))
+        body = workdir / f"body-{BODY_BYTES}.json"
+        body.write_bytes(chat_body(BODY_BYTES))
         before = {v: p.stats() for v, p in proxies.items() if v != "b"}
         for v, p in proxies.items():  # warm-up
-            measured(p, double, lambda p=p: oha(p.url, body, conns=compare.CONNECTIONS, duration=2))
+            measured(p, double, lambda p=p: oha(p.url, body, conns=CONNECTIONS, duration=2))
         runs = {v: [] for v in proxies}
         order = list(proxies)
         for rep in range(REPEATS):
             for v in order[rep % 3:] + order[:rep % 3]:
                 p = proxies[v]
-                runs[v].append(measured(p, double, lambda p=p: oha(p.url, body, conns=compare.CONNECTIONS,
+                runs[v].append(measured(p, double, lambda p=p: oha(p.url, body, conns=CONNECTIONS,
                                                                    duration=compare.THROUGHPUT_S)))
                 log(f"ab {v} {rep + 1}/{REPEATS}: {runs[v][-1]['rps']:.0f} req/s, "
                     f"{runs[v][-1]['cpu_us_per_req']:.1f} µs CPU/req")
@@ -114,8 +119,8 @@ def write(runs: dict, base: pathlib.Path, version: str, took: float) -> None:
         "the method is in the script's docstring.",
         "",
         f"- Machine: {cpu_model()}, {os.cpu_count()} cores; Envoy {version} (V8, `--concurrency 1`).",
-        f"- base: `{base}`; head: livecheck {git_hash()} (`make wasm`). Rules: `benches/rules.json`; 4 KiB Chat "
-        f"requests; {REPEATS} rounds of 8 s closed loop at 16 connections, variants interleaved.",
+        f"- base: `{base}`; head: livecheck {git_hash()} (`make wasm`). Rules: `benches/rules.json`; {BODY_BYTES:,}-byte "
+        f"Chat requests; {REPEATS} rounds of 8 s closed loop at {CONNECTIONS} connections, variants interleaved.",
         "",
         "| variant | CPU µs/request | over the no-op filter, µs | req/s |",
         "|---|---|---|---|",
