@@ -37,10 +37,10 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
         }
         caller.message(role == "user", &texts);
     }
-    let (input_text, intent) = caller.finish();
+    let (input_text, user_texts) = caller.finish();
     Ok(Request {
         input_text,
-        intent,
+        user_texts,
         stream: body.bool_field("stream")?,
         background: false,
         include_usage: false,

@@ -39,10 +39,10 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
             .map_err(|_| "stream_options.include_usage must be a boolean".to_string())?,
         Some(_) => return Err("stream_options must be an object".into()),
     };
-    let (input_text, intent) = caller.finish();
+    let (input_text, user_texts) = caller.finish();
     Ok(Request {
         input_text,
-        intent,
+        user_texts,
         stream: body.bool_field("stream")?,
         background: false,
         include_usage,

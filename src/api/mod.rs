@@ -69,7 +69,7 @@ pub struct Request {
     /// Where the text of each of the last user messages that have text (at most
     /// [`livecheck_wire::INTENT_MESSAGES`]) lies in `input_text`, oldest first: a message's pieces
     /// are joined there as in the message, so its text is never copied ([`Request::intent`]).
-    pub intent: Vec<Range<usize>>,
+    pub user_texts: Vec<Range<usize>>,
     /// `"stream": true`.
     pub stream: bool,
     /// `"background": true` (Responses only).
@@ -84,13 +84,13 @@ impl Request {
     /// The text of the last user messages that have text, oldest first: what a tool-call check's
     /// judge reads as the user's intent.
     pub fn intent(&self) -> Vec<&str> {
-        self.intent.iter().map(|r| self.text_at(r)).collect()
+        self.user_texts.iter().map(|r| self.text_at(r)).collect()
     }
 
     /// The text of the last user message that has text (a turn that only returns tool results is
     /// skipped): what a judge reads beside an answer.
     pub fn last_user_text(&self) -> &str {
-        self.intent.last().map_or("", |r| self.text_at(r))
+        self.user_texts.last().map_or("", |r| self.text_at(r))
     }
 
     fn text_at(&self, range: &Range<usize>) -> &str {
@@ -289,7 +289,7 @@ fn answer_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, BadAnswe
 #[derive(Debug, Default)]
 struct CallerText {
     input: String,
-    user_texts: Vec<Range<usize>>,
+    pub user_texts: Vec<Range<usize>>,
 }
 
 impl CallerText {

@@ -68,10 +68,10 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
         }
         Some(_) => return Err("input must be a string or an array of input items".into()),
     }
-    let (input_text, intent) = caller.finish();
+    let (input_text, user_texts) = caller.finish();
     Ok(Request {
         input_text,
-        intent,
+        user_texts,
         stream: body.bool_field("stream")?,
         background: body.bool_field("background")?,
         include_usage: false,

@@ -16,7 +16,7 @@ fn ids() -> Ids {
 fn request(stream: bool) -> Request {
     Request {
         input_text: "password".into(),
-        intent: std::iter::once(0..8).collect(),
+        user_texts: std::iter::once(0..8).collect(),
         stream,
         background: false,
         include_usage: true,
