@@ -302,6 +302,8 @@ impl RootContext for Root {
                 return false;
             }
         };
+        // The text-folding table, built here once per VM so that no turn waits for it.
+        crate::fold::warm();
         let policy = Policy::from_json(&bytes).and_then(|mut policy| {
             policy
                 .resolve_token(|name| std::env::var(name).ok())
