@@ -6,9 +6,13 @@
 //!
 //! Not used by the filter itself: the shipped `.wasm` links none of it.
 
+use std::rc::Rc;
+
 use serde_json::{json, Value};
 
-use crate::api::Api;
+use super::{Cut, Hold, Rewriter, Step};
+use crate::api::{Api, Request};
+use crate::config::Version;
 use crate::sse;
 
 /// An upstream stream whose answer text arrives in `deltas`, one text event per delta, then the
@@ -204,4 +208,60 @@ mod tests {
         let bad_text = br#"data: {"choices":[{"delta":{"content":7}}]}"#;
         assert!(decode(Api::ChatCompletions, bad_text).is_err());
     }
+}
+
+/// How a stream went through the rewriter: every byte the caller received, the cut (if any), and
+/// whether a held round went on unjudged past the limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewritten {
+    pub out: Vec<u8>,
+    pub cut: Option<Cut>,
+    pub unjudged: bool,
+}
+
+/// An upstream `body` through the rewriter in `size`-byte chunks, holding at most `limit` bytes
+/// whole, a held round decided as the turn decides it on the version's rules alone: cut at a
+/// match, else released.
+pub fn rewrite(
+    api: Api,
+    hold: Hold,
+    version: &Rc<Version>,
+    body: &[u8],
+    size: usize,
+    limit: usize,
+) -> Rewritten {
+    let request = Request {
+        stream: true,
+        ..Request::default()
+    };
+    let mut rw = Rewriter::new(api, Rc::clone(version), &request, hold, limit);
+    let mut done = Rewritten {
+        out: Vec::new(),
+        cut: None,
+        unjudged: false,
+    };
+    let mut round = None;
+    let mut take = |step: Step| {
+        done.out.extend(step.out);
+        done.cut = done.cut.or(step.cut);
+        round = round.take().or(step.round_end);
+        done.unjudged |= step.unjudged;
+    };
+    for chunk in body.chunks(size.max(1)) {
+        take(rw.feed(chunk));
+    }
+    take(rw.finish());
+    if let Some(round) = round {
+        let hit = round.early.or_else(|| {
+            version
+                .output_rules
+                .first_hit(&round.rule_text)
+                .map(|h| h.check)
+        });
+        done.out.extend(match hit {
+            Some(check) => rw.cut(check),
+            None => rw.release(),
+        });
+    }
+    done
 }

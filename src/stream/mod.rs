@@ -296,19 +296,6 @@ impl Rewriter {
         if self.phase == Phase::Done || self.abandoned.is_some() {
             return step;
         }
-        // What is held whole lives in the VM: past the limit it cannot be checked whole, and the
-        // stream ends as one that cannot be read (fail closed), before the chunk is kept.
-        // A round held only for judged checks that all pass on error goes on unjudged instead.
-        if self.holds_whole() {
-            self.held_bytes = self.held_bytes.saturating_add(chunk.len());
-            if self.held_bytes > self.limit {
-                if !self.goes_on_unjudged() {
-                    self.outgrown(&mut step);
-                    return step;
-                }
-                self.stop_holding_whole(&mut step);
-            }
-        }
         // What goes out is about what came in: grown once, not per event.
         step.out.reserve(chunk.len() + chunk.len() / 8);
         let mut rest = chunk;
@@ -321,9 +308,29 @@ impl Rewriter {
             }
             // The general path, up to the end of the next event: the short path may take the
             // events after it. The decoder gives the same events however its input is split.
-            match self.decoder.push_event(rest, &mut events) {
-                Ok(read) => rest = rest.get(read..).unwrap_or_default(),
+            // While holding, the decoder reads no further than one byte past the limit, so the
+            // limit is met where the same bytes meet it however they were split, and before a
+            // line beyond it could be found unreadable.
+            let holding = self.holds_whole();
+            let room = match holding {
+                true => self.limit.saturating_sub(self.held_bytes).saturating_add(1),
+                false => usize::MAX,
+            };
+            match self
+                .decoder
+                .push_event(rest.get(..room).unwrap_or(rest), &mut events)
+            {
+                Ok(read) => {
+                    let (taken, left) = rest.split_at(read.min(rest.len()));
+                    rest = left;
+                    if holding && !self.keeps_held(taken, &mut step) {
+                        return step;
+                    }
+                }
                 Err(e) => decoded = Err(e),
+            }
+            if !holding {
+                self.held_bytes = 0;
             }
             self.read_events(events.drain(..), &mut step);
             if decoded.is_err() {
@@ -334,10 +341,31 @@ impl Rewriter {
         if decoded.is_err() {
             self.unreadable(&mut step);
         }
-        if !self.holds_whole() {
-            self.held_bytes = 0;
-        }
         step
+    }
+
+    /// What is held whole lives in the VM: `taken` (upstream bytes read while holding, up to the
+    /// end of the event they complete, if any) counts against the limit, and past it the stream
+    /// ends as one that cannot be read (fail closed) before the events they complete are read:
+    /// `false`, and `step` says so. A round held only for judged checks that all pass on error
+    /// goes on unjudged instead. Counted an event at a time, so the event the limit falls in is
+    /// the same however the upstream was split (a CRLF's LF, which the next push may read, is not
+    /// counted with the event it ends).
+    fn keeps_held(&mut self, taken: &[u8], step: &mut Step) -> bool {
+        let lf = usize::from(taken.ends_with(b"\r\n"));
+        let within = self.held_bytes.saturating_add(taken.len() - lf) <= self.limit;
+        self.held_bytes = self.held_bytes.saturating_add(taken.len());
+        if within {
+            return true;
+        }
+        if self.goes_on_unjudged() {
+            self.stop_holding_whole(step);
+            return true;
+        }
+        // What the chunk's earlier events confirmed goes first, as at a chunk's end.
+        self.release_queue(None, &mut step.out);
+        self.outgrown(step);
+        false
     }
 
     /// Whether the upstream is being held whole: a round of a whole-text mode not yet decided, or

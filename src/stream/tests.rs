@@ -2082,3 +2082,95 @@ fn a_spliced_text_is_the_literal_serde_json_writes() {
         assert_eq!(literal, serde_json::to_string(&text).unwrap(), "{text:?}");
     }
 }
+
+/// What a caller reads of a stream fed in chunks of `size` under `limit` (sorted and each event
+/// once outside `Hold::Rules`: events beside a held answer run ahead of it as far as the chunks let
+/// them), the cut, and whether the round went on unjudged.
+type Outcome = (
+    (Option<String>, Vec<(Option<String>, String)>),
+    Option<Cut>,
+    bool,
+);
+
+fn limited_outcome(
+    api: Api,
+    version: &Rc<Version>,
+    hold: Hold,
+    body: &[u8],
+    size: usize,
+    limit: usize,
+) -> Outcome {
+    let done = caller::rewrite(api, hold, version, body, size, limit);
+    let mut read = caller::read_by_caller(api, &done.out);
+    if hold != Hold::Rules {
+        read.1.sort();
+        // A round gone on unjudged streams under the rules from where the limit fell: its text
+        // divided among events as the chunks fell, between pings that ran ahead.
+        read.1.dedup();
+    }
+    (read, done.cut, done.unjudged)
+}
+
+/// The limit on what is held whole is met at the same event however the upstream was split: a
+/// match before it is found and cut as a match, the events before it are read (a round's id, the
+/// text before a tool call), and what the caller reads is what one whole chunk gives, at every
+/// limit from the first event to past the end.
+#[test]
+fn what_is_held_whole_meets_its_limit_at_the_same_event_however_the_upstream_is_split() {
+    let pass_on_error = POLICY_JUDGED.replace(
+        r#""kind": "polite_tone"}"#,
+        r#""kind": "polite_tone", "on_error": "pass"}"#,
+    );
+    let versions = [
+        (version(POLICY_JUDGED), Hold::WholeText),
+        (version(&pass_on_error), Hold::WholeText),
+        (version(POLICY_JUDGED), Hold::Everything),
+    ];
+    let deltas: Vec<String> = (0..12)
+        .map(|i| format!("word{i} "))
+        .chain(["NL91ABNA0417164300 ".to_owned()])
+        .chain((12..18).map(|i| format!("word{i} ")))
+        .collect();
+    let mut cases: Vec<(Api, Rc<Version>, Hold, Vec<u8>)> = Vec::new();
+    for api in [Api::AnthropicMessages, Api::ChatCompletions, Api::Responses] {
+        let body = caller::upstream(api, &deltas);
+        for (version, hold) in &versions {
+            cases.push((api, Rc::clone(version), *hold, body.clone()));
+        }
+    }
+    // A tool call held until complete, text streaming before it; CRLF line ends too.
+    let long_call = CHAT_TOOL_CALL.replacen(
+        r#""{\"to\": "}"#,
+        r#""{\"to\": \"lorem ipsum dolor sit amet\", \"n\": "}"#,
+        1,
+    );
+    for stream in [CHAT_TOOL_CALL.to_owned(), long_call.replace('\n', "\r\n")] {
+        cases.push((
+            Api::ChatCompletions,
+            version(POLICY),
+            Hold::Rules,
+            stream.into_bytes(),
+        ));
+    }
+    cases.push((
+        Api::Responses,
+        version(POLICY),
+        Hold::Rules,
+        RESPONSES_TOOL_CALL.as_bytes().to_vec(),
+    ));
+    let mut limited = 0;
+    for (api, version, hold, body) in &cases {
+        for limit in (40..body.len() + 40).step_by(47) {
+            let whole = limited_outcome(*api, version, *hold, body, body.len(), limit);
+            limited += usize::from(whole.1.is_some_and(|c| c.why == CutWhy::Unreadable) || whole.2);
+            for size in [1, 7, 64, 301] {
+                let split = limited_outcome(*api, version, *hold, body, size, limit);
+                assert_eq!(
+                    split, whole,
+                    "{api:?} {hold:?}, limit {limit}, chunks of {size}"
+                );
+            }
+        }
+    }
+    assert!(limited > 100, "the limit was met in {limited} cases");
+}
