@@ -37,6 +37,13 @@ pub trait Host {
     /// (so bytes written in this callback reach the caller first), unless the stream ended before.
     /// Bounds a cut whose upstream sends nothing more: the model stops within a second.
     fn close_response_soon(&mut self);
+    /// The response headers are held (the filter paused in their callback): a later tick lets
+    /// them go on after a grace period unless a body callback came first (an Envoy whose wasm
+    /// filter lacks `allow_on_headers_stop_iteration` gives the filter no body behind them).
+    fn release_response_headers_soon(&mut self);
+    /// In a body callback of an answer whose headers were held: whether a tick already let them
+    /// go. Either way the watch ends; headers still held stay held until the answer goes on.
+    fn response_headers_released(&mut self) -> bool;
     fn increment_counter(&mut self, name: &str);
     /// Sends an HTTP callout to `cluster`; `None` when Envoy refuses it (unknown cluster, …).
     fn dispatch_callout(
@@ -91,6 +98,10 @@ pub mod fake {
         pub seed: u64,
         pub closed: bool,
         pub close_soon: bool,
+        /// Held response headers a tick would let go (`release_response_headers_soon`).
+        pub headers_watched: bool,
+        /// Set by a test: a tick let the held headers go before the body came.
+        pub headers_released: bool,
         pub callouts: Vec<SentCallout>,
         pub callout_answer: Option<(Option<u16>, Vec<u8>)>,
         pub resumed: Vec<&'static str>,
@@ -170,6 +181,13 @@ pub mod fake {
         }
         fn close_response_soon(&mut self) {
             self.close_soon = true;
+        }
+        fn release_response_headers_soon(&mut self) {
+            self.headers_watched = true;
+        }
+        fn response_headers_released(&mut self) -> bool {
+            self.headers_watched = false;
+            self.headers_released
         }
         fn dispatch_callout(
             &mut self,

@@ -1,7 +1,13 @@
 //! Rule checks on every vendor × stage × outcome, through the built `.wasm` in the harness, under
 //! 1-byte, 7-byte and whole-body chunkings.
 
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
 mod common;
+
+use std::time::Duration;
+
+use livecheck_harness::{Host, StreamId};
 
 use common::fixtures::*;
 use common::*;
@@ -208,6 +214,130 @@ fn a_forbidden_answer_is_withheld_in_the_vendors_shape_with_usage_kept() {
             assert_eq!(host.metric("livecheck.orders.no-iban.failed"), Some(1));
         }
     }
+}
+
+/// A forbidden answer to a seed question, its retry refused (the sidecar is unreachable here): what
+/// the caller received, under `config`, with the wasm filter's `allow_on_headers_stop_iteration`
+/// as given; `wait` lets that much time pass (root ticks) before the answer's body comes.
+fn withheld_answer(
+    config: &str,
+    allow: bool,
+    vendor: Vendor,
+    chunking: Chunking,
+    wait: Duration,
+) -> (Host, StreamId) {
+    let mut host = livecheck_with(config, allow).unwrap();
+    let body = vendor.request(CLEAN_QUESTION, false);
+    let s = send_request(&mut host, vendor.path(), &[], &body, chunking);
+    let answer = vendor.answer(FORBIDDEN_ANSWER);
+    let headers = [
+        (":status", "200"),
+        ("content-type", "application/json"),
+        ("content-length", &answer.len().to_string()),
+    ];
+    host.send_response_headers(s, &headers, false).unwrap();
+    host.advance_time(wait);
+    for chunk in chunking.split(answer.as_bytes()) {
+        host.send_response_body(s, chunk, false).unwrap();
+    }
+    host.send_response_body(s, b"", true).unwrap();
+    let retry = host.pending_callouts();
+    assert_eq!(retry.len(), 1, "{vendor:?} {chunking:?}");
+    host.fail_callout(retry[0].token).unwrap();
+    (host, s)
+}
+
+#[test]
+fn with_hold_answer_headers_a_withheld_answer_names_its_check_and_its_length() {
+    let config = with_setting(SEED, "hold_answer_headers", "true");
+    for vendor in VENDORS {
+        for chunking in CHUNKINGS {
+            let (host, s) = withheld_answer(&config, true, vendor, chunking, Duration::ZERO);
+            let caller = host.caller_received(s);
+            assert_eq!(caller.status(), Some(200));
+            assert_eq!(
+                caller.header("x-core-check"),
+                Some(r#"stage=output, check="no-iban", code=output_check_failed"#),
+                "{vendor:?} {chunking:?}"
+            );
+            assert_eq!(
+                caller.header("content-length"),
+                Some(caller.body.len().to_string().as_str())
+            );
+            assert!(caller.end_of_stream);
+            let reply = json(&caller.body);
+            assert_eq!(vendor.stop_marker(&reply), vendor.refused_marker());
+            assert_eq!(vendor.text_of(&reply), BLOCKED_REPLY);
+            assert_eq!(host.metric("livecheck.orders.no-iban.failed"), Some(1));
+        }
+    }
+    // A clean answer: as it came, and no X-Core-Check.
+    let mut host = livecheck_with(&config, true).unwrap();
+    let vendor = Vendor::Chat;
+    let s = send_request(
+        &mut host,
+        vendor.path(),
+        &[],
+        &vendor.request(CLEAN_QUESTION, false),
+        Chunking::Whole,
+    );
+    let answer = vendor.answer(CLEAN_ANSWER);
+    send_answer(
+        &mut host,
+        s,
+        &[("content-type", "application/json")],
+        &answer,
+        Chunking::Bytes(7),
+    );
+    let caller = host.caller_received(s);
+    assert_eq!(caller.body_text(), answer);
+    assert_eq!(caller.header("x-core-check"), None);
+    assert!(caller.end_of_stream);
+}
+
+/// The setting on an Envoy that cannot hold headers (the flag unset, as in a mesh): the body never
+/// comes behind them, so a tick lets them go after a second; the answer is then decided as with
+/// headers gone, and the VM says why in its log.
+#[test]
+fn held_headers_that_get_no_body_go_on_after_a_second_and_the_answer_is_still_checked() {
+    let config = with_setting(SEED, "hold_answer_headers", "true");
+    let vendor = Vendor::Anthropic;
+    let (host, s) = withheld_answer(
+        &config,
+        false,
+        vendor,
+        Chunking::Bytes(7),
+        Duration::from_millis(1500),
+    );
+    let caller = host.caller_received(s);
+    assert_eq!(caller.status(), Some(200));
+    assert_eq!(caller.header("x-core-check"), None);
+    assert!(caller.end_of_stream);
+    let text = caller.body_text();
+    assert!(!text.contains("NL91"), "{text}");
+    let reply = json(&caller.body);
+    assert_eq!(vendor.stop_marker(&reply), vendor.refused_marker());
+    assert!(host.logs_contain("allow_on_headers_stop_iteration"));
+
+    // Before the second is up nothing reached the caller.
+    let mut host = livecheck_with(&config, false).unwrap();
+    let s = send_request(
+        &mut host,
+        vendor.path(),
+        &[],
+        &vendor.request(CLEAN_QUESTION, false),
+        Chunking::Whole,
+    );
+    let headers = [(":status", "200"), ("content-type", "application/json")];
+    host.send_response_headers(s, &headers, false).unwrap();
+    host.send_response_body(s, vendor.answer(CLEAN_ANSWER).as_bytes(), true)
+        .unwrap();
+    host.advance_time(Duration::from_millis(500));
+    assert!(host.caller_received(s).headers.is_none());
+    host.advance_time(Duration::from_millis(1000));
+    let caller = host.caller_received(s);
+    assert_eq!(caller.body_text(), vendor.answer(CLEAN_ANSWER));
+    assert!(caller.end_of_stream);
 }
 
 #[test]

@@ -448,6 +448,59 @@ fn the_first_condition_that_holds_denies_at_once_with_the_rows_reason() {
     }
 }
 
+/// With `hold_answer_headers` (and the flag Envoy needs for it) a denied call's answer names the
+/// row in `X-Core-Check`, whether the filter denied it or the judge did (the answer then goes on
+/// from the callout's answer); an answer whose calls are allowed goes on without it.
+#[test]
+fn with_hold_answer_headers_a_denied_call_is_named_in_x_core_check() {
+    let config = with_setting(POLICY, "hold_answer_headers", "true");
+    for vendor in VENDORS {
+        for (to, verdict, check) in [
+            ("bob@ok.example", "failed", Some("no-billing")),
+            ("eve@rival.example", "", Some("no-rival")),
+            ("bob@ok.example", "passed", None),
+        ] {
+            let mut host = livecheck_with(&config, true).unwrap();
+            let s = ask(&mut host, vendor, false);
+            send_answer(
+                &mut host,
+                s,
+                &[content_type(false)],
+                &answer_with(vendor, &[email(to)]),
+                Chunking::Bytes(7),
+            );
+            // Held while the judge decides (the filter's own denial goes at once).
+            let judged = !verdict.is_empty();
+            assert_eq!(
+                host.caller_received(s).headers.is_none(),
+                judged,
+                "{vendor:?} {to}"
+            );
+            for c in checks(&host) {
+                say(&mut host, &c, verdict, "It attaches an invoice.");
+            }
+            let got = host.caller_received(s);
+            let expected = check
+                .map(|check| format!(r#"stage=output, check="{check}", code=tool_call_denied"#));
+            assert_eq!(
+                got.header("x-core-check"),
+                expected.as_deref(),
+                "{vendor:?} {to} {verdict}"
+            );
+            assert!(got.end_of_stream);
+            if check.is_some() {
+                assert_eq!(
+                    got.header("content-length"),
+                    Some(got.body.len().to_string().as_str())
+                );
+                assert!(!got.body_text().contains("send_email"), "{vendor:?}");
+            } else {
+                assert!(got.body_text().contains("send_email"), "{vendor:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_judge_that_errs_times_out_or_answers_garbage_denies() {
     let answers: [(&str, &[u8]); 4] = [

@@ -47,6 +47,9 @@ pub struct Policy {
     /// `content-length` of a streamed answer that may be cut (opt-in; see `frame`); `None`, the
     /// default: streamed as it comes, and a cut stream is reset after its closing events.
     pub stream_frame_bytes: Option<usize>,
+    /// Hold a non-streamed answer's headers until it is decided (opt-in; needs the wasm filter's
+    /// `allow_on_headers_stop_iteration`): a withheld answer then carries `X-Core-Check`.
+    pub hold_answer_headers: bool,
     pub judge_cluster: String,
     /// The `:authority` of callouts to the sidecar.
     pub judge_authority: String,
@@ -579,6 +582,7 @@ impl Compiler<'_> {
             hosts: raw.hosts,
             max_body_bytes,
             stream_frame_bytes,
+            hold_answer_headers: raw.hold_answer_headers.unwrap_or(false),
             router_models: raw.router_models,
             person_header,
             agents,

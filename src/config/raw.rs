@@ -83,6 +83,12 @@ pub struct RawPolicy {
     /// (opt-in: every framed answer is padded to it; default and 0: unframed; else at least 64 KiB).
     #[schemars(extend("anyOf" = [{"const": 0}, {"minimum": MIN_STREAM_FRAME_BYTES}]))]
     pub stream_frame_bytes: Option<usize>,
+    /// Hold a non-streamed answer's headers while its checks read it (default false), so a withheld
+    /// answer carries `X-Core-Check` and every held answer an exact `content-length`. Only with the
+    /// wasm filter's `allow_on_headers_stop_iteration: true` in Envoy's own config (Istio's
+    /// `WasmPlugin` and Envoy Gateway cannot set it): without it Envoy gives the filter no body
+    /// behind held headers, and each such answer waits a second before it goes on unheld.
+    pub hold_answer_headers: Option<bool>,
     /// Paths (suffixes, the query ignored) of MCP Streamable HTTP endpoints whose `tools/call`
     /// requests tool checks read (default `["/mcp"]`): each starts with `/`, does not end with one,
     /// and has no query.

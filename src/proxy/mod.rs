@@ -51,8 +51,35 @@ fn level(l: LogLevel) -> u32 {
 /// Counter ids by name, shared by every stream of the VM (Envoy defines each name once).
 type Counters = Rc<RefCell<HashMap<String, u32>>>;
 
-/// Streams to reset from the root's tick: (context id, when, in ms since the epoch).
-type Closing = Rc<RefCell<Vec<(u32, u64)>>>;
+/// What the root's tick does to streams, by context id and when (ms since the epoch).
+#[derive(Debug, Default)]
+struct Timers {
+    /// Cut streams to reset.
+    closing: Vec<(u32, u64)>,
+    /// Answers whose headers the filter holds: they go on unless a body callback came first.
+    releasing: Vec<(u32, u64)>,
+    /// Streams whose held headers a tick let go.
+    released: Vec<u32>,
+    /// Whether the VM logged yet that held headers had to be let go.
+    warned: bool,
+}
+
+type Closing = Rc<RefCell<Timers>>;
+
+/// Takes the streams of `list` whose time came by `now`.
+fn take_due(list: &mut Vec<(u32, u64)>, now: u64) -> Vec<u32> {
+    let due = list
+        .iter()
+        .filter(|(_, at)| *at <= now)
+        .map(|(id, _)| *id)
+        .collect();
+    list.retain(|(_, at)| *at > now);
+    due
+}
+
+/// How long an answer's held headers wait for its first body callback (`hold_answer_headers`):
+/// without the wasm filter's `allow_on_headers_stop_iteration` Envoy sends none behind them.
+const HEADERS_GRACE_MS: u64 = 1_000;
 
 /// The request header that makes a fault-injection build trap (`--features faults`, never shipped).
 #[cfg(feature = "faults")]
@@ -123,25 +150,49 @@ impl Root {
         }
     }
 
-    /// Resets the cut streams whose grace is over. Each close runs as its stream (the ABI acts on
-    /// the effective context); the root is made effective again afterwards.
+    /// Resets the cut streams whose grace is over.
     fn close_due_streams(&mut self, now: u64) {
-        let due: Vec<u32> = {
-            let mut closing = self.host.closing.borrow_mut();
-            let due = closing
-                .iter()
-                .filter(|(_, at)| *at <= now)
-                .map(|(id, _)| *id)
-                .collect();
-            closing.retain(|(_, at)| *at > now);
+        let due = take_due(&mut self.host.closing.borrow_mut().closing, now);
+        self.as_each(&due, || {
+            let _ = abi::close_stream(abi::HTTP_RESPONSE_STREAM);
+        });
+    }
+
+    /// Lets go the held answer headers that waited their grace for a body callback in vain: this
+    /// Envoy gives the filter no body behind held headers, so the answers go on as if the filter
+    /// held none (decided after their headers went), and the VM says so once.
+    fn release_due_headers(&mut self, now: u64) {
+        let due = {
+            let mut timers = self.host.closing.borrow_mut();
+            let due = take_due(&mut timers.releasing, now);
+            timers.released.extend(&due);
             due
         };
         if due.is_empty() {
             return;
         }
-        for id in due {
+        self.as_each(&due, || {
+            let _ = abi::continue_stream(abi::HTTP_RESPONSE_STREAM);
+        });
+        let warned = std::mem::replace(&mut self.host.closing.borrow_mut().warned, true);
+        if !warned {
+            self.host.log(
+                LogLevel::Warn,
+                "livecheck: an answer's held headers got no body within 1 s and were let go: \
+                 hold_answer_headers needs the wasm filter's allow_on_headers_stop_iteration: true",
+            );
+        }
+    }
+
+    /// Runs `act` as each of the streams `ids` (the ABI acts on the effective context), then makes
+    /// the root effective again.
+    fn as_each(&self, ids: &[u32], act: impl Fn()) {
+        if ids.is_empty() {
+            return;
+        }
+        for &id in ids {
             if abi::set_effective_context(id).is_ok() {
-                let _ = abi::close_stream(abi::HTTP_RESPONSE_STREAM);
+                act();
             }
         }
         let _ = abi::set_effective_context(self.host.context_id);
@@ -352,6 +403,7 @@ impl RootContext for Root {
         self.send_reports(now);
         self.keep_ledger(now);
         self.close_due_streams(now);
+        self.release_due_headers(now);
         #[cfg(feature = "profile")]
         self.flush_profile();
     }
@@ -578,10 +630,14 @@ impl WasmHost {
         }
     }
 
-    /// The stream ended or was closed: no timer may reset it (or a later stream given its id).
+    /// The stream ended or was closed: no timer may reset it or let its headers go (or a later
+    /// stream's given its id).
     fn forget_close(&mut self) {
         let id = self.context_id;
-        self.closing.borrow_mut().retain(|(c, _)| *c != id);
+        let mut timers = self.closing.borrow_mut();
+        timers.closing.retain(|(c, _)| *c != id);
+        timers.releasing.retain(|(c, _)| *c != id);
+        timers.released.retain(|c| *c != id);
     }
 }
 
@@ -684,10 +740,28 @@ impl Host for WasmHost {
     fn close_response_soon(&mut self) {
         let at = self.now_unix_millis().saturating_add(CLOSE_GRACE_MS);
         let id = self.context_id;
-        let mut closing = self.closing.borrow_mut();
-        if !closing.iter().any(|(c, _)| *c == id) {
-            closing.push((id, at));
+        let mut timers = self.closing.borrow_mut();
+        if !timers.closing.iter().any(|(c, _)| *c == id) {
+            timers.closing.push((id, at));
         }
+    }
+
+    fn release_response_headers_soon(&mut self) {
+        let at = self.now_unix_millis().saturating_add(HEADERS_GRACE_MS);
+        let id = self.context_id;
+        let mut timers = self.closing.borrow_mut();
+        if !timers.releasing.iter().any(|(c, _)| *c == id) {
+            timers.releasing.push((id, at));
+        }
+    }
+
+    fn response_headers_released(&mut self) -> bool {
+        let id = self.context_id;
+        let mut timers = self.closing.borrow_mut();
+        timers.releasing.retain(|(c, _)| *c != id);
+        let released = timers.released.contains(&id);
+        timers.released.retain(|c| *c != id);
+        released
     }
 
     fn increment_counter(&mut self, name: &str) {

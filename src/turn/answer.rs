@@ -58,9 +58,15 @@ impl Turn {
             // replace the whole answer.
             return self.finish_answer(host, asked, &[], readable && end_of_stream);
         }
-        // The headers go on now; the body is held. It will change size when withheld.
+        // The body is held; it will change size when withheld. The headers go on now, or, where
+        // the operator says Envoy lets the filter read a body behind them, are held with it.
         host.set_response_header("content-length", None);
         self.state = State::HoldingAnswer { asked, readable };
+        if self.policy.hold_answer_headers {
+            self.headers_held = true;
+            host.release_response_headers_soon();
+            return Flow::Pause;
+        }
         Flow::Continue
     }
 
@@ -175,6 +181,10 @@ impl Turn {
         let State::HoldingAnswer { .. } = &self.state else {
             return Flow::Continue;
         };
+        if self.headers_held && host.response_headers_released() {
+            // Let go by a tick: they reached the caller as they were.
+            self.headers_held = false;
+        }
         if !end_of_stream && body_size <= self.policy.max_body_bytes {
             return Flow::Pause;
         }

@@ -36,6 +36,9 @@ pub struct Turn {
     /// The size of a non-streamed answer's body that Envoy holds for the filter, once held whole;
     /// `None` while the answer's headers are still in the filter's hands.
     held_body: Option<usize>,
+    /// A non-streamed answer's headers are held with its body (`hold_answer_headers`): a stop
+    /// can still name itself in `X-Core-Check` and give the replaced body's length.
+    headers_held: bool,
 }
 
 enum State {
@@ -192,6 +195,7 @@ impl Turn {
             record: Record::default(),
             started_ms: 0,
             held_body: None,
+            headers_held: false,
         }
     }
 
@@ -319,12 +323,13 @@ fn has_blocking_output_checks(version: &Version) -> bool {
 impl Turn {
     /// Puts `body` in place of a held non-streamed answer and lets it go on. Decided in the
     /// response headers callback, nothing has reached the caller: a local reply replaces the
-    /// answer, with `X-Core-Check` naming the stop. Later the headers have gone (the filter never
-    /// holds them: a wasm filter reads no body behind held headers unless its Envoy config sets
-    /// `allow_on_headers_stop_iteration`, which neither Istio nor Envoy Gateway does), so the
-    /// held body is replaced in place and the upstream's status and headers stay; the stop is
-    /// then named in the stats and results, under the turn's id. `resumed`: called from a
-    /// callout's answer, so the answer goes on through the host.
+    /// answer, with `X-Core-Check` naming the stop. Later the held body is replaced in place and
+    /// the upstream's status and headers stay. By default the headers have gone by then (a wasm
+    /// filter reads no body behind held headers unless its Envoy config sets
+    /// `allow_on_headers_stop_iteration`, which neither Istio nor Envoy Gateway can), so the stop
+    /// is named in the stats and results only, under the turn's id; with `hold_answer_headers`
+    /// they are still held, and get `X-Core-Check` and the body's `content-length` too.
+    /// `resumed`: called from a callout's answer, so the answer goes on through the host.
     pub(super) fn answer_instead(
         &mut self,
         host: &mut dyn Host,
@@ -345,6 +350,12 @@ impl Turn {
             host.send_local_reply(200, &headers, body);
             return Flow::Pause;
         };
+        if std::mem::take(&mut self.headers_held) {
+            host.set_response_header("content-length", Some(&body.len().to_string()));
+            if let Some(header) = stop.and_then(Stop::header_value) {
+                host.set_response_header(stop::HEADER, Some(&header));
+            }
+        }
         if !host.replace_response_body(held, body) {
             host.log(
                 LogLevel::Error,
@@ -610,6 +621,82 @@ mod tests {
         assert!(!String::from_utf8_lossy(&host.response_body).contains("NL91"));
         // The headers went before the answer was decided: the stop is named in the results.
         assert!(!host.response_headers.contains_key("x-core-check"));
+    }
+
+    /// A policy with one output rule that withholds (no recovery), headers held or not.
+    fn withholding(hold_headers: bool) -> Turn {
+        let policy = format!(
+            r#"{{"hold_answer_headers": {hold_headers}, "default_agent": "a", "agents": {{"a": {{
+              "published": "1", "versions": {{"1": {{"live_checks": [{{"name": "no-iban",
+              "stage": "output", "kind": "matches_pattern", "pattern": "NL\\d{{2}}[A-Z]{{4}}\\d{{10}}",
+              "max_match": 18}}]}}}}}}}}}}"#
+        );
+        Turn::new(Rc::new(Policy::from_json(policy.as_bytes()).unwrap()))
+    }
+
+    #[test]
+    fn with_hold_answer_headers_a_withheld_answer_names_its_check_and_its_length() {
+        let (mut t, mut host) = (withholding(true), chat_request("hello"));
+        ask(&mut t, &mut host);
+        // The headers are held with the body, watched until the body comes.
+        assert_eq!(
+            answer(&mut t, &mut host, "NL91ABNA0417164300"),
+            (Flow::Pause, Flow::Continue)
+        );
+        assert!(!host.headers_watched, "the body came: the watch ended");
+        assert!(host.local_reply.is_none());
+        let body: serde_json::Value = serde_json::from_slice(&host.response_body).unwrap();
+        assert_eq!(body["choices"][0]["finish_reason"], "content_filter");
+        assert_eq!(
+            host.response_headers
+                .get("x-core-check")
+                .map(String::as_str),
+            Some(r#"stage=output, check="no-iban", code=output_check_failed"#)
+        );
+        assert_eq!(
+            host.response_headers.get("content-length"),
+            Some(&host.response_body.len().to_string())
+        );
+        assert!(host
+            .response_headers
+            .contains_key(livecheck_wire::TURN_ID_HEADER));
+
+        // A clean answer goes on as it came, its headers with it and no X-Core-Check.
+        let (mut t, mut host) = (withholding(true), chat_request("hello"));
+        ask(&mut t, &mut host);
+        assert_eq!(
+            answer(&mut t, &mut host, "all fine"),
+            (Flow::Pause, Flow::Continue)
+        );
+        assert_eq!(host.body_rewrites, 0);
+        assert!(!host.response_headers.contains_key("x-core-check"));
+
+        // Without the setting the headers go at once, and a stop names no check in them.
+        let (mut t, mut host) = (withholding(false), chat_request("hello"));
+        ask(&mut t, &mut host);
+        assert_eq!(
+            answer(&mut t, &mut host, "NL91ABNA0417164300"),
+            (Flow::Continue, Flow::Continue)
+        );
+        assert!(!host.headers_watched);
+        assert!(!host.response_headers.contains_key("x-core-check"));
+    }
+
+    /// An Envoy that gives no body behind held headers: a tick let them go, so they reached the
+    /// caller as they were, and the stop is decided as for headers that went at once.
+    #[test]
+    fn held_headers_a_tick_let_go_are_not_written_after_they_went() {
+        let (mut t, mut host) = (withholding(true), chat_request("hello"));
+        ask(&mut t, &mut host);
+        host.headers_released = true;
+        assert_eq!(
+            answer(&mut t, &mut host, "NL91ABNA0417164300"),
+            (Flow::Pause, Flow::Continue)
+        );
+        let body: serde_json::Value = serde_json::from_slice(&host.response_body).unwrap();
+        assert_eq!(body["choices"][0]["finish_reason"], "content_filter");
+        assert!(!host.response_headers.contains_key("x-core-check"));
+        assert!(!host.response_headers.contains_key("content-length"));
     }
 
     #[test]

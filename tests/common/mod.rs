@@ -28,11 +28,16 @@ pub fn livecheck(config: &str) -> Host {
 
 /// `config` (a policy's JSON object) with `max_body_bytes` set to `bytes`.
 pub fn with_max_body_bytes(config: &str, bytes: usize) -> String {
+    with_setting(config, "max_body_bytes", &bytes.to_string())
+}
+
+/// `config` (a policy's JSON object) with the top-level `key` set to `json`.
+pub fn with_setting(config: &str, key: &str, json: &str) -> String {
     let rest = config
         .trim_start()
         .strip_prefix('{')
         .unwrap_or_else(|| panic!("not a JSON object"));
-    format!("{{\"max_body_bytes\": {bytes},{rest}")
+    format!("{{\"{key}\": {json},{rest}")
 }
 
 /// Like [`livecheck`], for configurations the filter may refuse.
@@ -40,8 +45,8 @@ pub fn try_livecheck(config: &str) -> Result<Host, HarnessError> {
     livecheck_with(config, false)
 }
 
-/// Like [`livecheck`], with the wasm filter's `allow_on_headers_stop_iteration` as given (the
-/// shipped config, Istio and Envoy Gateway set none: `false`).
+/// Like [`livecheck`], with the wasm filter's `allow_on_headers_stop_iteration` as given (Istio and
+/// Envoy Gateway cannot set it: `false`; envoy/livecheck.yaml sets it: `true`).
 pub fn livecheck_with(
     config: &str,
     allow_on_headers_stop_iteration: bool,

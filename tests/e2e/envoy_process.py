@@ -159,8 +159,8 @@ def render_config(
     if plugin_configuration is not None:
         plugin["configuration"]["value"] = plugin_configuration
     if allow_on_headers_stop_iteration is not None:
-        # livecheck needs no such flag (envoy/livecheck.yaml sets none, as Istio and Envoy Gateway
-        # set none); the fidelity scenarios set it to pin what it changes.
+        # livecheck works without the flag (Istio and Envoy Gateway cannot set it; envoy/livecheck.yaml
+        # sets it for `hold_answer_headers`); tests set it to pin what it changes.
         plugin["allow_on_headers_stop_iteration"] = allow_on_headers_stop_iteration
     plugin["failure_policy"] = failure_policy
     if environment is not None:

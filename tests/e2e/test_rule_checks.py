@@ -23,6 +23,7 @@ import gzip
 import json
 import re
 import subprocess
+import time
 import urllib.request
 from typing import Any, Callable
 
@@ -31,7 +32,7 @@ import http_sfv
 import openai
 import pytest
 
-from envoy_process import REPO, SEED_CONFIG, envoy_binary, render_config, wasm_path
+from envoy_process import REPO, SEED_CONFIG, Envoy, envoy_binary, render_config, wasm_path
 from upstream_double import Answer
 
 SEED = json.loads(SEED_CONFIG.read_text())
@@ -277,6 +278,81 @@ def test_an_answer_with_an_iban_is_withheld_with_usage_kept(livecheck_envoy, dou
     # The answer's headers went on when they came: the check is named in the stats and results.
     assert "x-core-check" not in raw.headers
     assert livecheck_envoy.stats(failed)[failed] - before == 1
+
+
+def _held_headers_envoy(double, tmp_path_factory, allow: bool):
+    config = dict(SEED, hold_answer_headers=True)
+    rendered = render_config(
+        wasm_path("livecheck.wasm"),
+        double.port,
+        plugin_configuration=json.dumps(config),
+        allow_on_headers_stop_iteration=allow,
+    )
+    return Envoy(rendered, tmp_path_factory.mktemp("envoy-held-headers"))
+
+
+@pytest.fixture(scope="module")
+def held_headers_envoy(double, tmp_path_factory):
+    """The seed with `hold_answer_headers`, on an Envoy whose wasm filter sets
+    `allow_on_headers_stop_iteration` (as envoy/livecheck.yaml does)."""
+    envoy = _held_headers_envoy(double, tmp_path_factory, allow=True)
+    yield envoy
+    envoy.stop()
+
+
+@pytest.fixture(scope="module")
+def held_headers_mesh_envoy(double, tmp_path_factory):
+    """The same setting where the flag is not set (as in Istio or Envoy Gateway)."""
+    envoy = _held_headers_envoy(double, tmp_path_factory, allow=False)
+    yield envoy
+    envoy.stop()
+
+
+@vendors
+def test_with_hold_answer_headers_a_withheld_answer_names_its_check(held_headers_envoy, double, vendor):
+    upstream = vendor.answer(FORBIDDEN_ANSWER)
+    double.script(default=_json_answer(upstream))
+
+    raw = vendor.create(held_headers_envoy, CLEAN_QUESTION, False)
+    body = raw.http_response.read()
+    stop, text, usage = vendor.read(raw.parse())
+
+    assert IBAN.encode() not in body, body
+    assert (stop, text) == (vendor.refused, BLOCKED_REPLY)
+    assert _subset(usage, upstream["usage"]) == upstream["usage"]
+    assert _x_core_check(raw) == {
+        "stage": ("token", "output"),
+        "check": ("str", "no-iban"),
+        "code": ("token", "output_check_failed"),
+    }
+    assert raw.headers["content-length"] == str(len(body))
+    assert raw.headers["x-core-response-id"].startswith("lc_")
+
+    # A clean answer: byte for byte, no X-Core-Check.
+    clean = json.dumps(vendor.answer(CLEAN_ANSWER))
+    double.script(default=Answer(headers={"content-type": "application/json"}, body_chunks=[clean], chunked=False))
+    raw = vendor.create(held_headers_envoy, CLEAN_QUESTION, False)
+    assert raw.http_response.read() == clean.encode()
+    assert "x-core-check" not in raw.headers
+
+
+def test_hold_answer_headers_where_envoy_cannot_hold_them_costs_a_second_and_leaks_nothing(
+    held_headers_mesh_envoy, double
+):
+    vendor = CHAT
+    double.script(default=_json_answer(vendor.answer(FORBIDDEN_ANSWER)))
+
+    began = time.monotonic()
+    raw = vendor.create(held_headers_mesh_envoy, CLEAN_QUESTION, False)
+    body = raw.http_response.read()
+    took = time.monotonic() - began
+    stop, text, _usage = vendor.read(raw.parse())
+
+    assert IBAN.encode() not in body, body
+    assert (stop, text) == (vendor.refused, BLOCKED_REPLY)
+    assert "x-core-check" not in raw.headers  # the headers went before the answer was decided
+    assert 0.9 <= took < 5, took
+    assert "hold_answer_headers needs the wasm filter's allow_on_headers_stop_iteration" in held_headers_mesh_envoy.log()
 
 
 @vendors
