@@ -166,6 +166,8 @@ impl Filter {
             &self.module,
             Options {
                 plugin_config: self.policy_bytes.clone(),
+                // The Envoy a policy holding answer headers is made for sets the flag that lets it.
+                allow_on_headers_stop_iteration: self.policy.hold_answer_headers,
                 clusters: vec![self.policy.judge_cluster.clone()],
                 environment: self.environment.clone(),
                 ..Options::default()
