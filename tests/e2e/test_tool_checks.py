@@ -367,9 +367,10 @@ ANTHROPIC_WIRE_EVENTS = {"message_start", "content_block_start", "content_block_
                          "message_delta", "message_stop"}
 
 
-def assert_denied(got: Got, vendor: str, stream: bool, check: str, reason: str, cases: list) -> None:
+def assert_denied(got: Got, vendor: str, stream: bool, check: str, reason: str, cases: list,
+                  held_headers: bool = False) -> None:
     """The vendor's refusal with `reason` as the only (non-streamed) or last (streamed) text, and
-    nothing of the denied calls."""
+    nothing of the denied calls. `held_headers`: the policy holds a non-streamed answer's headers."""
     assert got.status == 200
     assert got.end == END_DENIED[vendor], (got.end, got.texts, got.raised)
     assert got.calls == [], f"the caller got a tool call: {got.calls}"
@@ -378,8 +379,12 @@ def assert_denied(got: Got, vendor: str, stream: bool, check: str, reason: str, 
             assert never not in got.body, f"{never!r} of the denied call reached the caller: {got.body[-1500:]!r}"
     if not stream:
         assert got.texts == [reason], got.texts
-        # The answer's headers went on when they came: the row is named in the stats and results.
-        assert x_core_check(got.headers) is None
+        if held_headers:
+            assert x_core_check(got.headers) == {"stage": "output", "check": check, "code": "tool_call_denied"}
+            assert got.headers["content-length"] == str(len(got.body))
+        else:
+            # The answer's headers went on when they came: the row is named in the stats and results.
+            assert x_core_check(got.headers) is None
         assert got.denials.get(f"{check}.failed", 0) + got.denials.get(f"{check}.errored", 0) >= 1, got.denials
         assert got.ident == (DOUBLE_IDS[vendor], DOUBLE_MODEL[vendor], DOUBLE_USAGE_SEEN[vendor]), \
             "the answer keeps its id, model and usage"
@@ -557,6 +562,29 @@ def test_an_args_row_denies_without_asking_the_judge(stack, double, judge_backen
 
     assert_denied(got, vendor, stream, check, reason, [case])
     assert judge_backend.seen() == [], "an args row is decided in the filter; a denied call asks no judge"
+
+
+@pytest.fixture(scope="module")
+def held_stack(double, sidecar, tmp_path_factory):
+    """POLICY with `hold_answer_headers` (envoy/livecheck.yaml's wasm filter sets the flag it needs)."""
+    s = ToolCheckStack(double, sidecar, tmp_path_factory.mktemp("tool-checks-held"), dict(POLICY, hold_answer_headers=True))
+    yield s
+    s.close()
+
+
+@every_vendor
+@pytest.mark.parametrize("case, check, reason", [
+    pytest.param(BILLING_EMAIL, "no-billing", REASON_BILLING, id="judged"),
+    pytest.param(RIVAL_EMAIL, "no-rival", REASON_RIVAL, id="args-row"),
+])
+def test_with_hold_answer_headers_a_denied_answer_names_its_row(held_stack, double, judge_backend, vendor, case, check,
+                                                                reason):
+    judge_backend.reset()
+    got = turn(held_stack, double, vendor, False, [case])
+
+    assert_denied(got, vendor, False, check, reason, [case], held_headers=True)
+    clean = turn(held_stack, double, vendor, False, [CLEAN_EMAIL])
+    assert clean.calls and x_core_check(clean.headers) is None
 
 
 @pytest.mark.parametrize("vendor, stream", [
