@@ -269,8 +269,8 @@ fuzz_target!(|input: &[u8]| {
         (Ok(request), Ok(read)) => {
             let got = Read {
                 input_text: request.input_text.clone(),
-                last_user_text: request.last_user_text.clone(),
-                intent: request.intent.clone(),
+                last_user_text: request.last_user_text().to_owned(),
+                intent: request.intent().into_iter().map(str::to_owned).collect(),
                 model: request.model.clone(),
                 stream: request.stream,
             };
