@@ -130,6 +130,42 @@ fn a_failed_answer_is_asked_for_again_and_only_the_passing_one_is_shown() {
     }
 }
 
+/// With `hold_answer_headers` the headers wait for the retry too: a recovered answer names no
+/// check and carries its own length; one whose every attempt failed names the first stop.
+#[test]
+fn with_hold_answer_headers_a_recovered_answer_names_no_check_and_a_withheld_one_does() {
+    let held = with_setting(
+        &config("", r#", "recover_attempts": 1"#),
+        "hold_answer_headers",
+        "true",
+    );
+    for vendor in VENDORS {
+        for (retry_says, expected) in [
+            (CLEAN_ANSWER, None),
+            (
+                ANOTHER_FORBIDDEN,
+                Some(r#"stage=output, check="no-iban", code=output_check_failed"#),
+            ),
+        ] {
+            let mut host = livecheck_with(&held, true).unwrap();
+            let s = ask(&mut host, vendor, false);
+            answer(&mut host, s, vendor, FORBIDDEN_ANSWER);
+            assert!(host.caller_received(s).headers.is_none(), "{vendor:?}");
+            let calls = retries(&host);
+            retried(&mut host, &calls[0], &vendor.answer(retry_says));
+            let caller = host.caller_received(s);
+            assert_eq!(caller.header("x-core-check"), expected, "{vendor:?}");
+            assert_eq!(
+                caller.header("content-length"),
+                Some(caller.body.len().to_string().as_str())
+            );
+            assert!(caller.end_of_stream);
+            let text = caller.body_text();
+            assert!(!text.contains("NL91") && !text.contains("NL02"), "{text}");
+        }
+    }
+}
+
 #[test]
 fn a_failed_check_without_recovery_withholds_at_once() {
     let mut host = livecheck(&config(NO_SECRET, ""));
