@@ -84,7 +84,7 @@ pub struct RawPolicy {
     #[schemars(extend("anyOf" = [{"const": 0}, {"minimum": MIN_STREAM_FRAME_BYTES}]))]
     pub stream_frame_bytes: Option<usize>,
     /// Hold a non-streamed answer's headers while its checks read it (default false), so a withheld
-    /// answer carries `X-Core-Check` and every held answer an exact `content-length`. Only with the
+    /// answer carries `X-Core-Check` and the length of what replaced it. Only with the
     /// wasm filter's `allow_on_headers_stop_iteration: true` in Envoy's own config (Istio's
     /// `WasmPlugin` and Envoy Gateway cannot set it): without it Envoy gives the filter no body
     /// behind held headers, and each such answer waits a second before it goes on unheld.
