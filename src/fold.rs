@@ -124,7 +124,6 @@ pub fn fold(text: &str) -> Cow<'_, str> {
 
 /// Where the first character of `text` from byte `from` on that does not fold to itself begins.
 fn next_folding(text: &str, from: usize) -> Option<usize> {
-    let table = SelfFolding::get();
     let bytes = text.as_bytes();
     let mut at = from;
     while let Some(b) = bytes.get(at) {
@@ -133,7 +132,7 @@ fn next_folding(text: &str, from: usize) -> Option<usize> {
             continue;
         }
         let c = text.get(at..)?.chars().next()?;
-        if !table.holds(c).unwrap_or_else(|| folds_to_itself_by_rule(c)) {
+        if !folds_to_itself(c) {
             return Some(at);
         }
         at += c.len_utf8();

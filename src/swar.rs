@@ -20,19 +20,11 @@ fn load(word: &[u8]) -> u64 {
 /// `bytes.is_ascii()`, in 32-byte strides.
 #[inline]
 pub fn is_ascii(bytes: &[u8]) -> bool {
-    let mut strides = bytes.chunks_exact(32);
-    for stride in &mut strides {
-        if let Ok(stride) = <&[u8; 32]>::try_from(stride) {
-            if !stride_is_ascii(stride) {
-                return false;
-            }
-        }
-    }
-    strides.remainder().is_ascii()
+    ascii_len(bytes) == bytes.len()
 }
 
-/// How many bytes `bytes` starts with that are ASCII: 32-byte strides skipped while all are
-/// ([`is_ascii`]'s test), then a byte at a time.
+/// How many bytes `bytes` starts with that are ASCII: 32-byte strides skipped while all are, then
+/// the rest tested whole, else a byte at a time.
 #[inline]
 pub fn ascii_len(bytes: &[u8]) -> usize {
     let mut done = 0;
@@ -43,6 +35,10 @@ pub fn ascii_len(bytes: &[u8]) -> usize {
         }
     }
     let rest = bytes.get(done..).unwrap_or_default();
+    // The short tail of an ASCII text a word at a time (core's test), as most texts end.
+    if rest.is_ascii() {
+        return bytes.len();
+    }
     done + rest
         .iter()
         .position(|b| !b.is_ascii())
@@ -203,11 +199,13 @@ mod tests {
         for len in 0..80 {
             let mut bytes = vec![b'a'; len];
             assert!(is_ascii(&bytes), "{len}");
+            assert_eq!(ascii_len(&bytes), len);
             assert_eq!(ascii_str(&bytes), Some("a".repeat(len).as_str()), "{len}");
             for at in 0..len {
                 for high in [0x80u8, 0xC3, 0xFF] {
                     bytes[at] = high;
                     assert_eq!(is_ascii(&bytes), bytes.is_ascii(), "{len} {at} {high:#x}");
+                    assert_eq!(ascii_len(&bytes), at, "{len} {at} {high:#x}");
                     assert_eq!(ascii_str(&bytes), None, "{len} {at} {high:#x}");
                     bytes[at] = b'a';
                 }

@@ -289,7 +289,7 @@ fn answer_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, BadAnswe
 #[derive(Debug, Default)]
 struct CallerText {
     input: String,
-    pub user_texts: Vec<Range<usize>>,
+    user_texts: Vec<Range<usize>>,
 }
 
 impl CallerText {

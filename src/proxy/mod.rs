@@ -64,7 +64,15 @@ struct Timers {
     warned: bool,
 }
 
-type Closing = Rc<RefCell<Timers>>;
+/// The VM's [`Timers`], shared by the root and every stream.
+type SharedTimers = Rc<RefCell<Timers>>;
+
+/// Lists stream `id` in `list` to be acted on at `at`, unless it is listed already.
+fn schedule(list: &mut Vec<(u32, u64)>, id: u32, at: u64) {
+    if !list.iter().any(|(c, _)| *c == id) {
+        list.push((id, at));
+    }
+}
 
 /// Takes the streams of `list` whose time came by `now`.
 fn take_due(list: &mut Vec<(u32, u64)>, now: u64) -> Vec<u32> {
@@ -130,8 +138,8 @@ struct Root {
     policy: Option<Rc<Policy>>,
     /// When to look next for VMs that stopped with reports undelivered.
     next_sweep_ms: u64,
-    /// The root's own door to the host, sharing counters, the outbox and the streams to close
-    /// with every stream.
+    /// The root's own door to the host, sharing counters, the outbox and the timers with every
+    /// stream.
     host: WasmHost,
 }
 
@@ -144,7 +152,7 @@ impl Root {
                 context_id,
                 Counters::default(),
                 Rc::new(RefCell::new(Outbox::default())),
-                Closing::default(),
+                SharedTimers::default(),
                 SharedLedger::default(),
             ),
         }
@@ -152,7 +160,7 @@ impl Root {
 
     /// Resets the cut streams whose grace is over.
     fn close_due_streams(&mut self, now: u64) {
-        let due = take_due(&mut self.host.closing.borrow_mut().closing, now);
+        let due = take_due(&mut self.host.timers.borrow_mut().closing, now);
         self.as_each(&due, || {
             let _ = abi::close_stream(abi::HTTP_RESPONSE_STREAM);
         });
@@ -163,7 +171,7 @@ impl Root {
     /// held none (decided after their headers went), and the VM says so once.
     fn release_due_headers(&mut self, now: u64) {
         let due = {
-            let mut timers = self.host.closing.borrow_mut();
+            let mut timers = self.host.timers.borrow_mut();
             let due = take_due(&mut timers.releasing, now);
             timers.released.extend(&due);
             due
@@ -174,7 +182,7 @@ impl Root {
         self.as_each(&due, || {
             let _ = abi::continue_stream(abi::HTTP_RESPONSE_STREAM);
         });
-        let warned = std::mem::replace(&mut self.host.closing.borrow_mut().warned, true);
+        let warned = std::mem::replace(&mut self.host.timers.borrow_mut().warned, true);
         if !warned {
             self.host.log(
                 LogLevel::Warn,
@@ -422,7 +430,7 @@ impl RootContext for Root {
                 context_id,
                 Rc::clone(&self.host.counters),
                 Rc::clone(&self.host.outbox),
-                Rc::clone(&self.host.closing),
+                Rc::clone(&self.host.timers),
                 Rc::clone(&self.host.ledger),
             ),
         }))
@@ -518,7 +526,7 @@ struct WasmHost {
     context_id: u32,
     counters: Counters,
     outbox: Rc<RefCell<Outbox>>,
-    closing: Closing,
+    timers: SharedTimers,
     ledger: SharedLedger,
     random: RandomState,
     /// The request and response header maps as read in the current callback (one host call per
@@ -562,14 +570,14 @@ impl WasmHost {
         context_id: u32,
         counters: Counters,
         outbox: Rc<RefCell<Outbox>>,
-        closing: Closing,
+        timers: SharedTimers,
         ledger: SharedLedger,
     ) -> Self {
         Self {
             context_id,
             counters,
             outbox,
-            closing,
+            timers,
             ledger,
             random: RandomState::new(),
             headers: Default::default(),
@@ -634,7 +642,7 @@ impl WasmHost {
     /// stream's given its id).
     fn forget_close(&mut self) {
         let id = self.context_id;
-        let mut timers = self.closing.borrow_mut();
+        let mut timers = self.timers.borrow_mut();
         timers.closing.retain(|(c, _)| *c != id);
         timers.releasing.retain(|(c, _)| *c != id);
         timers.released.retain(|c| *c != id);
@@ -739,25 +747,17 @@ impl Host for WasmHost {
 
     fn close_response_soon(&mut self) {
         let at = self.now_unix_millis().saturating_add(CLOSE_GRACE_MS);
-        let id = self.context_id;
-        let mut timers = self.closing.borrow_mut();
-        if !timers.closing.iter().any(|(c, _)| *c == id) {
-            timers.closing.push((id, at));
-        }
+        schedule(&mut self.timers.borrow_mut().closing, self.context_id, at);
     }
 
     fn release_response_headers_soon(&mut self) {
         let at = self.now_unix_millis().saturating_add(HEADERS_GRACE_MS);
-        let id = self.context_id;
-        let mut timers = self.closing.borrow_mut();
-        if !timers.releasing.iter().any(|(c, _)| *c == id) {
-            timers.releasing.push((id, at));
-        }
+        schedule(&mut self.timers.borrow_mut().releasing, self.context_id, at);
     }
 
     fn response_headers_released(&mut self) -> bool {
         let id = self.context_id;
-        let mut timers = self.closing.borrow_mut();
+        let mut timers = self.timers.borrow_mut();
         timers.releasing.retain(|(c, _)| *c != id);
         let released = timers.released.contains(&id);
         timers.released.retain(|c| *c != id);

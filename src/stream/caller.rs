@@ -182,34 +182,6 @@ pub fn read_by_caller(api: Api, bytes: &[u8]) -> (Option<String>, Vec<(Option<St
     (decode(api, bytes).ok().map(|d| d.text), shapes)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn what_is_written_upstream_decodes_to_its_deltas() {
-        let deltas = ["Pay é".to_owned(), "日本 \"now\"\n".to_owned()];
-        for api in [Api::AnthropicMessages, Api::ChatCompletions, Api::Responses] {
-            let decoded = decode(api, &upstream(api, &deltas));
-            assert_eq!(
-                decoded.map(|d| d.text),
-                Ok("Pay é日本 \"now\"\n".to_owned())
-            );
-        }
-    }
-
-    #[test]
-    fn bytes_out_of_the_vendor_format_are_refused() {
-        let api = Api::AnthropicMessages;
-        assert!(decode(api, b"data: {\"type\":\"ping\"\n\n").is_err());
-        assert!(decode(api, b"event: ping\ndata: {\"type\":\"pong\"}\n\n").is_err());
-        assert!(decode(api, b"data: [DONE]\n\n").is_err());
-        assert!(decode(Api::ChatCompletions, b"data: [DONE]\n\n").is_ok());
-        let bad_text = br#"data: {"choices":[{"delta":{"content":7}}]}"#;
-        assert!(decode(Api::ChatCompletions, bad_text).is_err());
-    }
-}
-
 /// How a stream went through the rewriter: every byte the caller received, the cut (if any), and
 /// whether a held round went on unjudged past the limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -264,4 +236,32 @@ pub fn rewrite(
         });
     }
     done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_written_upstream_decodes_to_its_deltas() {
+        let deltas = ["Pay é".to_owned(), "日本 \"now\"\n".to_owned()];
+        for api in [Api::AnthropicMessages, Api::ChatCompletions, Api::Responses] {
+            let decoded = decode(api, &upstream(api, &deltas));
+            assert_eq!(
+                decoded.map(|d| d.text),
+                Ok("Pay é日本 \"now\"\n".to_owned())
+            );
+        }
+    }
+
+    #[test]
+    fn bytes_out_of_the_vendor_format_are_refused() {
+        let api = Api::AnthropicMessages;
+        assert!(decode(api, b"data: {\"type\":\"ping\"\n\n").is_err());
+        assert!(decode(api, b"event: ping\ndata: {\"type\":\"pong\"}\n\n").is_err());
+        assert!(decode(api, b"data: [DONE]\n\n").is_err());
+        assert!(decode(Api::ChatCompletions, b"data: [DONE]\n\n").is_ok());
+        let bad_text = br#"data: {"choices":[{"delta":{"content":7}}]}"#;
+        assert!(decode(Api::ChatCompletions, bad_text).is_err());
+    }
 }

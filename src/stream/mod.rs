@@ -312,9 +312,10 @@ impl Rewriter {
             // limit is met where the same bytes meet it however they were split, and before a
             // line beyond it could be found unreadable.
             let holding = self.holds_whole();
-            let room = match holding {
-                true => self.limit.saturating_sub(self.held_bytes).saturating_add(1),
-                false => usize::MAX,
+            let room = if holding {
+                self.limit.saturating_sub(self.held_bytes).saturating_add(1)
+            } else {
+                usize::MAX
             };
             match self
                 .decoder
