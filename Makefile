@@ -311,6 +311,7 @@ bench-profile: venv
 # chunked run (16 events per write), AB_BASE's livecheck.wasm against this tree's, plain Envoy beside them.
 .PHONY: bench-ab-stream
 bench-ab-stream: wasm venv
+	cargo build --release --locked -p livecheck-judge
 	AB_BASE="$(AB_BASE)" $(PYTHON) benches/stream_ab.py
 
 # Memory per held stream through real Envoy for livecheck builds side by side (benches/memory_ab.py,
@@ -354,6 +355,7 @@ bench-perf: wasm venv $(OHA)
 bench-floor-stream: wasm venv
 	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib
 	touch $(WASM_DIR)/noop_filter.wasm
+	cargo build --release --locked -p livecheck-judge
 	$(PYTHON) benches/stream_floor.py
 
 # Coverage-guided fuzzing (issue 18; not part of `make test`): cargo-fuzz (libFuzzer) on the nightly

@@ -59,7 +59,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.path.insert(0, str(REPO / "benches"))
 
-from envoy_process import JudgeSidecar, cpu_ns, free_port, render_config, wasm_path  # noqa: E402
+from envoy_process import JudgeSidecar, cpu_ns, free_port, render_config, report_sidecar, wasm_path  # noqa: E402
 
 RESULTS = REPO / "bench" / "results.md"
 CHART = REPO / "bench" / "latency.png"
@@ -728,11 +728,8 @@ def tool_version(cmd: list[str]) -> str:
 
 
 def judge_sidecar(workdir: pathlib.Path) -> JudgeSidecar:
-    """The real sidecar livecheck reports its turns to (its judge backend is never called: the bench
-    rules are all rule checks)."""
-    return JudgeSidecar(workdir / "sidecar", [
-        {"name": "unused", "api": "openai", "base_url": "http://127.0.0.1:9", "models": ["*"]}],
-        binary=JUDGE_BIN)
+    """The real sidecar livecheck reports its turns to (release build)."""
+    return report_sidecar(workdir, JUDGE_BIN)
 
 
 # --- main --------------------------------------------------------------------------------------------------

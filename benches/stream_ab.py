@@ -64,8 +64,10 @@ def main() -> int:
     head_dir = pathlib.Path(os.environ.get("LIVECHECK_WASM_DIR", REPO / "target" / "wasm32-wasip1" / "release"))
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="livecheck-stream-ab-"))
     double = Double(workdir)
+    sidecar = None
     envoys: list[Envoy] = []
     try:
+        sidecar = streaming.start_sidecar(workdir)
         # Each Envoy is stopped below even when a later one fails to start (a stale .wasm, say).
         variants = {}
         for name, start in (("a", lambda: Envoy(envoy_config(double.port, False), workdir, "plain")),
@@ -89,6 +91,8 @@ def main() -> int:
         for e in envoys:
             e.stop()
         double.stop()
+        if sidecar:
+            sidecar.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     write_report(cpu, base)
     return 0

@@ -52,9 +52,11 @@ def main() -> int:
         raise SystemExit(f"{NOOP_WASM} is missing: run `make bench-floor-stream`")
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="livecheck-stream-floor-"))
     double = Double(workdir)
+    sidecar = None
     envoys: dict[str, Envoy] = {}
     started = time.monotonic()
     try:
+        sidecar = streaming.start_sidecar(workdir)
         # Each Envoy is stopped below even when a later one fails to start.
         for name, config in (
                 ("a", lambda: envoy_config(double.port, False)),
@@ -80,6 +82,8 @@ def main() -> int:
         for e in envoys.values():
             e.stop()
         double.stop()
+        if sidecar:
+            sidecar.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     write_report(cpu, time.monotonic() - started)
     return 0

@@ -32,7 +32,9 @@ What it measures, on loopback, bounded in time (about 1-2 minutes):
    VmHWM is reset after a warm-up stream (/proc/<pid>/clear_refs). Per stream:
    (RSS - baseline) / N, at the plateau and at the peak.
 
-Every process it starts (Envoy, the double) is stopped by its own PID when it finishes.
+livecheck's Envoys report their turns to the real sidecar (`livecheck-judge`, release build), as deployed;
+a report dropped, retried or refused stops the run. Every process it starts (Envoy, the double, the
+sidecar) is stopped by its own PID when it finishes.
 """
 
 from __future__ import annotations
@@ -63,6 +65,14 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 RESULTS = REPO / "bench" / "results-streaming.md"
 # `make bench` builds it; a missing one stops the run (see main).
 NOOP_WASM = REPO / "target" / "wasm32-wasip1" / "release" / "noop_filter.wasm"
+JUDGE_BIN = REPO / "target" / "release" / "livecheck-judge"
+# The real sidecar every livecheck Envoy here reports its turns to (`start_sidecar`): without it the
+# `livecheck-judge` cluster is a closed port, the reports fail and back off, and the CPU measured is
+# that of a filter whose callouts do not happen.
+SIDECAR = None
+# The filter's outbox counters: a report dropped, retried or refused means the run did not measure
+# livecheck reporting as deployed.
+REPORT_COUNTERS = [f"wasmcustom.livecheck.reports.{k}" for k in ("dropped", "retried", "refused")]
 # The latency runs: one event per write paced, the same with word-aligned text, CHUNK_EVENTS events per
 # write paced (many events to a body callback, the callbacks fixed by the double), and unpaced.
 MODES = ("paced", "aligned", "chunked", "fast")
@@ -421,12 +431,33 @@ def envoy_config(upstream_port: int, with_filter: bool, noop: bool = False) -> d
 
     if noop:
         return render_config(NOOP_WASM, upstream_port, plugin_name="noop", plugin_configuration="{}")
+    if with_filter and SIDECAR is None:
+        raise RuntimeError("start_sidecar() first: livecheck reports its turns to the sidecar")
     config = render_config(wasm_path("livecheck.wasm"), upstream_port,
-                           plugin_configuration=json.dumps(LIVECHECK_CONFIG))
+                           plugin_configuration=json.dumps(LIVECHECK_CONFIG),
+                           extra_clusters={"livecheck-judge": SIDECAR.port} if SIDECAR else None)
     if not with_filter:
         hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
         hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != "envoy.filters.http.wasm"]
     return config
+
+
+def start_sidecar(workdir: pathlib.Path):
+    """Starts the real sidecar (release build) livecheck's Envoys report to; stop it with `.stop()`."""
+    from envoy_process import report_sidecar
+
+    global SIDECAR
+    if not JUDGE_BIN.exists():
+        raise SystemExit(f"{JUDGE_BIN} is missing: `cargo build --release --locked -p livecheck-judge`")
+    SIDECAR = report_sidecar(workdir, JUDGE_BIN)
+    return SIDECAR
+
+
+def reports_delivered(stats: dict[str, int], before: dict[str, int]) -> None:
+    """Stops the run when a report was dropped, retried or refused since `before` (see REPORT_COUNTERS)."""
+    bad = {c: stats.get(c, 0) - before.get(c, 0) for c in REPORT_COUNTERS if stats.get(c, 0) != before.get(c, 0)}
+    if bad:
+        raise BenchFailed(f"livecheck's turn reports did not all reach the sidecar: {bad}")
 
 
 class Envoy:
@@ -894,9 +925,11 @@ def main() -> int:
                          f"(make bench does)")
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="livecheck-bench-"))
     double = Double(workdir)
+    sidecar = None
     envoys: list[Envoy] = []
     report: dict = {}
     try:
+        sidecar = start_sidecar(workdir)
         # ---- latency and throughput: both Envoys up at once, runs interleaved ----
         plain = Envoy(envoy_config(double.port, False), workdir, "plain")
         envoys.append(plain)
@@ -939,6 +972,7 @@ def main() -> int:
                     runs += name != "n"
                 print(f"latency {mode} {i + 1}/{repeats}", file=sys.stderr)
         stats1 = live.stats()
+        reports_delivered(stats1, stats0)
         b_runs = runs // 2
         passed = {c: stats1.get(c, 0) - stats0.get(c, 0) for c in PASSED_COUNTERS}
         report["filter_counters"] = passed
@@ -999,6 +1033,8 @@ def main() -> int:
         for e in envoys:
             e.stop()
         double.stop()
+        if sidecar:
+            sidecar.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     report["elapsed_s"] = time.monotonic() - t_start
     write_report(report)
@@ -1040,7 +1076,8 @@ def write_report(r: dict) -> None:
       f"livecheck {git_hash()} (release wasm32-wasip1)")
     w(f"- (a) = envoy/livecheck.yaml without the wasm filter; (b) = the same with livecheck, rules only ({CONFIG_NAME}; "
       f"by default `NL\\d{{2}}[A-Z]{{4}}\\d{{10}}` (max_match {PATTERN_MAX}) and not_contains `{FORBIDDEN_WORD}`), no recover; "
-      f"unframed (the default: no `stream_frame_bytes`).")
+      f"unframed (the default: no `stream_frame_bytes`); its turn reports go to the real sidecar "
+      f"(`livecheck-judge`, release), none dropped, retried or refused (the run stops otherwise).")
     shape_name = {"chat": "OpenAI Chat Completions", "responses": "OpenAI Responses"}.get(SHAPE, "Anthropic Messages")
     w(f"- Answer: {shape_name} SSE, {TOKENS} text deltas of {DELTA_CHARS} characters, one event per HTTP "
       f"chunk and per write (the chunked run: {CHUNK_EVENTS}); upstream double in its own process; raw-socket client that timestamps each read "

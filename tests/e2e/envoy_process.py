@@ -350,6 +350,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def report_sidecar(workdir: pathlib.Path, binary: Optional[pathlib.Path] = None) -> "JudgeSidecar":
+    """The real sidecar a benchmark's livecheck reports its turns to, as a deployment's does: a bench
+    that leaves the `livecheck-judge` cluster on a closed port measures a filter whose reports fail and
+    back off. Its judge backend is never called (the benches' rules are all rule checks)."""
+    return JudgeSidecar(workdir / "sidecar", [
+        {"name": "unused", "api": "openai", "base_url": "http://127.0.0.1:9", "models": ["*"]}],
+        binary=binary)
+
+
 class JudgeSidecar:
     """The real livecheck-judge binary on a free loopback port, with a config file written here.
     Stopped by its own PID; its stderr log is kept in `log_path`."""
