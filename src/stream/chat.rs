@@ -500,7 +500,10 @@ impl Format for Chat {
     fn passed(&mut self, place: &TextPlace) {
         // What `write` remembers of a plain chunk that finishes nothing.
         self.written_any = true;
-        self.seen.extend(place.choice);
+        // Most events are a choice already seen: a lookup, not an insert.
+        if let Some(choice) = place.choice.filter(|c| !self.seen.contains(c)) {
+            self.seen.insert(choice);
+        }
     }
 
     fn write(&mut self, ev: Ev, out: &mut Vec<u8>) {

@@ -67,6 +67,8 @@ pub(crate) struct Holdback {
     ended: bool,
     /// Only counts: the text is read whole elsewhere (nothing streams, so nothing is held back).
     passive: bool,
+    /// Text was read ahead without settling what it confirms ([`Self::advance`]).
+    unsettled: bool,
     /// Tests: read start by start only, never ahead (the reference the reading ahead must equal).
     #[cfg(test)]
     threads_only: bool,
@@ -138,6 +140,7 @@ impl Holdback {
     /// Reads what was pushed since the last scan. Returns the leftmost forbidden text once it is
     /// certain; otherwise confirms as far as nothing can start.
     pub(crate) fn scan(&mut self, rules: &RuleSet) -> Option<Found> {
+        self.unsettled = false;
         if self.passive || rules.is_empty() {
             self.window.clear();
             self.read = 0;
@@ -173,6 +176,58 @@ impl Holdback {
             self.read_ahead_when_idle();
         }
         certain
+    }
+
+    /// Reads the new text ahead, as [`Self::scan`] would, without settling where the held text
+    /// begins: `true` when it was read so and no match ended in it (so a scan now would find
+    /// nothing), `false` (nothing changed) when the text is a scan's to read. Until the next scan,
+    /// [`Self::confirmed`] stays where the last one left it: short of what the text confirms,
+    /// never past it. A stream reads each event's text so and settles once for the events of a
+    /// chunk that no match can end in (`Rewriter::pass_whole`): where the held text begins is read
+    /// back from the end, which reads the same from one text as from its pieces.
+    pub(crate) fn advance(&mut self, rules: &RuleSet) -> bool {
+        if self.passive || rules.is_empty() || self.threaded || self.ended {
+            return false;
+        }
+        let mut dfa = rules.automaton();
+        let Some(a) = dfa.as_mut() else {
+            return false;
+        };
+        let Some(state) = self.ahead.filter(|_| self.ahead_clears == a.clears()) else {
+            return false;
+        };
+        let new = self.window.as_bytes().get(self.read..).unwrap_or_default();
+        if !crate::swar::is_ascii(new) {
+            return false;
+        }
+        let state = match a.read(state, new) {
+            (
+                read,
+                Step::Live {
+                    state,
+                    matched: None,
+                },
+            ) if read == new.len() => state,
+            _ => return false,
+        };
+        self.ahead = Some(state);
+        // ASCII: a byte is a character and folds to itself.
+        self.read_pos += new.len();
+        self.folded += new.len();
+        self.read = self.window.len();
+        self.last = self
+            .window
+            .as_bytes()
+            .last()
+            .copied()
+            .or(self.before_window());
+        self.unsettled = true;
+        true
+    }
+
+    /// Text was read ahead ([`Self::advance`]) and not yet settled by a scan.
+    pub(crate) fn unsettled(&self) -> bool {
+        self.unsettled
     }
 
     /// Reads the new text with the automaton reading ahead for every start at once: most text

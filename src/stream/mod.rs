@@ -204,6 +204,9 @@ pub struct Rewriter {
     short_path: bool,
     #[cfg(test)]
     passed_whole: usize,
+    /// Tests: events the short path read (sent as they came or not).
+    #[cfg(test)]
+    read_short: usize,
     /// Tests: text events the short path read behind a held rest, which joined them.
     #[cfg(test)]
     joined_short: usize,
@@ -279,6 +282,8 @@ impl Rewriter {
             short_path: true,
             #[cfg(test)]
             passed_whole: 0,
+            #[cfg(test)]
+            read_short: 0,
             #[cfg(test)]
             joined_short: 0,
         }
@@ -447,17 +452,48 @@ impl Rewriter {
                 break;
             };
             self.format.took(&alone.place);
+            #[cfg(test)]
+            {
+                self.read_short += 1;
+            }
             let (event, rest) = chunk.split_at_checked(named + len).unwrap_or((chunk, &[]));
             chunk = rest;
             let channel = alone.place.channel;
             let Ok(map) = self.place_text(channel, TextKind::Answer, &alone.text) else {
+                // What was read ahead is settled first: the text it confirms goes before the end
+                // (forbidden text it finds ends the stream there instead).
+                if let Some((found, at)) = self.settle() {
+                    self.queue_run(run);
+                    self.stop_at(Some(found), at, step);
+                    return chunk;
+                }
                 self.queue_run(run);
                 self.release_queue(None, &mut step.out);
                 self.unreadable(step);
                 return chunk;
             };
             self.seq += 1;
-            let found = self.find(channel);
+            if !behind_rest && self.reads_ahead(channel) {
+                // No match ends in its text (most text): what it confirms is settled once, for
+                // the run, when it stops ([`Self::settle_run`]), not an event at a time.
+                if run.capacity() == 0 {
+                    // Room for the chunk's events (~150-200 bytes each): grown once, not per event.
+                    run.reserve(chunk.len() / 128 + 1);
+                }
+                run.push(Pending {
+                    seq: self.seq,
+                    event,
+                    data,
+                    text: alone.text,
+                    place: alone.place,
+                    map,
+                });
+                continue;
+            }
+            let (found, channel) = match self.settle() {
+                Some((found, at)) => (Some(found), at),
+                None => (self.find(channel), channel),
+            };
             let confirmed = found.is_none()
                 && map.end() <= self.bound(channel, None)
                 && run
@@ -511,8 +547,72 @@ impl Rewriter {
                 self.release_queue(None, &mut step.out);
             }
         }
+        if self.settle_run(&mut run, step) {
+            return chunk;
+        }
         self.queue_run(run);
         chunk
+    }
+
+    /// Reads a channel's new text ahead without settling it ([`Holdback::advance`]): whether no
+    /// match ends in it.
+    fn reads_ahead(&mut self, channel: usize) -> bool {
+        let rules = &self.version.output_rules;
+        self.channels
+            .get_mut(&channel)
+            .is_some_and(|ch| ch.holdback.advance(rules))
+    }
+
+    /// Settles every channel read ahead: what its text confirms, as a scan after each event would
+    /// have left it. The first forbidden text found, and its channel (none, as reading ahead saw
+    /// no match end; a scan is the judge).
+    fn settle(&mut self) -> Option<(holdback::Found, usize)> {
+        let rules = &self.version.output_rules;
+        let mut found = None;
+        for (&channel, ch) in &mut self.channels {
+            if ch.holdback.unsettled() {
+                if let Some(f) = ch.holdback.scan(rules) {
+                    found.get_or_insert((f, channel));
+                }
+            }
+        }
+        found
+    }
+
+    /// The end of a run of events read ahead: their channels settled, the events whose text is
+    /// confirmed go as they came (or the general way, whole, when `write` would change one), in
+    /// order and up to the first that is not; the rest wait in `run`, as events whose text is
+    /// still held do. Every event goes as a scan after each would have sent it by the chunk's
+    /// end: confirmed text only grows as text comes. Returns whether the stream was cut.
+    fn settle_run(&mut self, run: &mut Vec<Pending<'_>>, step: &mut Step) -> bool {
+        if let Some((found, channel)) = self.settle() {
+            self.queue_run(std::mem::take(run));
+            return self.stop_at(Some(found), channel, step);
+        }
+        let confirmed = run
+            .iter()
+            .take_while(|p| p.map.end() <= self.bound(p.place.channel, None))
+            .count();
+        if confirmed == 0 || !self.queue_goes_whole() {
+            return false;
+        }
+        self.release_queue(None, &mut step.out);
+        let as_they_came = run
+            .iter()
+            .take(confirmed)
+            .enumerate()
+            .all(|(after, p)| self.format.goes_as_it_came(&p.place, after));
+        let rest = run.split_off(confirmed);
+        let went = std::mem::replace(run, rest);
+        if as_they_came {
+            for p in went {
+                self.pass(&p.place, p.event, step);
+            }
+        } else {
+            self.queue_run(went);
+            self.release_queue(None, &mut step.out);
+        }
+        false
     }
 
     /// An event the short path read goes out as it came.

@@ -237,7 +237,11 @@ pub(super) fn keeps_index(place: &TextPlace, indexes: &BTreeMap<u64, u64>) -> bo
 /// literal whose text JSON writes as it is ([`crate::swar::written_as_is`]) is that text (most are: a few
 /// words); any other is read by serde_json.
 pub(super) fn literal_text(literal: &[u8]) -> Option<Cow<'_, str>> {
-    let literal = std::str::from_utf8(literal).ok()?;
+    // Most are ASCII, checked a stride at a time (core's check walks a short text a byte at a time).
+    let literal = match crate::swar::ascii_str(literal) {
+        Some(ascii) => ascii,
+        None => std::str::from_utf8(literal).ok()?,
+    };
     let inner = literal.get(1..literal.len().checked_sub(1)?)?;
     if crate::swar::written_as_is(inner) {
         return Some(Cow::Borrowed(inner));
