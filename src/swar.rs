@@ -178,10 +178,6 @@ fn stops(w: u64) -> u64 {
 }
 
 /// `a == b`, eight bytes a step.
-#[cfg_attr(
-    all(target_arch = "wasm32", target_feature = "simd128"),
-    allow(dead_code)
-)]
 #[inline]
 fn eq_words(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {

@@ -28,6 +28,25 @@ use crate::scan::{Automaton, RuleSet, Step};
 /// The stage's automaton for one scan; `None` leaves every start to a search.
 type Dfa<'a> = Option<Automaton<'a>>;
 
+/// The automaton's state after all of `bytes` from `state`, when no match ended in them and it
+/// read them all; `None` otherwise (a match, the end of every match, a byte it gives up on).
+fn read_without_match(
+    a: &mut Automaton<'_>,
+    state: LazyStateID,
+    bytes: &[u8],
+) -> Option<LazyStateID> {
+    match a.read(state, bytes) {
+        (
+            read,
+            Step::Live {
+                state,
+                matched: None,
+            },
+        ) if read == bytes.len() => Some(state),
+        _ => None,
+    }
+}
+
 fn clears(dfa: &Dfa<'_>) -> usize {
     dfa.as_ref().map_or(0, Automaton::clears)
 }
@@ -200,20 +219,20 @@ impl Holdback {
         if !crate::swar::is_ascii(new) {
             return false;
         }
-        let state = match a.read(state, new) {
-            (
-                read,
-                Step::Live {
-                    state,
-                    matched: None,
-                },
-            ) if read == new.len() => state,
-            _ => return false,
+        let Some(state) = read_without_match(a, state, new) else {
+            return false;
         };
         self.ahead = Some(state);
-        // ASCII: a byte is a character and folds to itself.
-        self.read_pos += new.len();
-        self.folded += new.len();
+        self.took_ahead();
+        self.unsettled = true;
+        true
+    }
+
+    /// The window's new (ASCII) text was read ahead: every byte a character that folds to itself.
+    fn took_ahead(&mut self) {
+        let new = self.window.len() - self.read;
+        self.read_pos += new;
+        self.folded += new;
         self.read = self.window.len();
         self.last = self
             .window
@@ -221,8 +240,6 @@ impl Holdback {
             .last()
             .copied()
             .or(self.before_window());
-        self.unsettled = true;
-        true
     }
 
     /// Text was read ahead ([`Self::advance`]) and not yet settled by a scan.
@@ -255,15 +272,8 @@ impl Holdback {
             },
         };
         let unread = self.window.as_bytes().get(from..).unwrap_or_default();
-        let state = match a.read(state, unread) {
-            (
-                read,
-                Step::Live {
-                    state,
-                    matched: None,
-                },
-            ) if read == unread.len() => state,
-            _ => return false,
+        let Some(state) = read_without_match(a, state, unread) else {
+            return false;
         };
         if self.ended
             && !matches!(
@@ -283,16 +293,7 @@ impl Holdback {
         };
         self.ahead = Some(state);
         self.ahead_clears = a.clears();
-        let new = self.window.len() - self.read;
-        self.read_pos += new;
-        self.folded += new;
-        self.read = self.window.len();
-        self.last = self
-            .window
-            .as_bytes()
-            .last()
-            .copied()
-            .or(self.before_window());
+        self.took_ahead();
         // ASCII: a byte is a character and folds to itself.
         if let Some(&before) = held_from
             .checked_sub(1)

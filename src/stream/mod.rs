@@ -473,47 +473,9 @@ impl Rewriter {
                 return chunk;
             };
             self.seq += 1;
-            if !behind_rest && self.reads_ahead(channel) {
-                // No match ends in its text (most text): what it confirms is settled once, for
-                // the run, when it stops ([`Self::settle_run`]), not an event at a time.
-                if run.capacity() == 0 {
-                    // Room for the chunk's events (~150-200 bytes each): grown once, not per event.
-                    run.reserve(chunk.len() / 128 + 1);
-                }
-                run.push(Pending {
-                    seq: self.seq,
-                    event,
-                    data,
-                    text: alone.text,
-                    place: alone.place,
-                    map,
-                });
-                continue;
-            }
-            let (found, channel) = match self.settle() {
-                Some((found, at)) => (Some(found), at),
-                None => (self.find(channel), channel),
-            };
-            let confirmed = found.is_none()
-                && map.end() <= self.bound(channel, None)
-                && run
-                    .iter()
-                    .all(|p| p.map.end() <= self.bound(p.place.channel, None));
-            if confirmed && self.queue_goes_whole() {
-                self.release_queue(None, &mut step.out);
-                let as_they_came = run
-                    .iter()
-                    .map(|p| &p.place)
-                    .chain([&alone.place])
-                    .enumerate()
-                    .all(|(after, place)| self.format.goes_as_it_came(place, after));
-                if as_they_came {
-                    for p in run.drain(..) {
-                        self.pass(&p.place, p.event, step);
-                    }
-                    self.pass(&alone.place, event, step);
-                    continue;
-                }
+            if run.capacity() == 0 {
+                // Room for the chunk's events (~150-200 bytes each): grown once, not per event.
+                run.reserve(chunk.len() / 128 + 1);
             }
             run.push(Pending {
                 seq: self.seq,
@@ -523,6 +485,32 @@ impl Rewriter {
                 place: alone.place,
                 map,
             });
+            if !behind_rest && self.reads_ahead(channel) {
+                // No match ends in its text (most text): what it confirms is settled once, for
+                // the run, when it stops ([`Self::settle_run`]), not an event at a time.
+                continue;
+            }
+            let (found, channel) = match self.settle() {
+                Some((found, at)) => (Some(found), at),
+                None => (self.find(channel), channel),
+            };
+            let confirmed = found.is_none()
+                && run
+                    .iter()
+                    .all(|p| p.map.end() <= self.bound(p.place.channel, None));
+            if confirmed && self.queue_goes_whole() {
+                self.release_queue(None, &mut step.out);
+                let as_they_came = run
+                    .iter()
+                    .enumerate()
+                    .all(|(after, p)| self.format.goes_as_it_came(&p.place, after));
+                if as_they_came {
+                    for p in run.drain(..) {
+                        self.pass(&p.place, p.event, step);
+                    }
+                    continue;
+                }
+            }
             if found.is_some() {
                 self.queue_run(run);
                 self.stop_at(found, channel, step);
