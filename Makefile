@@ -251,6 +251,8 @@ bench: wasm venv $(OHA) $(BENCH_VENV)/.installed
 # sidecar (release) and a judge backend double; bench/results-tools.md (benches/tool_checks.py, ~3-4 min;
 # BENCH_QUICK=1 for a smoke run that reports to target/bench/ instead).
 bench-tools: wasm venv
+	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib
+	touch $(WASM_DIR)/noop_filter.wasm
 	cargo build --release --locked -p upstream-double
 	cargo build --release --locked -p livecheck-judge
 	$(PYTHON) benches/tool_checks.py

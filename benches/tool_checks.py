@@ -21,11 +21,19 @@ cluster on the REAL livecheck-judge sidecar (release build), whose backend is th
        time: the caller and Envoy idle while it thinks in both, so (cM) - (aM) is what the judged check
        adds to a turn whose model takes time (the case of every real model);
   (s) `POST /v1/tool-check` straight to the sidecar, the request the filter sends in (c);
-  (d) straight to the judge double, with the body the sidecar sends it.
+  (d) straight to the judge double, with the body the sidecar sends it;
+  the floor, what ANY filter pays on this machine for the same shape of work (`benches/noop-filter`
+  loaded in livecheck's place, deciding nothing):
+  (z) the no-op filter (the floor's baseline, as (a) is livecheck's);
+  (y) the no-op filter holding the answer and reading it whole at its end (what (h) and (b) must do);
+  (f) (y) and then one HTTP call with the answer to the delayed judge double itself, the answer
+      resumed when it answers: the least a filter that asks about an answer can do;
+  (g) the same call through a plain Envoy (no filter, its own process) in front of the delayed judge
+      double: a sidecar that costs nothing but the hop (livecheck's path is filter -> sidecar -> judge).
 
 Client: raw HTTP (Python `http.client`, one keep-alive connection per variant, one request at a time:
 a closed loop); latency = request written -> answer read. The variants run interleaved in blocks of
-BLOCK requests (a, h, b, c, c0, aM, cM, s, d, a, h, ...) so the machine's noise hits them alike; ROUNDS rounds give
+BLOCK requests (a, h, b, c, c0, aM, cM, z, y, f, g, s, d, a, h, ...) so the machine's noise hits them alike; ROUNDS rounds give
 the ranges. For (c), (s) and (d) the double's own handling time of each call (request line read ->
 answer flushed, DELAY included) is matched to the request by a reference in the call's arguments and
 subtracted: what is left is what the filter, Envoy and the sidecar add beyond the judge's own time.
@@ -76,7 +84,7 @@ BLOCK = 20
 WARMUP = 20 if QUICK else 60  # per variant, not counted
 DELAY = 0.020  # the judge double's fixed answer delay, seconds
 MODEL_DELAY = 0.020  # (aM) and (cM): the upstream double's answer delay, seconds
-RUN_LIMIT_S = 200 if QUICK else 600  # the whole run, start-up included
+RUN_LIMIT_S = 300 if QUICK else 900  # the whole run, start-up included
 CALL_TIMEOUT_S = 10
 GOAL_RULES_US = 20
 GOAL_JUDGED_US = 1000
@@ -88,9 +96,14 @@ MODEL = "gpt-4.1-mini"
 AGENT = "bench"
 CONDITION = "The email contains billing information"
 NOW_MODEL = "judge-now"  # the sidecar sends this judge model to the double that answers at once
-ENVOYS = "ahbcnmk"  # the variants through Envoy; (n) is shown as (c0), (m) as (aM), (k) as (cM)
-ALL = "ahbcnmksd"
-JUDGED = "cnksd"  # the variants whose requests the judge double answers
+ENVOYS = "ahbcnmkzyfg"  # the variants through Envoy; (n) is shown as (c0), (m) as (aM), (k) as (cM)
+ALL = "ahbcnmkzyfgsd"
+JUDGED = "cnksdfg"  # the variants whose requests the judge double answers
+FLOOR = "zyfg"  # the no-op filter's variants (the floor)
+FLOOR_ACTIONS = {"z": "{}", "y": "hold_response,read_response",
+                 "f": "hold_response,read_response,callout=judge-floor",
+                 "g": "hold_response,read_response,callout=judge-floor"}
+NOOP_WASM = REPO / "target" / "wasm32-wasip1" / "release" / "noop_filter.wasm"
 SLOW_MODEL = "mk"  # the variants whose model takes MODEL_DELAY
 VERSIONS = {
     "a": {},
@@ -114,6 +127,7 @@ EXPECTED_COUNTERS = {
 }
 EXPECTED_COUNTERS["m"] = EXPECTED_COUNTERS["a"]
 EXPECTED_COUNTERS["k"] = EXPECTED_COUNTERS["c"]
+EXPECTED_COUNTERS.update({v: [] for v in FLOOR})
 NAMES = {
     "a": "(a) livecheck, no tool checks (baseline)",
     "h": "(h) no tool checks, the answer held by one output rule check",
@@ -122,6 +136,10 @@ NAMES = {
     "n": "(c0) the same row, the judge double answering at once (D = 0)",
     "m": "(aM) as (a), the model taking M = 20 ms",
     "k": "(cM) as (c), the model taking M = 20 ms",
+    "z": "(z) the no-op filter (the floor's baseline)",
+    "y": "(y) the no-op filter holding and reading the answer",
+    "f": "(f) (y) + one call to the judge double before the answer goes on",
+    "g": "(g) (f) through a plain Envoy in between, as a sidecar that costs only its hop",
     "s": "(s) sidecar alone: POST /v1/tool-check",
     "d": "(d) judge double alone",
 }
@@ -175,13 +193,33 @@ def envoy_config(upstream_port: int, judge_port: int, version: dict) -> dict:
     with one version; caller connections kept alive (as shipped)."""
     policy = {"agent_header": "x-core-agent", "default_agent": AGENT, "agents": {AGENT: {"published": "1", "versions": {
         "1": {"model": MODEL, "blocked_reply": "I cannot do that.", "live_checks": [], **version}}}}}
-    config = render_config(wasm_path("livecheck.wasm"), upstream_port, plugin_configuration=json.dumps(policy),
-                           extra_clusters={"livecheck-judge": judge_port})
+    return kept_alive(render_config(wasm_path("livecheck.wasm"), upstream_port,
+                                    plugin_configuration=json.dumps(policy), extra_clusters={"livecheck-judge": judge_port}))
+
+
+def kept_alive(config: dict, filtered: bool = True) -> dict:
+    """`config` with caller connections kept alive (as shipped) and patient connects; without its wasm
+    filter when not `filtered`."""
     hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     hcm.pop("common_http_protocol_options", None)
+    if not filtered:
+        hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != "envoy.filters.http.wasm"]
     for cluster in config["static_resources"]["clusters"]:
         cluster["connect_timeout"] = "10s"
     return config
+
+
+def floor_config(upstream_port: int, judge_port: int, v: str) -> dict:
+    """A floor variant: the same Envoy config with the no-op filter, doing FLOOR_ACTIONS[v], in livecheck's
+    place; its `judge-floor` cluster (the callout's) on `judge_port`."""
+    return kept_alive(render_config(NOOP_WASM, upstream_port, plugin_name="noop",
+                                    plugin_configuration=FLOOR_ACTIONS[v], extra_clusters={"judge-floor": judge_port}))
+
+
+def forwarder_config(judge_port: int) -> dict:
+    """(g)'s hop: a plain Envoy (no wasm filter) whose every route goes to the delayed judge double."""
+    return kept_alive(render_config(NOOP_WASM, judge_port, plugin_name="noop", plugin_configuration="{}"),
+                      filtered=False)
 
 
 class Client:
@@ -270,6 +308,7 @@ def main() -> int:
         check(path.exists(), f"{path} is missing: run `make bench-tools`")
     try:
         wasm_path("livecheck.wasm")  # refused when missing or older than its sources
+        wasm_path("noop_filter.wasm")
     except StaleWasm as e:
         raise BenchFailed(str(e)) from None
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="livecheck-tools-bench-"))
@@ -278,6 +317,7 @@ def main() -> int:
     judge_now = JudgeDouble(0.0)
     sidecar = None
     envoys: dict = {}
+    forwarder = None
     clients: dict = {}
     r: dict = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "load_start": os.getloadavg()}
     try:
@@ -286,8 +326,14 @@ def main() -> int:
              "models": [NOW_MODEL]},
             {"name": "double-delayed", "api": "openai", "base_url": f"http://127.0.0.1:{judge.port}", "models": ["*"]},
         ], timeout_ms=5000, binary=JUDGE_BIN)
+        forwarder = Envoy(forwarder_config(judge.port), workdir, "envoy-forwarder")
         for v in ENVOYS:
-            envoys[v] = Envoy(envoy_config(upstream.port, sidecar.port, VERSIONS[v]), workdir, f"envoy-{v}")
+            if v in FLOOR:
+                # (f) calls the delayed judge double itself, (g) through the plain Envoy in front of it.
+                config = floor_config(upstream.port, forwarder.port if v == "g" else judge.port, v)
+            else:
+                config = envoy_config(upstream.port, sidecar.port, VERSIONS[v])
+            envoys[v] = Envoy(config, workdir, f"envoy-{v}")
         r["envoy_version"] = envoys["a"].version()
         clients = {v: Client(e.port) for v, e in envoys.items()}
         clients["s"] = Client(sidecar.port)
@@ -403,12 +449,14 @@ def main() -> int:
         wrong = [ref for ref, _, _ in calls_now if str(ref).startswith("k-")]
         check(not wrong, f"(cM)'s calls reached the judge double with D = 0: {wrong[:5]}")
         calls += calls_now
-        kinds = collections.Counter(kind for _, _, kind in calls)
-        check(set(kinds) <= {"tool"}, f"the judge double got calls that were not tool checks: {kinds}")
+        kinds = collections.Counter((kind, str(ref)[:2] in ("f-", "g-")) for ref, _, kind in calls)
+        check(set(kinds) <= {("tool", False), ("floor", True)},
+              f"the judge double got calls other than tool checks from livecheck and floor calls from (f) "
+              f"and (g): {kinds}")
         per_ref = collections.Counter(ref for ref, _, _ in calls)
         for ref, took, _ in calls:
             handled[ref] = took
-        for v in "ahbm":
+        for v in "ahbmzy":
             asked = [ref for ref in refs[v] if per_ref.get(ref)]
             check(not asked, f"({v}) asked the judge: {asked[:5]}")
         for v in JUDGED:
@@ -448,6 +496,8 @@ def main() -> int:
             c.close()
         for e in envoys.values():
             e.stop()
+        if forwarder is not None:
+            forwarder.stop()
         if sidecar is not None:
             sidecar.close()
         judge.stop()
@@ -508,7 +558,8 @@ def write(r: dict) -> None:
     # (aM)'s own A/A: the baseline of the figures with a model that takes time.
     resolution_m = self_resolution(beyond["m"])
 
-    def verdict(figure: tuple[float, list[float]], goal: float, p: int, aa: dict | None = None) -> str:
+    def verdict(figure: tuple[float, list[float]], goal: float, p: int, aa: dict | None = None,
+                base: str = "(a)") -> str:
         """Met or missed only when the figure clears the goal by more than this run's noise: the A/A
         resolution of its baseline, or half the spread of the figure over the rounds, whichever is larger."""
         value, rounds = figure
@@ -516,7 +567,7 @@ def write(r: dict) -> None:
         if value - res > goal:
             return f"**MISSED** by {value - goal:,.0f} µs ({value / goal:.1f}× the goal)"
         if value + res <= goal:
-            return "met" + (" (no added latency measurable: the variant measured faster than (a))" if value < 0 else "")
+            return "met" + (f" (no added latency measurable: the variant measured faster than {base})" if value < 0 else "")
         return (f"**too noisy to tell**: the noise at p{p} is ±{res:,.0f} µs (see below), the goal "
                 f"{goal:,.0f} µs")
 
@@ -596,7 +647,7 @@ def write(r: dict) -> None:
       f"variant, one request at a time (closed loop), Python's GC off while measuring; latency = request written → "
       f"answer read. The request: a ~600-byte Chat Completions request with one `send_email` tool and one user "
       f"message. {WARMUP} warm-up requests per variant, then **{pr * ROUNDS:,} measured per variant** in {ROUNDS} "
-      f"rounds of {pr}, the variants interleaved in blocks of {BLOCK} (a, h, b, c, c0, aM, cM, s, d, then rotated) so the "
+      f"rounds of {pr}, the variants interleaved in blocks of {BLOCK} (a, h, b, c, c0, aM, cM, z, y, f, g, s, d, then rotated) so the "
       f"machine's noise hits all alike.")
     w("- Figures: percentiles over all measured requests of a variant (nearest rank); in brackets the min–max over "
       "the rounds of the same figure computed per round. \"Added\" = the variant's percentile − (a)'s percentile "
@@ -616,8 +667,8 @@ def write(r: dict) -> None:
       "CPU over (a), round | CPU over (a), own blocks |")
     w("|---|---|---|---|---|---|---|---|")
     for v in ENVOYS:
-        if v in SLOW_MODEL:
-            continue  # their own table below
+        if v in SLOW_MODEL or v in FLOOR:
+            continue  # their own tables below
         series = beyond[v] if v in JUDGED else lat[v]
         p50, p99 = stat(series, 50), stat(series, 99)
         label = NAMES[v] + (" — beyond the judge's time" if v in JUDGED else "")
@@ -681,6 +732,44 @@ def write(r: dict) -> None:
       f"(own blocks). (c) − (a) counts that cost for the judged check; (cM) − (aM) counts it for both. Envoy CPU "
       f"per request, (cM) over (aM), own blocks: {cell(statistics.median(cpu_k), cpu_k)} µs.")
     w("")
+    w("## The floor: what any filter pays here for the same shape of work")
+    w("")
+    w("The no-op filter (`benches/noop-filter`, V8, loaded where livecheck is, deciding nothing) doing only what "
+      "the checks need of Envoy, against itself doing nothing, (z), measured in the same interleaved blocks. (y) "
+      "holds the answer and reads it whole, as (h) and (b) must; (f) then sends the answer in one HTTP call "
+      "(`dispatch_http_call`) to the delayed judge double and resumes the answer when it answers, the least a "
+      "filter asking about an answer does; (g) makes that call through a plain Envoy (no filter, its own process) "
+      "in front of the double: the hop a sidecar adds, at the cost of Envoy's proxying and nothing else. For (f) "
+      "and (g) the double's own time of each call is subtracted as for (c).")
+    w("")
+    w("| variant | latency p50 | latency p99 | added p50 over (z) | added p99 over (z) | Envoy CPU µs/request, round | "
+      "CPU over (z), round | CPU over (z), own blocks |")
+    w("|---|---|---|---|---|---|---|---|")
+    floor_add = {}
+    for v in FLOOR:
+        series = beyond[v] if v in JUDGED else lat[v]
+        label = NAMES[v] + (" — beyond the judge's time" if v in JUDGED else "")
+        if v == "z":
+            w(f"| {label} | {cell(*stat(series, 50))} | {cell(*stat(series, 99))} | – | – | "
+              f"{cpu_cell(v, 'round_cpu_us')} | – | – |")
+            continue
+        floor_add[v] = (over(series, lat["z"], 50), over(series, lat["z"], 99))
+        cpu_z = {key: [x - z for x, z in zip(r[key][v], r[key]["z"])] for key in ("round_cpu_us", "block_cpu_us")}
+        w(f"| {label} | {cell(*stat(series, 50))} | {cell(*stat(series, 99))} | **{cell(*floor_add[v][0])}** | "
+          f"**{cell(*floor_add[v][1])}** | {cpu_cell(v, 'round_cpu_us')} | "
+          f"{cell(statistics.median(cpu_z['round_cpu_us']), cpu_z['round_cpu_us'])} | "
+          f"{cell(statistics.median(cpu_z['block_cpu_us']), cpu_z['block_cpu_us'])} |")
+    (y50, y99), (g50, g99) = floor_add["y"], floor_add["g"]
+    w("")
+    w(f"Holding and reading an answer costs any filter here p50 {cell(*y50)} µs, p99 {cell(*y99)} µs ((y) over "
+      f"(z)), against livecheck's (h) over (a) p50 {cell(*held50)} µs and its rules-only tool checks, (b) over (a), "
+      f"p50 {cell(*b50)} µs. Asking one service about the answer through a hop, (g) over (z) beyond the judge's "
+      f"time, costs any filter p50 {cell(*g50)} µs, p99 {cell(*g99)} µs (without the hop, (f): p50 "
+      f"{cell(*floor_add['f'][0])}, p99 {cell(*floor_add['f'][1])}), against livecheck's judged row, (c) over (a), "
+      f"p50 {cell(*c50)} µs, p99 {cell(*c99)} µs: livecheck's own part of a judged call (its filter, the sidecar's "
+      f"prompt, store and verdict) is (c) − (g) at p50 {c50[0] - g50[0]:,.0f} µs and at p99 {c99[0] - g99[0]:,.0f} µs "
+      f"(differences of percentiles).")
+    w("")
     w("## Goals (issue 14)")
     w("")
     w("| goal | measured | verdict |")
@@ -693,6 +782,10 @@ def write(r: dict) -> None:
       f"answering at once | {cell(*c99)} µs | {verdict(c99, GOAL_JUDGED_US, 99)} |")
     w(f"| (cM) − (aM): the same, the model taking {MODEL_DELAY * 1e3:.0f} ms | {cell(*k99)} µs | "
       f"{verdict(k99, GOAL_JUDGED_US, 99, resolution_m)} |")
+    w(f"| the floor, not livecheck: (y) − (z), any filter holding and reading the answer, against the rules-only "
+      f"goal, p50 | {cell(*y50)} µs | {verdict(y50, GOAL_RULES_US, 50, base="(z)")} |")
+    w(f"| the floor, not livecheck: (g) − (z), any filter asking through one hop beyond the judge's time, against the "
+      f"judged goal, p99 | {cell(*g99)} µs | {verdict(g99, GOAL_JUDGED_US, 99)} |")
     w("")
     w(f"Attribution, not a goal: holding and reading a non-streamed answer at all, (h) over (a), adds p50 "
       f"{cell(*held50)} µs, p99 {cell(*held99)} µs; the tool checks on an answer held anyway, (b) over (h), add p50 "
@@ -724,12 +817,13 @@ def write(r: dict) -> None:
       f"livecheck counters moved by exactly one pass per request of each check and nothing else: (a) {counted['a']} "
       f"for {sent['a']:,} requests; (h) {counted['h']} for {sent['h']:,}; (b) {counted['b']} for {sent['b']:,}; (c) {counted['c']} for {sent['c']:,}; "
       f"(c0) {counted['n']} for {sent['n']:,}; (aM) {counted['m']} for {sent['m']:,}; (cM) {counted['k']} for "
-      f"{sent['k']:,} (no report dropped or refused); every (aM) and (cM) answer said how long the upstream double "
+      f"{sent['k']:,} (no report dropped or refused); the floor variants (z), (y), (f), (g) none; every (aM) and (cM) answer said how long the upstream double "
       f"waited (`x-bench-held-us` ≥ M).")
     w(f"- The judge doubles got exactly one tool-check call per request of (c) ({sent['c']:,}), (c0) ({sent['n']:,}, "
       f"all to the double with D = 0 and none of the others), (cM) ({sent['k']:,}), (s) ({sent['s']:,}) and (d) "
-      f"({sent['d']:,}), matched by the call's `ref`, {r['judge_calls']:,} calls in all, and none for (a), (h), (b) "
-      f"or (aM).")
+      f"({sent['d']:,}), and one floor call per request of (f) ({sent['f']:,}) and (g) ({sent['g']:,}, through the "
+      f"plain Envoy), matched by the call's `ref`, {r['judge_calls']:,} calls in all, and none for (a), (h), (b), "
+      f"(aM), (z) or (y).")
     w("")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(L) + "\n")

@@ -20,6 +20,10 @@ a tool-check prompt (its user message holds `<<<CONDITION tag>>>` and `<<<TOOL-A
 tag the system prompt names, judge/src/tool_prompt.rs) is answered after DELAY with the verdict
 `{"result": <the arguments contain "invoice">, "explanation": "..."}` as the message content, what
 `response_format: json_schema` yields. Any other body gets a 400.
+
+`POST /floor` (the floor variants, `benches/noop-filter`'s `callout=`): the body is a Chat Completions
+answer as the model double sent it; the call is answered after the same DELAY with a small JSON body and
+recorded with kind "floor" and the `ref` in the answer's first tool call's arguments.
 """
 
 from __future__ import annotations
@@ -51,6 +55,14 @@ def tool_arguments(body: dict) -> str | None:
     return found.group(1) if found else None
 
 
+def floor_arguments(body: dict) -> str | None:
+    """The first tool call's arguments of a Chat Completions answer (what the floor filter sends), or None."""
+    try:
+        return body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
 def main() -> None:
     delay = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0
     lock = threading.Lock()
@@ -75,7 +87,11 @@ def main() -> None:
                 body = json.loads(raw)
             except ValueError:
                 body = {}
-            arguments = tool_arguments(body) if self.path == "/v1/chat/completions" else None
+            floor = self.path == "/floor"
+            if floor:
+                arguments = floor_arguments(body)
+            else:
+                arguments = tool_arguments(body) if self.path == "/v1/chat/completions" else None
             if arguments is None:
                 status, answer = 400, {"error": {"message": "the double answers tool-check prompts only"}}
             else:
@@ -100,8 +116,9 @@ def main() -> None:
             handled = time.perf_counter() - started
             ref = _REF.search(arguments) if arguments is not None else None
             with lock:
-                calls.append([ref.group(1) if ref else None, handled, "tool" if arguments is not None else "other"])
-                if arguments is not None:
+                kind = "other" if arguments is None else "floor" if floor else "tool"
+                calls.append([ref.group(1) if ref else None, handled, kind])
+                if kind == "tool":
                     sample[0] = body
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -35,7 +35,8 @@ def envoy_binary() -> str:
 
 
 # The packages whose .wasm the tests load (file name -> package directory).
-WASM_PACKAGES = {"livecheck.wasm": REPO, "fidelity_filter.wasm": REPO / "tests" / "fidelity-filter"}
+WASM_PACKAGES = {"livecheck.wasm": REPO, "fidelity_filter.wasm": REPO / "tests" / "fidelity-filter",
+                 "noop_filter.wasm": REPO / "benches" / "noop-filter"}
 
 
 def wasm_path(name: str) -> pathlib.Path:

@@ -23,6 +23,11 @@
 //! - `crossings`: a hundred host calls that return no data (the clock) in each callback, to price
 //!   one crossing from the VM into Envoy and back;
 //! - `counters`: ten counters defined at configure time, each incremented once per turn at its end.
+//! - `callout=CLUSTER`: at a held answer's end (with `hold_response`), send the answer's body as it
+//!   came (`read_response` reads it first) in one HTTP call (`POST /floor`) to the Envoy cluster
+//!   `CLUSTER` and resume the answer when that call's answer arrives, whatever it says: the least a
+//!   filter that asks a sidecar about an answer before the caller sees it does
+//!   (`benches/tool_checks.py`'s floor variants). A call that cannot be sent resumes at once.
 //! - `touch=N`: write one byte of every 64 over N KiB of the VM's memory per turn (at its end),
 //!   moving on through an 8 MiB ring so each turn touches lines the last did not, as a filter whose
 //!   turns allocate and write that much does: to price what a filter's data footprint costs Envoy's
@@ -67,6 +72,7 @@ mod filter {
         crossings: bool,
         counters: Vec<u32>,
         touch_kib: usize,
+        callout: Option<String>,
         #[cfg(feature = "controls")]
         code: usize,
         #[cfg(feature = "controls")]
@@ -197,6 +203,9 @@ mod filter {
                         }
                     }
                     _ => match name.split_once('=') {
+                        Some(("callout", cluster)) if !cluster.is_empty() => {
+                            actions.callout = Some(cluster.to_owned());
+                        }
                         Some(("touch", kib)) => match kib.parse() {
                             Ok(kib) => actions.touch_kib = kib,
                             Err(_) => return false,
@@ -251,7 +260,11 @@ mod filter {
         actions: Rc<Actions>,
     }
 
-    impl Context for Filter {}
+    impl Context for Filter {
+        fn on_http_call_response(&mut self, _: u32, _: usize, _: usize, _: usize) {
+            self.resume_http_response();
+        }
+    }
 
     impl Filter {
         fn cross(&self) {
@@ -320,8 +333,27 @@ mod filter {
             if self.actions.hold_response && !end_of_stream {
                 return Action::Pause;
             }
-            if (self.actions.read_response && end_of_stream) || self.actions.read_chunks {
-                let _body = self.get_http_response_body(0, size);
+            let body = if (self.actions.read_response && end_of_stream) || self.actions.read_chunks {
+                self.get_http_response_body(0, size)
+            } else {
+                None
+            };
+            if let Some(cluster) = self.actions.callout.as_deref().filter(|_| end_of_stream) {
+                let sent = self.dispatch_http_call(
+                    cluster,
+                    vec![
+                        (":method", "POST"),
+                        (":path", "/floor"),
+                        (":authority", "floor"),
+                        ("content-type", "application/json"),
+                    ],
+                    body.as_deref(),
+                    vec![],
+                    std::time::Duration::from_secs(10),
+                );
+                if sent.is_ok() {
+                    return Action::Pause;
+                }
             }
             Action::Continue
         }
