@@ -783,7 +783,7 @@ def write(r: dict) -> None:
     w(f"| (cM) − (aM): the same, the model taking {MODEL_DELAY * 1e3:.0f} ms | {cell(*k99)} µs | "
       f"{verdict(k99, GOAL_JUDGED_US, 99, resolution_m)} |")
     w(f"| the floor, not livecheck: (y) − (z), any filter holding and reading the answer, against the rules-only "
-      f"goal, p50 | {cell(*y50)} µs | {verdict(y50, GOAL_RULES_US, 50, base="(z)")} |")
+      f"goal, p50 | {cell(*y50)} µs | {verdict(y50, GOAL_RULES_US, 50, base='(z)')} |")
     w(f"| the floor, not livecheck: (g) − (z), any filter asking through one hop beyond the judge's time, against the "
       f"judged goal, p99 | {cell(*g99)} µs | {verdict(g99, GOAL_JUDGED_US, 99)} |")
     w("")

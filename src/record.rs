@@ -124,6 +124,7 @@ impl Record {
                     .and_then(|j| j.judge_model.as_deref())
                     .filter(|_| judged),
                 passed_on_error: result.passed_on_error,
+                call: None,
                 created_at_ms: now_ms,
             };
             part.write(&check.report_head, self.results.next());
@@ -131,26 +132,26 @@ impl Record {
     }
 
     /// Results of tool-call checks decided now, in the order decided.
+    /// Written by hand as a rule's are ([`ResultPart`]), not through a `WireResult` of copies.
     pub fn tools_decided(&mut self, results: &[crate::tools::ToolResult], now_ms: u64) {
         for r in results {
-            let result = WireResult {
-                name: r.name.clone(),
-                stage: WireStage::Output,
-                kind: r.kind.to_owned(),
-                mode: WireMode::Block,
+            let out = self.results.next();
+            out.extend_from_slice(b"{\"name\":");
+            push_str(out, &r.name);
+            out.extend_from_slice(b",\"stage\":\"output\",\"kind\":");
+            push_str(out, r.kind);
+            out.extend_from_slice(b",\"mode\":\"block\"");
+            ResultPart {
                 attempt: r.attempt,
-                outcome: wire_outcome(r.outcome),
+                outcome: r.outcome,
                 score: None,
-                reason: r.reason.clone(),
-                judge_model: r.judge_model.clone(),
+                reason: &r.reason,
+                judge_model: r.judge_model.as_deref(),
                 passed_on_error: false,
+                call: Some((&r.tool, r.call)),
                 created_at_ms: now_ms,
-                alert: None,
-                tool: Some(r.tool.clone()),
-                call: Some(r.call),
-            };
-            // Writing a struct of strings and numbers into a Vec cannot fail.
-            let _ = serde_json::to_writer(self.results.next(), &result);
+            }
+            .write("", out);
         }
     }
 
@@ -253,6 +254,8 @@ struct ResultPart<'a> {
     reason: &'a str,
     judge_model: Option<&'a str>,
     passed_on_error: bool,
+    /// A tool-call check's: the tool's name and which call.
+    call: Option<(&'a str, u32)>,
     created_at_ms: u64,
 }
 
@@ -279,10 +282,17 @@ impl ResultPart<'_> {
             push_str(out, model);
         }
         out.extend_from_slice(if self.passed_on_error {
-            b",\"passed_on_error\":true,\"created_at_ms\":"
+            b",\"passed_on_error\":true"
         } else {
-            b",\"passed_on_error\":false,\"created_at_ms\":"
+            b",\"passed_on_error\":false"
         });
+        if let Some((tool, call)) = self.call {
+            out.extend_from_slice(b",\"tool\":");
+            push_str(out, tool);
+            out.extend_from_slice(b",\"call\":");
+            push_number(out, u64::from(call));
+        }
+        out.extend_from_slice(b",\"created_at_ms\":");
         push_number(out, self.created_at_ms);
         out.push(b'}');
     }
@@ -412,14 +422,6 @@ fn rule_reason(kind: &Kind, outcome: Outcome) -> &'static str {
     }
 }
 
-fn wire_outcome(outcome: Outcome) -> WireOutcome {
-    match outcome {
-        Outcome::Passed => WireOutcome::Passed,
-        Outcome::Failed => WireOutcome::Failed,
-        Outcome::Errored => WireOutcome::Errored,
-    }
-}
-
 fn wire_alert(check: &Check) -> Option<WireAlert> {
     check.alert.as_ref().map(|a| WireAlert {
         failure_rate: a.failure_rate,
@@ -525,6 +527,55 @@ mod tests {
         assert!(Record::new("lc_2".into()).report().is_none());
         r.runs(&v);
         assert!(r.report().is_none());
+    }
+
+    /// A tool-call check's result is written by hand: byte for byte what serde_json writes of the
+    /// same `WireResult`, whatever its strings hold and whether a judge decided it.
+    #[test]
+    fn tool_results_are_written_as_serde_json_writes_them() {
+        let outcomes = [
+            (Outcome::Passed, WireOutcome::Passed),
+            (Outcome::Failed, WireOutcome::Failed),
+            (Outcome::Errored, WireOutcome::Errored),
+        ];
+        for (i, (outcome, wire)) in outcomes.into_iter().enumerate() {
+            for judge_model in [None, Some("judge \"x\"\u{1}é")] {
+                let result = crate::tools::ToolResult {
+                    name: format!("row.{i}\n\u{7f}"),
+                    kind: "tool_when",
+                    tool: "send_\"mail\"\t✓".into(),
+                    call: u32::MAX - i as u32,
+                    attempt: 2,
+                    outcome,
+                    reason: "The e-mail \\ holds </billing>.".into(),
+                    judge_model: judge_model.map(str::to_owned),
+                    counter: "unused".into(),
+                };
+                let mut r = Record::new("lc_1".into());
+                r.tools_decided(std::slice::from_ref(&result), u64::MAX - 1);
+                let expected = serde_json::to_vec(&WireResult {
+                    name: result.name.clone(),
+                    stage: WireStage::Output,
+                    kind: result.kind.into(),
+                    mode: WireMode::Block,
+                    attempt: 2,
+                    outcome: wire,
+                    score: None,
+                    reason: result.reason.clone(),
+                    judge_model: result.judge_model.clone(),
+                    passed_on_error: false,
+                    tool: Some(result.tool.clone()),
+                    call: Some(result.call),
+                    created_at_ms: u64::MAX - 1,
+                    alert: None,
+                })
+                .unwrap();
+                assert_eq!(
+                    String::from_utf8_lossy(&r.results.json),
+                    String::from_utf8_lossy(&expected)
+                );
+            }
+        }
     }
 
     #[test]

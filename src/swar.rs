@@ -86,11 +86,19 @@ pub fn ascii_str(bytes: &[u8]) -> Option<&str> {
 
 /// How many bytes `bytes` starts with that a JSON string holds as they are: printable ASCII other
 /// than `"` and `\\` (so it stops at a quote, an escape, a control character or a non-ASCII byte).
-/// Skips 32 bytes a step while none of them stops it.
+/// Most strings a body holds (keys, ids, names) end within eight bytes: one word is looked at
+/// first; past it, 32 bytes a step while none of them stops it.
 #[inline]
 pub fn plain_string_len(bytes: &[u8]) -> usize {
     let mut done = 0;
-    for stride in bytes.chunks_exact(32) {
+    if let Some(word) = bytes.get(..8) {
+        let stop = stops(load(word));
+        if stop != 0 {
+            return (stop.trailing_zeros() / 8) as usize;
+        }
+        done = 8;
+    }
+    for stride in bytes.get(done..).unwrap_or_default().chunks_exact(32) {
         match <&[u8; 32]>::try_from(stride) {
             Ok(stride) if !stride_stops(stride) => done += 32,
             _ => break,

@@ -16,7 +16,7 @@ const TOOL_USE_BLOCKS: &[&str] = &["tool_use", "server_tool_use", "mcp_tool_use"
 
 pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
     let mut caller = CallerText::default();
-    for piece in content_texts(body.get("system"), &["text"], "system")? {
+    for piece in content_texts(body.get("system"), &["text"], &|| "system".into())? {
         caller.piece(piece);
     }
     let Some(Node::Array(messages)) = body.get("messages") else {
@@ -29,7 +29,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
         let Some(role) = message.str_field("role") else {
             return Err(format!("messages[{i}].role must be a string"));
         };
-        let path = format!("messages[{i}].content");
+        let path = || format!("messages[{i}].content");
         let texts = content_texts(message.get("content"), &["text"], &path)?;
         // Every role but the model's own is read, so an unexpected role cannot hide text.
         if role == "assistant" {

@@ -24,7 +24,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
         let Some(role) = message.str_field("role") else {
             return Err(format!("messages[{i}].role must be a string"));
         };
-        let path = format!("messages[{i}].content");
+        let path = || format!("messages[{i}].content");
         let texts = content_texts(message.get("content"), &["text"], &path)?;
         // Every other role (system, developer, user, and any unexpected one) is read.
         if UNREAD_ROLES.contains(&role) {
@@ -71,23 +71,26 @@ pub(super) fn parse_answer(body: &Obj<'_>) -> Result<Answer, String> {
         let Some(Node::Object(message)) = choice.get("message") else {
             continue;
         };
-        let path = format!("choices[{i}].message.content");
+        let path = || format!("choices[{i}].message.content");
         for piece in content_texts(message.get("content"), &["text"], &path)? {
             text.push_str(piece);
         }
         if let Some(Node::Array(tool_calls)) = message.get("tool_calls") {
             asks_for_tool |= !tool_calls.is_empty();
             for call in tool_calls {
-                let call = call.to_value();
-                calls.push(tool_call_values(&call));
-                the_calls.push(tool_call(&call));
+                // Read where it lies: no `serde_json::Value` built for it.
+                let call = match call {
+                    Node::Object(call) => Some(call),
+                    _ => None,
+                };
+                calls.push(tool_call_values(call));
+                the_calls.push(tool_call(call));
             }
         }
-        if let Some(call @ Node::Object(_)) = message.get("function_call") {
+        if let Some(Node::Object(call)) = message.get("function_call") {
             asks_for_tool = true;
-            let call = call.to_value();
             calls.push(arguments_values(call.get("arguments")));
-            the_calls.push(function_call(&call));
+            the_calls.push(function_call(Some(call)));
         }
     }
     let mut rule_text = text.clone();
@@ -103,59 +106,66 @@ pub(super) fn parse_answer(body: &Obj<'_>) -> Result<Answer, String> {
     })
 }
 
-/// A `tool_calls` entry as tool-call checks read it: a function's name and JSON arguments, or a
-/// custom tool's name and free input.
-fn tool_call(call: &Value) -> ToolCall {
-    if let Some(function) = call.get("function") {
-        return function_call(function);
+/// An object member of `node`, when `node` is an object: `None` for anything else.
+fn member<'n, 'a>(node: Option<&'n Node<'a>>, key: &str) -> Option<&'n Node<'a>> {
+    match node {
+        Some(Node::Object(object)) => object.get(key),
+        _ => None,
     }
-    let custom = call.get("custom");
+}
+
+/// A string member of an object (`""` when missing or not a string).
+fn str_member(object: Option<&Obj<'_>>, key: &str) -> String {
+    object
+        .and_then(|o| o.str_field(key))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A `tool_calls` entry as tool-call checks read it: a function's name and JSON arguments, or a
+/// custom tool's name and free input. An entry that is not an object names nothing.
+fn tool_call(call: Option<&Obj<'_>>) -> ToolCall {
+    if let Some(function) = call.and_then(|c| c.get("function")) {
+        return function_call(match function {
+            Node::Object(function) => Some(function),
+            _ => None,
+        });
+    }
+    let custom = match call.and_then(|c| c.get("custom")) {
+        Some(Node::Object(custom)) => Some(custom),
+        _ => None,
+    };
     ToolCall {
-        name: custom
-            .and_then(|c| c.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
-        arguments: custom
-            .and_then(|c| c.get("input"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
+        name: str_member(custom, "name"),
+        arguments: str_member(custom, "input"),
         json: false,
     }
 }
 
 /// `{"name": …, "arguments": "<JSON text>"}`: a function call (and the legacy `function_call`).
-fn function_call(function: &Value) -> ToolCall {
-    let field = |k: &str| {
-        function
-            .get(k)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
+fn function_call(function: Option<&Obj<'_>>) -> ToolCall {
     ToolCall {
-        name: field("name"),
-        arguments: field("arguments"),
+        name: str_member(function, "name"),
+        arguments: str_member(function, "arguments"),
         json: true,
     }
 }
 
 /// A tool call's argument values: `function.arguments` (a JSON text), or a custom tool's free
 /// `custom.input`, as is.
-fn tool_call_values(call: &Value) -> Vec<String> {
-    if let Some(function) = call.get("function") {
-        return arguments_values(function.get("arguments"));
+fn tool_call_values(call: Option<&Obj<'_>>) -> Vec<String> {
+    if let Some(function) = call.and_then(|c| c.get("function")) {
+        return arguments_values(member(Some(function), "arguments"));
     }
-    match call.get("custom").and_then(|c| c.get("input")) {
-        Some(Value::String(input)) => vec![input.clone()],
+    match member(call.and_then(|c| c.get("custom")), "input") {
+        Some(Node::Str(input)) => vec![input.as_ref().to_owned()],
         _ => Vec::new(),
     }
 }
 
-fn arguments_values(arguments: Option<&Value>) -> Vec<String> {
+fn arguments_values(arguments: Option<&Node<'_>>) -> Vec<String> {
     match arguments {
-        Some(Value::String(arguments)) => scalars_of_text(arguments),
+        Some(Node::Str(arguments)) => scalars_of_text(arguments),
         _ => Vec::new(),
     }
 }

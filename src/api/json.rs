@@ -287,7 +287,15 @@ pub(super) fn scalars_of_text(text: &str) -> Vec<String> {
                     .iter()
                     .find(|c| !c.is_ascii_whitespace());
                 if next != Some(&b':') {
-                    if let Ok(s) = serde_json::from_str::<String>(raw) {
+                    // The text is JSON (checked above): a string with no escape is what lies
+                    // between its quotes.
+                    let plain = raw
+                        .strip_prefix('"')
+                        .and_then(|r| r.strip_suffix('"'))
+                        .filter(|inner| !inner.contains('\\'));
+                    if let Some(inner) = plain {
+                        out.push(inner.to_owned());
+                    } else if let Ok(s) = serde_json::from_str::<String>(raw) {
                         out.push(s);
                     }
                 }

@@ -339,9 +339,10 @@ impl CallerText {
 fn content_texts<'n>(
     content: Option<&'n json::Node<'_>>,
     text_types: &[&str],
-    path: &str,
+    path: &dyn Fn() -> String,
 ) -> Result<Vec<&'n str>, String> {
     use json::Node;
+    // The path is written only for an error: most bodies have none.
     match content {
         None | Some(Node::Null) => Ok(Vec::new()),
         Some(Node::Str(s)) => Ok(vec![s.as_ref()]),
@@ -349,22 +350,23 @@ fn content_texts<'n>(
             let mut texts = Vec::new();
             for (i, block) in blocks.iter().enumerate() {
                 let Node::Object(block) = block else {
-                    return Err(format!("{path}[{i}] must be an object"));
+                    return Err(format!("{}[{i}] must be an object", path()));
                 };
                 let Some(kind) = block.str_field("type") else {
-                    return Err(format!("{path}[{i}].type must be a string"));
+                    return Err(format!("{}[{i}].type must be a string", path()));
                 };
                 if text_types.contains(&kind) {
                     match block.str_field("text") {
                         Some(text) => texts.push(text),
-                        None => return Err(format!("{path}[{i}].text must be a string")),
+                        None => return Err(format!("{}[{i}].text must be a string", path())),
                     }
                 }
             }
             Ok(texts)
         }
         Some(_) => Err(format!(
-            "{path} must be a string or an array of content blocks"
+            "{} must be a string or an array of content blocks",
+            path()
         )),
     }
 }

@@ -329,7 +329,9 @@ impl<'a, T: Tree<'a>> Reader<'a, T> {
 fn unescape(raw: &str) -> Option<String> {
     let mut out = String::with_capacity(raw.len());
     let mut rest = raw;
-    while let Some(slash) = rest.find('\\') {
+    // Escapes in a tool call's arguments come every few bytes: a plain byte search, not `find`'s
+    // searcher set up for each.
+    while let Some(slash) = rest.bytes().position(|b| b == b'\\') {
         out.push_str(rest.get(..slash)?);
         let escape = rest.get(slash + 1..)?;
         let (c, used) = match escape.as_bytes().first()? {

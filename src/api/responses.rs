@@ -58,7 +58,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
                 let Some(role) = item.str_field("role") else {
                     return Err(format!("input[{i}].role must be a string"));
                 };
-                let path = format!("input[{i}].content");
+                let path = || format!("input[{i}].content");
                 let texts = content_texts(item.get("content"), TEXT_PARTS, &path)?;
                 if role == "assistant" {
                     continue;
@@ -128,7 +128,7 @@ pub(super) fn parse_answer(body: &Obj<'_>) -> Result<Answer, String> {
         };
         match fields.str_field("type") {
             Some("message") => {
-                let path = format!("output[{i}].content");
+                let path = || format!("output[{i}].content");
                 for piece in content_texts(fields.get("content"), &["output_text"], &path)? {
                     text.push_str(piece);
                 }

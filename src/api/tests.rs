@@ -370,6 +370,40 @@ fn a_hosted_tool_call_does_not_ask_the_caller_for_a_tool() {
     assert!(!answer.asks_for_tool);
 }
 
+/// Argument values are the strings decoded (escaped or not, empty included), numbers and
+/// booleans as written, keys and `null` left out; calls keep their name and arguments as written,
+/// a custom tool its free input; an entry that is not an object names nothing.
+#[test]
+fn chat_tool_calls_are_read_with_their_values_decoded() {
+    let args = r#"{"to":"a@b.example","n":[1,-2.5e3,true,null],"s":"line\nbreak \"q\" \u00e9\\","e":"","k":{"deep":"x"}}"#;
+    let body = json!({"id": "chatcmpl-1", "choices": [{"message": {"content": null, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "send", "arguments": args}},
+        {"id": "c2", "type": "custom", "custom": {"name": "shell", "input": "ls \"-la\""}},
+        "not an object",
+        {"id": "c3", "type": "function", "function": "not an object"}]},
+        "finish_reason": "tool_calls"}]});
+    let answer = parse_answer(Api::ChatCompletions, body.to_string().as_bytes()).unwrap();
+    assert_eq!(
+        answer.rule_text,
+        "\na@b.example\n1\n-2.5e3\ntrue\nline\nbreak \"q\" é\\\n\nx\nls \"-la\"\n\n"
+    );
+    let calls: Vec<(&str, &str, bool)> = answer
+        .calls
+        .iter()
+        .map(|c| (c.name.as_str(), c.arguments.as_str(), c.json))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("send", args, true),
+            ("shell", "ls \"-la\"", false),
+            ("", "", false),
+            ("", "", true)
+        ]
+    );
+    assert_eq!(answer.id.as_deref(), Some("chatcmpl-1"));
+}
+
 #[test]
 fn arguments_nested_past_the_parser_limit_are_read_as_text() {
     let args = format!(

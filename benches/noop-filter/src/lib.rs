@@ -333,7 +333,8 @@ mod filter {
             if self.actions.hold_response && !end_of_stream {
                 return Action::Pause;
             }
-            let body = if (self.actions.read_response && end_of_stream) || self.actions.read_chunks {
+            let body = if (self.actions.read_response && end_of_stream) || self.actions.read_chunks
+            {
                 self.get_http_response_body(0, size)
             } else {
                 None
