@@ -201,6 +201,7 @@ impl Turn {
         };
         let readable = readable && body.is_some();
         self.held_body = Some(body_size);
+        self.held_whole = end_of_stream;
         // Too large to hold: decided unread now (withheld, or passed where every check lets an
         // undecided answer through); a withheld answer drops what more comes (`answer_instead`).
         self.finish_answer(host, asked, body.as_deref().unwrap_or_default(), readable)
@@ -303,6 +304,7 @@ impl Turn {
             if let Some(answer) = answer.as_ref().filter(|a| !a.asks_for_tool) {
                 queue_background(host, &self.policy, &mut self.record, &asked, &answer.text);
             }
+            self.pass_held(host);
             return Flow::Continue;
         };
         let withheld = withheld(host, &asked);

@@ -209,6 +209,7 @@ impl Turn {
             (Stage::Output, None) => {
                 self.state = State::Done;
                 queue_background(host, &self.policy, &mut self.record, &asked, &judging.text);
+                self.pass_held(host);
                 resume(host, Stage::Output, resumed)
             }
         }

@@ -39,6 +39,9 @@ pub struct Turn {
     /// A non-streamed answer's headers are held with its body (`hold_answer_headers`): a stop
     /// can still name itself in `X-Core-Check` and give the replaced body's length.
     headers_held: bool,
+    /// The held body is the whole answer (held to its end, not decided unread for its size): an
+    /// answer passed as it came has its length.
+    held_whole: bool,
 }
 
 enum State {
@@ -196,6 +199,7 @@ impl Turn {
             started_ms: 0,
             held_body: None,
             headers_held: false,
+            held_whole: false,
         }
     }
 
@@ -285,6 +289,20 @@ fn queue_background(
 
 /// Lets a held stream go on: from its own callback by returning Continue, from a callout's
 /// answer through the host.
+impl Turn {
+    /// A held non-streamed answer goes on as it came. With `hold_answer_headers` its headers are
+    /// still held, and get back the `content-length` removed when the body was held: the caller
+    /// reads the answer framed as the vendor framed it.
+    fn pass_held(&mut self, host: &mut dyn Host) {
+        if !std::mem::take(&mut self.headers_held) || !self.held_whole {
+            return;
+        }
+        if let Some(held) = self.held_body {
+            host.set_response_header("content-length", Some(&held.to_string()));
+        }
+    }
+}
+
 fn resume(host: &mut dyn Host, stage: Stage, through_host: bool) -> Flow {
     if through_host {
         match stage {
@@ -670,6 +688,11 @@ mod tests {
         );
         assert_eq!(host.body_rewrites, 0);
         assert!(!host.response_headers.contains_key("x-core-check"));
+        assert_eq!(
+            host.response_headers.get("content-length"),
+            Some(&host.response_body.len().to_string()),
+            "a clean answer keeps its length"
+        );
 
         // Without the setting the headers go at once, and a stop names no check in them.
         let (mut t, mut host) = (withholding(false), chat_request("hello"));

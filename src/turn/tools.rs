@@ -74,6 +74,7 @@ impl Turn {
             }
             Next::Allowed => {
                 self.state = State::Done;
+                self.pass_held(host);
                 resume(host, Stage::Output, resumed)
             }
             Next::Denied(denial) => {

@@ -334,6 +334,8 @@ def test_with_hold_answer_headers_a_withheld_answer_names_its_check(held_headers
     raw = vendor.create(held_headers_envoy, CLEAN_QUESTION, False)
     assert raw.http_response.read() == clean.encode()
     assert "x-core-check" not in raw.headers
+    # Framed as the vendor framed it: its length, not chunked.
+    assert raw.headers["content-length"] == str(len(clean.encode()))
 
 
 def test_hold_answer_headers_where_envoy_cannot_hold_them_costs_a_second_and_leaks_nothing(

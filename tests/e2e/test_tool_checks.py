@@ -585,6 +585,8 @@ def test_with_hold_answer_headers_a_denied_answer_names_its_row(held_stack, doub
     assert_denied(got, vendor, False, check, reason, [case], held_headers=True)
     clean = turn(held_stack, double, vendor, False, [CLEAN_EMAIL])
     assert clean.calls and x_core_check(clean.headers) is None
+    # Passed as it came, framed as the vendor framed it: its length, not chunked.
+    assert clean.headers.get("content-length") == str(len(clean.body)), dict(clean.headers)
 
 
 @pytest.mark.parametrize("vendor, stream", [
