@@ -11,8 +11,9 @@ use livecheck_wire::reasons::{
     TOOL_COULD_NOT_CHECK as COULD_NOT_CHECK, TOOL_NOT_ALLOWED as NOT_ALLOWED,
 };
 use livecheck_wire::{JudgeVerdict, ToolCheckRequest, TOOL_CHECK_PATH};
-use serde_json::Value;
+use std::borrow::Cow;
 
+use crate::api::json::Node;
 use crate::api::ToolCall;
 use crate::config::{ArgRule, Policy, ToolRow, ToolTest, Version, ALLOWED_TOOLS};
 use crate::host::Host;
@@ -368,15 +369,16 @@ fn judge_model(policy: &Policy, row: &ToolRow, turn_model: Option<&str>) -> Opti
 
 /// An `args` row on one call: failed when any rule matches the text at its pointer, errored when
 /// JSON arguments cannot be read (strictly: a repeated key is unreadable, as the tool's own parser
-/// might keep either value). Free-text input (a custom tool) is what the pointer `""` reads.
+/// might keep either value). Free-text input (a custom tool) is what the pointer `""` reads. Read on
+/// the parsed tree as it lies, as `serde_json::Value::pointer` and a `Value` would read it.
 fn args_test(rules: &[ArgRule], call: &ToolCall) -> Outcome {
     let parsed = if !call.json {
-        Some(Value::String(call.arguments.clone()))
+        Some(Node::Str(Cow::Borrowed(call.arguments.as_str())))
     } else if call.arguments.trim().is_empty() {
         None
     } else {
-        match crate::api::json::parse_strict(call.arguments.as_bytes()) {
-            Ok(v) => Some(v),
+        match crate::api::json::parse_node(call.arguments.as_bytes()) {
+            Ok(node) => Some(node),
             Err(_) => return Outcome::Errored,
         }
     };
@@ -384,7 +386,7 @@ fn args_test(rules: &[ArgRule], call: &ToolCall) -> Outcome {
         return Outcome::Passed;
     };
     let hit = rules.iter().any(|rule| {
-        arguments.pointer(&rule.pointer).is_some_and(|v| {
+        pointer(&arguments, &rule.pointer).is_some_and(|v| {
             let mut text = String::new();
             text_under(v, &mut text);
             rule.rule.first_hit(&text).is_some()
@@ -397,22 +399,50 @@ fn args_test(rules: &[ArgRule], call: &ToolCall) -> Outcome {
     }
 }
 
-/// Every key, string, number and boolean under `value`, one per line.
-fn text_under(value: &Value, out: &mut String) {
+/// The value a JSON pointer (RFC 6901) names, as `serde_json::Value::pointer` finds it: `""` is
+/// the whole; `~1` and `~0` stand for `/` and `~`; an array index is digits without a sign or a
+/// leading zero.
+fn pointer<'n, 'a>(node: &'n Node<'a>, pointer: &str) -> Option<&'n Node<'a>> {
+    if pointer.is_empty() {
+        return Some(node);
+    }
+    pointer
+        .strip_prefix('/')?
+        .split('/')
+        .try_fold(node, |target, token| {
+            let token = token.replace("~1", "/").replace("~0", "~");
+            match target {
+                Node::Object(members) => members.get(&token),
+                Node::Array(items) => array_index(&token).and_then(|i| items.get(i)),
+                _ => None,
+            }
+        })
+}
+
+fn array_index(token: &str) -> Option<usize> {
+    if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {
+        return None;
+    }
+    token.parse().ok()
+}
+
+/// Every key, string, number and boolean under `node`, one per line; an object's members in the
+/// order of their keys (as a `serde_json::Map` lists them).
+fn text_under(node: &Node<'_>, out: &mut String) {
     let mut push = |s: &str| {
         if !out.is_empty() {
             out.push('\n');
         }
         out.push_str(s);
     };
-    match value {
-        Value::Null => {}
-        Value::Bool(b) => push(if *b { "true" } else { "false" }),
-        Value::Number(n) => push(&n.to_string()),
-        Value::String(s) => push(s),
-        Value::Array(items) => items.iter().for_each(|v| text_under(v, out)),
-        Value::Object(map) => {
-            for (k, v) in map {
+    match node {
+        Node::Null => {}
+        Node::Bool(b) => push(if *b { "true" } else { "false" }),
+        Node::Number(n) => push(&n.to_string()),
+        Node::Str(s) => push(s),
+        Node::Array(items) => items.iter().for_each(|v| text_under(v, out)),
+        Node::Object(members) => {
+            for (k, v) in members.members_by_key() {
                 if !out.is_empty() {
                     out.push('\n');
                 }

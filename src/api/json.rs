@@ -121,9 +121,15 @@ impl<'a> Obj<'a> {
 
     /// The members' values in the order of their keys (as a `serde_json::Map` lists them).
     pub(crate) fn values_by_key(&self) -> Vec<&Node<'a>> {
-        let mut members: Vec<&(Cow<'a, str>, Node<'a>)> = self.0.iter().collect();
-        members.sort_by(|a, b| a.0.cmp(&b.0));
-        members.into_iter().map(|(_, v)| v).collect()
+        self.members_by_key().into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// The members in the order of their keys (as a `serde_json::Map` lists them).
+    pub(crate) fn members_by_key(&self) -> Vec<(&str, &Node<'a>)> {
+        let mut members: Vec<(&str, &Node<'a>)> =
+            self.0.iter().map(|(k, v)| (k.as_ref(), v)).collect();
+        members.sort_by(|a, b| a.0.cmp(b.0));
+        members
     }
 }
 

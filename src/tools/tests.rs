@@ -349,3 +349,91 @@ fn tool_checks_are_validated_one_line_per_problem() {
     }
     assert_eq!(errs.len(), 9, "{errs:#?}");
 }
+
+/// An `args` row reads the parsed tree as a `serde_json::Value` of the same text is read (its
+/// `pointer`, and every key, string, number and boolean under it, an object's in key order): the
+/// same text at every pointer, missing where it is missing.
+#[test]
+fn args_rows_read_the_tree_as_serde_json_values_read() {
+    fn value_text(value: &serde_json::Value, out: &mut String) {
+        let mut push = |s: &str| {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(s);
+        };
+        match value {
+            serde_json::Value::Null => {}
+            serde_json::Value::Bool(b) => push(if *b { "true" } else { "false" }),
+            serde_json::Value::Number(n) => push(&n.to_string()),
+            serde_json::Value::String(s) => push(s),
+            serde_json::Value::Array(items) => items.iter().for_each(|v| value_text(v, out)),
+            serde_json::Value::Object(map) => {
+                for (k, v) in map {
+                    if !out.is_empty() {
+                        out.push('\n');
+                    }
+                    out.push_str(k);
+                    value_text(v, out);
+                }
+            }
+        }
+    }
+    let texts = [
+        r#"{"z": 1, "a": [10, -0, 1.50, 1e3, 12345678901234567890, 0.1, true, null, "x\"y"], "B": {"é": "ü", "~": "t", "/": "s", "a/b": 2, "m~n": 3}}"#,
+        r#"{"to": ["a@ok.example", "B@RIVAL.example"], "body": "line\nbreak", "": "empty key", "arr": [0,1,2,3,4,5,6,7,8,9,"ten",{"k":[false]}]}"#,
+        r#"[{"b": 2, "a": 1}, [], {}, "s", 3]"#,
+        r#""just a string""#,
+        "42",
+        "null",
+    ];
+    let pointers = [
+        "",
+        "/",
+        "/a",
+        "/a/0",
+        "/a/00",
+        "/a/01",
+        "/a/+1",
+        "/a/-",
+        "/a/8",
+        "/a/9",
+        "/B",
+        "/B/é",
+        "/B/~0",
+        "/B/~1",
+        "/B/a~1b",
+        "/B/m~0n",
+        "/B/~01",
+        "/to",
+        "/to/1",
+        "/arr/10",
+        "/arr/11/k/0",
+        "/0",
+        "/0/a",
+        "/1",
+        "/4",
+        "/5",
+        "/body",
+        "//",
+        "a",
+        "/z/x",
+    ];
+    for text in texts {
+        let node = crate::api::json::parse_node(text.as_bytes()).unwrap();
+        let value: serde_json::Value = serde_json::from_str(text).unwrap();
+        for p in pointers {
+            let ours = pointer(&node, p).map(|n| {
+                let mut s = String::new();
+                text_under(n, &mut s);
+                s
+            });
+            let theirs = value.pointer(p).map(|v| {
+                let mut s = String::new();
+                value_text(v, &mut s);
+                s
+            });
+            assert_eq!(ours, theirs, "{text} at {p:?}");
+        }
+    }
+}
