@@ -79,10 +79,7 @@ pub(super) fn parse_answer(body: &Obj<'_>) -> Result<Answer, String> {
             asks_for_tool |= !tool_calls.is_empty();
             for call in tool_calls {
                 // Read where it lies: no `serde_json::Value` built for it.
-                let call = match call {
-                    Node::Object(call) => Some(call),
-                    _ => None,
-                };
+                let call = call.as_object();
                 calls.push(tool_call_values(call));
                 the_calls.push(tool_call(call));
             }
@@ -106,14 +103,6 @@ pub(super) fn parse_answer(body: &Obj<'_>) -> Result<Answer, String> {
     })
 }
 
-/// An object member of `node`, when `node` is an object: `None` for anything else.
-fn member<'n, 'a>(node: Option<&'n Node<'a>>, key: &str) -> Option<&'n Node<'a>> {
-    match node {
-        Some(Node::Object(object)) => object.get(key),
-        _ => None,
-    }
-}
-
 /// A string member of an object (`""` when missing or not a string).
 fn str_member(object: Option<&Obj<'_>>, key: &str) -> String {
     object
@@ -126,15 +115,9 @@ fn str_member(object: Option<&Obj<'_>>, key: &str) -> String {
 /// custom tool's name and free input. An entry that is not an object names nothing.
 fn tool_call(call: Option<&Obj<'_>>) -> ToolCall {
     if let Some(function) = call.and_then(|c| c.get("function")) {
-        return function_call(match function {
-            Node::Object(function) => Some(function),
-            _ => None,
-        });
+        return function_call(function.as_object());
     }
-    let custom = match call.and_then(|c| c.get("custom")) {
-        Some(Node::Object(custom)) => Some(custom),
-        _ => None,
-    };
+    let custom = call.and_then(|c| c.get("custom")).and_then(Node::as_object);
     ToolCall {
         name: str_member(custom, "name"),
         arguments: str_member(custom, "input"),
@@ -154,10 +137,15 @@ fn function_call(function: Option<&Obj<'_>>) -> ToolCall {
 /// A tool call's argument values: `function.arguments` (a JSON text), or a custom tool's free
 /// `custom.input`, as is.
 fn tool_call_values(call: Option<&Obj<'_>>) -> Vec<String> {
-    if let Some(function) = call.and_then(|c| c.get("function")) {
-        return arguments_values(member(Some(function), "arguments"));
+    let member = |outer: &str, key: &str| {
+        call.and_then(|c| c.get(outer))
+            .and_then(Node::as_object)
+            .and_then(|o| o.get(key))
+    };
+    if call.and_then(|c| c.get("function")).is_some() {
+        return arguments_values(member("function", "arguments"));
     }
-    match member(call.and_then(|c| c.get("custom")), "input") {
+    match member("custom", "input") {
         Some(Node::Str(input)) => vec![input.as_ref().to_owned()],
         _ => Vec::new(),
     }

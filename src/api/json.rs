@@ -133,10 +133,17 @@ impl<'a> Obj<'a> {
     }
 }
 
-impl Node<'_> {
+impl<'a> Node<'a> {
     pub(crate) fn as_str(&self) -> Option<&str> {
         match self {
             Node::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn as_object(&self) -> Option<&Obj<'a>> {
+        match self {
+            Node::Object(o) => Some(o),
             _ => None,
         }
     }
