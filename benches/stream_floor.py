@@ -5,7 +5,15 @@
 A filter that checks a streamed answer must at least be called for every chunk of it and copy the chunk
 into the VM to read it; for the turn it also reads the request (held until whole) and both header maps.
 `benches/noop-filter` given those actions (`request_headers,hold_request,read_request,response_headers,
-read_chunks`) does them and nothing else. Measured beside plain Envoy, the no-op filter and livecheck on
+read_chunks`) does them and nothing else: (f). A filter that holds back as little as issue 13 asks (only text
+that could still begin a match) holds back the end of a chunk whenever the chunk's text ends in what could
+begin one: with an e-mail rule (`benches/rules.json`) any word may be an address's first part, so on this
+workload (4-character deltas, words cut anywhere) nearly every chunk's last event. (h) is (f) keeping back
+each chunk's last event and sending it at the front of the next (`hold_last_event`: the chunk written back
+without its tail, one `set_buffer` a chunk), deciding nothing. (r) is (h) also having every turn's results
+stored by a service, as the spec has livecheck's sidecar store them: `report=livecheck-judge`, one HTTP call
+to the real sidecar on the root's 200 ms tick with 1 KiB a turn ended since the last (livecheck batches its
+turn reports the same way; one stream at a time, each stream's goes alone). Measured beside plain Envoy, the no-op filter and livecheck on
 `benches/streaming.py`'s chunked run (issue 13's CPU verdict: its upstream DOUBLE, a scripted Python server
 of the Chat Completions wire format, not a model, writes a 2,000-token answer in 4-character deltas, 16
 events per write, one write every 1 ms; its raw-socket client reads it), one stream through each Envoy per
@@ -37,12 +45,17 @@ from streaming import NOOP_WASM, Double, Envoy, answer_text, envoy_config, laten
 
 REPEATS = int(os.environ.get("FLOOR_REPEATS", "20"))
 PACE_US = 1000
+TEXT_EVENTS = streaming.TOKENS
 OUT = pathlib.Path(os.environ.get("FLOOR_OUT", REPO / "bench" / "results-floor-stream.md"))
 FLOOR = "request_headers,hold_request,read_request,response_headers,read_chunks"
+HOLDING = FLOOR + ",hold_last_event"
+RECORDING = HOLDING + ",report=livecheck-judge"
 LABELS = {
     "a": "(a) plain Envoy",
     "n": "(n) no-op filter",
     "f": f"(f) the floor: the no-op filter reading every chunk (`{FLOOR}`)",
+    "h": "(h) the floor of a hold-back: (f) keeping back each chunk's last event for the next (`hold_last_event`)",
+    "r": "(r) the floor of a recorded hold-back: (h) and one call a turn to the sidecar, batched per 200 ms tick (`report=livecheck-judge`)",
     "b": "(b) livecheck, `benches/rules.json`",
 }
 
@@ -62,6 +75,9 @@ def main() -> int:
                 ("a", lambda: envoy_config(double.port, False)),
                 ("n", lambda: envoy_config(double.port, False, noop=True)),
                 ("f", lambda: render_config(NOOP_WASM, double.port, plugin_name="noop", plugin_configuration=FLOOR)),
+                ("h", lambda: render_config(NOOP_WASM, double.port, plugin_name="noop", plugin_configuration=HOLDING)),
+                ("r", lambda: render_config(NOOP_WASM, double.port, plugin_name="noop", plugin_configuration=RECORDING,
+                                            extra_clusters={"livecheck-judge": sidecar.port})),
                 ("b", lambda: envoy_config(double.port, True))):
             envoys[name] = Envoy(config(), workdir, f"floor-{name}")
         expected = answer_text(streaming.TOKENS * streaming.DELTA_CHARS)
@@ -78,6 +94,13 @@ def main() -> int:
                 cpu[name].append(r["cpu_us"])
             print(f"round {i + 1}/{REPEATS}: " + ", ".join(f"{n} {cpu[n][-1]:.0f} µs" for n in names),
                   file=sys.stderr)
+        # (r) recorded what it claims: its calls reached the sidecar, which answered each.
+        time.sleep(0.5)
+        stats = envoys["r"].stats()
+        reported = stats.get("cluster.livecheck-judge.upstream_rq_total", 0)
+        if reported < REPEATS or stats.get("cluster.livecheck-judge.upstream_rq_405", 0) != reported:
+            raise SystemExit(f"(r) did not report its turns: {reported} calls for {REPEATS + 2} streams, "
+                             f"{stats.get('cluster.livecheck-judge.upstream_rq_405', 0)} answered 405")
     finally:
         for e in envoys.values():
             e.stop()
@@ -85,11 +108,11 @@ def main() -> int:
         if sidecar:
             sidecar.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    write_report(cpu, time.monotonic() - started)
+    write_report(cpu, time.monotonic() - started, reported)
     return 0
 
 
-def write_report(cpu: dict[str, list[float]], took: float) -> None:
+def write_report(cpu: dict[str, list[float]], took: float, reported: int) -> None:
     def cell(xs: list[float]) -> str:
         return compare.cell(xs, "{:,.0f}")
 
@@ -115,6 +138,15 @@ def write_report(cpu: dict[str, list[float]], took: float) -> None:
         f"filter {ratio('n'):.2f}×); livecheck {ratio('b'):.2f}×, "
         f"{statistics.median([b - f for b, f in zip(cpu['b'], cpu['f'])]):,.0f} µs per stream over the floor "
         "(per round, then the median).",
+        f"- The floor of a hold-back, (h): **{ratio('h'):.2f}×**; recorded, (r): **{ratio('r'):.2f}×**. livecheck "
+        f"{statistics.median([b - r for b, r in zip(cpu['b'], cpu['r'])]):,.0f} µs per stream over (r), "
+        f"{statistics.median([(b - r) / TEXT_EVENTS for b, r in zip(cpu['b'], cpu['r'])]):.2f} µs an event. "
+        f"What 1.3× plain leaves livecheck beyond (r): "
+        f"{statistics.median([1.3 * a - r for a, r in zip(cpu['a'], cpu['r'])]):,.0f} µs per stream, "
+        f"{statistics.median([(1.3 * a - r) / TEXT_EVENTS for a, r in zip(cpu['a'], cpu['r'])]):.2f} µs an event "
+        "(per round, then the median).",
+        f"- (r) made {reported:,} report calls for its {REPEATS + 2} streams (warm-up included), each answered by "
+        "the sidecar (405, as asked).",
         "",
     ]
     text = "\n".join(lines)

@@ -814,6 +814,34 @@ mod v8_profile {
         .into_bytes()
     }
 
+    /// A test host whose caller posts `request` to Chat Completions, with `more` headers.
+    fn chat_host(request: &[u8], more: &[(&str, &str)]) -> FakeHost {
+        let length = request.len().to_string();
+        let mut headers = vec![
+            (":method", "POST"),
+            (":path", "/v1/chat/completions"),
+            (":authority", "api.test"),
+            ("content-type", "application/json"),
+            ("content-length", length.as_str()),
+        ];
+        headers.extend_from_slice(more);
+        FakeHost::with_request(&headers)
+    }
+
+    /// The upstream's non-streamed JSON answer: its headers and body, as the host will give them.
+    fn upstream_answers(host: &mut FakeHost, answer: &[u8]) {
+        let length = answer.len().to_string();
+        host.response_headers = [
+            (":status", "200"),
+            ("content-type", "application/json"),
+            ("content-length", length.as_str()),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        host.response_body = answer.to_vec();
+    }
+
     /// One checked 4 KiB Chat turn as Envoy drives it (body callbacks as the profile counts them).
     /// `between` runs between two callbacks (Envoy's own work, which evicts caches, in a real turn).
     #[inline(never)]
@@ -835,15 +863,7 @@ mod v8_profile {
             Flow::Continue
         );
         between();
-        host.response_headers = [
-            (":status", "200"),
-            ("content-type", "application/json"),
-            ("content-length", "600"),
-        ]
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-        host.response_body = answer.to_vec();
+        upstream_answers(host, answer);
         assert_eq!(turn.on_response_headers(host, false), Flow::Continue);
         between();
         assert_eq!(
@@ -856,6 +876,68 @@ mod v8_profile {
         assert_eq!(host.delivered.len(), 1);
         host.delivered.clear();
         host.request_headers.remove("accept-encoding");
+    }
+
+    /// The tool-check bench's turn (`benches/tool_checks.py`): its request with one tool, the
+    /// upstream double's answer calling it, and the policy of its variant
+    /// `LIVECHECK_PROFILE_TOOLS` (`a`: no checks, `h`: one output rule, `b`: `allowed_tools` and
+    /// one `args` row); `LIVECHECK_PROFILE_TURNS` turns (default 20,000). Ignored in `make test`.
+    #[test]
+    #[ignore = "a profiling workload: make bench-v8-turn"]
+    fn tool_call_turns() {
+        let version = match std::env::var("LIVECHECK_PROFILE_TOOLS").as_deref() {
+            Ok("a") => "",
+            Ok("h") => {
+                r#""live_checks": [{"name": "no-codename", "stage": "output", "kind": "not_contains", "expected": "project-bluebird"}],"#
+            }
+            _ => {
+                r#""allowed_tools": ["send_email", "lookup_*"], "tool_checks": [{"name": "no-rival", "args": [{"pointer": "/to", "not_contains": "@rival.example"}]}],"#
+            }
+        };
+        let policy = format!(
+            r#"{{"default_agent": "bench", "agents": {{"bench": {{"published": "1", "versions": {{"1": {{
+              {version} "model": "gpt-4.1-mini"}}}}}}}}}}"#
+        );
+        let policy = Rc::new(Policy::from_json(policy.as_bytes()).unwrap());
+        let turns: usize = std::env::var("LIVECHECK_PROFILE_TURNS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(20_000);
+        let request = serde_json::json!({"model": "gpt-4.1-mini", "messages": [
+            {"role": "system", "content": "You are an office assistant. Use the tools you are given."},
+            {"role": "user", "content": "Please send this week's numbers to the ops team."}],
+            "tools": [{"type": "function", "function": {"name": "send_email", "description": "Send an e-mail.",
+              "parameters": {"type": "object", "required": ["to", "subject", "body"],
+                "properties": {"to": {"type": "string"}, "subject": {"type": "string"},
+                  "body": {"type": "string"}, "ref": {"type": "string"}}}}}]})
+        .to_string()
+        .into_bytes();
+        let answer = br#"{"id":"chatcmpl-bench-tool","object":"chat.completion","created":1700000000,"model":"gpt-4.1-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_bench_1","type":"function","function":{"name":"send_email","arguments":"{\"to\":\"ops@example.com\",\"subject\":\"Weekly numbers\",\"body\":\"The weekly numbers are in the shared folder.\",\"ref\":\"ref-1\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":900,"completion_tokens":40,"total_tokens":940}}"#;
+        let mut host = chat_host(&request, &[("authorization", "Bearer sk-bench-turn-key")]);
+        let began = std::time::Instant::now();
+        for _ in 0..turns {
+            let mut turn = Turn::new(Rc::clone(&policy));
+            host.request_body = request.clone();
+            turn.on_request_headers(&mut host, false);
+            turn.on_request_body(&mut host, request.len(), true);
+            upstream_answers(&mut host, answer);
+            turn.on_response_headers(&mut host, false);
+            assert_eq!(
+                turn.on_response_body(&mut host, answer.len(), true),
+                Flow::Continue
+            );
+            turn.on_done(&mut host);
+            host.delivered.clear();
+            host.request_headers.remove("accept-encoding");
+        }
+        eprintln!(
+            "v8_profile tool_call_turns: {:.2} µs per turn",
+            began.elapsed().as_secs_f64() * 1e6 / turns as f64
+        );
+        assert!(host.local_reply.is_none());
+        assert!(host
+            .response_body
+            .starts_with(br#"{"id":"chatcmpl-bench-tool""#));
     }
 
     /// `LIVECHECK_PROFILE_TURNS` turns (default 20,000); ignored in `make test`.
@@ -873,14 +955,7 @@ mod v8_profile {
             .and_then(|n| n.parse().ok())
             .unwrap_or(4);
         let (request, answer) = (request_of(kib * 1024), answer());
-        let length = request.len().to_string();
-        let mut host = FakeHost::with_request(&[
-            (":method", "POST"),
-            (":path", "/v1/chat/completions"),
-            (":authority", "api.test"),
-            ("content-type", "application/json"),
-            ("content-length", &length),
-        ]);
+        let mut host = chat_host(&request, &[]);
         // LIVECHECK_PROFILE_EVICT_KIB: between callbacks, write one byte of every 64 of a buffer
         // that large (data caches evicted, roughly as Envoy's work between callbacks evicts them);
         // the time per turn printed is less the same writes timed alone.

@@ -18,6 +18,11 @@
 //! - `hold_response`, `read_response`: the same as for the request, on the answer;
 //! - `read_chunks`: copy each chunk of the answer into the VM as it passes, held by nothing (the
 //!   least a filter checking a streamed answer does: `benches/stream_floor.py`);
+//! - `hold_last_event`: with `read_chunks`, keep back each chunk's last SSE event (from the end of
+//!   the event before it; a partial event too) and send it at the front of the next chunk
+//!   (`set_buffer`: the chunk written back without its tail): what any filter pays that holds back
+//!   the end of what it read, as a minimal hold-back does whenever a chunk's text ends in what could
+//!   still begin a match (`benches/stream_floor.py`'s (h));
 //! - `lookups`: ten request headers and three of the answer's read one host call each, instead of
 //!   the maps whole (`benches/floor.py`'s comparison of the two);
 //! - `crossings`: a hundred host calls that return no data (the clock) in each callback, to price
@@ -28,6 +33,11 @@
 //!   `CLUSTER` and resume the answer when that call's answer arrives, whatever it says: the least a
 //!   filter that asks a sidecar about an answer before the caller sees it does
 //!   (`benches/tool_checks.py`'s floor variants). A call that cannot be sent resumes at once.
+//! - `report=CLUSTER`: a turn's end counted, and every 200 ms (the root's tick, as livecheck sends its
+//!   turn reports) one HTTP call (`POST /healthz`, which the sidecar answers 405 at once) to the
+//!   Envoy cluster `CLUSTER` carrying REPORT_BYTES of body per turn ended since the last: what any
+//!   filter pays that has every turn's results stored by a service, batched as livecheck batches
+//!   them (`benches/stream_floor.py`'s (r)).
 //! - `touch=N`: write one byte of every 64 over N KiB of the VM's memory per turn (at its end),
 //!   moving on through an 8 MiB ring so each turn touches lines the last did not, as a filter whose
 //!   turns allocate and write that much does: to price what a filter's data footprint costs Envoy's
@@ -68,11 +78,13 @@ mod filter {
         hold_response: bool,
         read_response: bool,
         read_chunks: bool,
+        hold_last_event: bool,
         lookups: bool,
         crossings: bool,
         counters: Vec<u32>,
         touch_kib: usize,
         callout: Option<String>,
+        report: Option<String>,
         #[cfg(feature = "controls")]
         code: usize,
         #[cfg(feature = "controls")]
@@ -153,9 +165,15 @@ mod filter {
         });
     }
 
+    /// `report=`: the body a turn adds to the call that reports it (a livecheck turn report of ten
+    /// results is about this long).
+    const REPORT_BYTES: usize = 1024;
+
     #[derive(Default)]
     struct Root {
         actions: Rc<Actions>,
+        /// `report=`: turns ended since the last report call.
+        ended: Rc<std::cell::Cell<usize>>,
     }
 
     impl Context for Root {}
@@ -188,6 +206,7 @@ mod filter {
                     "drop_content_length" => actions.drop_content_length = true,
                     "lookups" => actions.lookups = true,
                     "read_chunks" => actions.read_chunks = true,
+                    "hold_last_event" => actions.hold_last_event = true,
                     "crossings" => actions.crossings = true,
                     "hold_response" => actions.hold_response = true,
                     "read_response" => actions.read_response = true,
@@ -205,6 +224,10 @@ mod filter {
                     _ => match name.split_once('=') {
                         Some(("callout", cluster)) if !cluster.is_empty() => {
                             actions.callout = Some(cluster.to_owned());
+                        }
+                        Some(("report", cluster)) if !cluster.is_empty() => {
+                            actions.report = Some(cluster.to_owned());
+                            self.set_tick_period(std::time::Duration::from_millis(200));
                         }
                         Some(("touch", kib)) => match kib.parse() {
                             Ok(kib) => actions.touch_kib = kib,
@@ -228,9 +251,32 @@ mod filter {
             true
         }
 
+        fn on_tick(&mut self) {
+            let (Some(cluster), ended) = (self.actions.report.as_deref(), self.ended.take()) else {
+                return;
+            };
+            if ended > 0 {
+                let body = vec![b'x'; ended.saturating_mul(REPORT_BYTES)];
+                let _ = self.dispatch_http_call(
+                    cluster,
+                    vec![
+                        (":method", "POST"),
+                        (":path", "/healthz"),
+                        (":authority", "report"),
+                        ("content-type", "application/json"),
+                    ],
+                    Some(&body),
+                    vec![],
+                    std::time::Duration::from_secs(5),
+                );
+            }
+        }
+
         fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
             Some(Box::new(Filter {
+                ended: Rc::clone(&self.ended),
                 actions: Rc::clone(&self.actions),
+                tail: Vec::new(),
             }))
         }
 
@@ -258,6 +304,18 @@ mod filter {
     /// With no actions, the SDK's defaults: headers, body and trailers all `Continue`, nothing read.
     struct Filter {
         actions: Rc<Actions>,
+        /// `hold_last_event`: what the last chunk kept back.
+        tail: Vec<u8>,
+        /// `report=`: the root's count of turns ended.
+        ended: Rc<std::cell::Cell<usize>>,
+    }
+
+    /// Where `data`'s last SSE event begins: after the blank line that ends the event before it.
+    fn last_event_start(data: &[u8]) -> usize {
+        let body = data.strip_suffix(b"\n\n").unwrap_or(data);
+        body.windows(2)
+            .rposition(|w| w == b"\n\n")
+            .map_or(0, |at| at + 2)
     }
 
     impl Context for Filter {
@@ -339,6 +397,21 @@ mod filter {
             } else {
                 None
             };
+            if self.actions.hold_last_event {
+                let mut all = std::mem::take(&mut self.tail);
+                let had_tail = !all.is_empty();
+                all.extend_from_slice(body.as_deref().unwrap_or_default());
+                let cut = if end_of_stream {
+                    all.len()
+                } else {
+                    last_event_start(&all)
+                };
+                self.tail = all.split_off(cut);
+                if had_tail || !self.tail.is_empty() {
+                    self.set_http_response_body(0, size, &all);
+                }
+                return Action::Continue;
+            }
             if let Some(cluster) = self.actions.callout.as_deref().filter(|_| end_of_stream) {
                 let sent = self.dispatch_http_call(
                     cluster,
@@ -380,6 +453,9 @@ mod filter {
             }
             for id in &self.actions.counters {
                 let _ = hostcalls::increment_metric(*id, 1);
+            }
+            if self.actions.report.is_some() {
+                self.ended.set(self.ended.get().saturating_add(1));
             }
         }
     }
