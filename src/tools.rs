@@ -11,7 +11,6 @@ use livecheck_wire::reasons::{
     TOOL_COULD_NOT_CHECK as COULD_NOT_CHECK, TOOL_NOT_ALLOWED as NOT_ALLOWED,
 };
 use livecheck_wire::{JudgeVerdict, ToolCheckRequest, TOOL_CHECK_PATH};
-use std::borrow::Cow;
 
 use crate::api::json::Node;
 use crate::api::ToolCall;
@@ -372,12 +371,13 @@ fn judge_model(policy: &Policy, row: &ToolRow, turn_model: Option<&str>) -> Opti
 /// might keep either value). Free-text input (a custom tool) is what the pointer `""` reads. Read on
 /// the parsed tree as it lies, as `serde_json::Value::pointer` and a `Value` would read it.
 fn args_test(rules: &[ArgRule], call: &ToolCall) -> Outcome {
+    let arena = crate::api::json::arena_for(call.arguments.as_bytes());
     let parsed = if !call.json {
-        Some(Node::Str(Cow::Borrowed(call.arguments.as_str())))
+        Some(Node::Str(call.arguments.as_str()))
     } else if call.arguments.trim().is_empty() {
         None
     } else {
-        match crate::api::json::parse_node(call.arguments.as_bytes()) {
+        match crate::api::json::parse_node(call.arguments.as_bytes(), &arena) {
             Ok(node) => Some(node),
             Err(_) => return Outcome::Errored,
         }

@@ -77,7 +77,7 @@ pub(super) fn parse_answer(body: &Obj<'_>) -> Result<Answer, String> {
         }
         if let Some(Node::Array(tool_calls)) = message.get("tool_calls") {
             asks_for_tool |= !tool_calls.is_empty();
-            for call in tool_calls {
+            for call in tool_calls.iter() {
                 // Read where it lies: no `serde_json::Value` built for it.
                 let call = call.as_object();
                 calls.push(tool_call_values(call));
@@ -146,7 +146,7 @@ fn tool_call_values(call: Option<&Obj<'_>>) -> Vec<String> {
         return arguments_values(member("function", "arguments"));
     }
     match member("custom", "input") {
-        Some(Node::Str(input)) => vec![input.as_ref().to_owned()],
+        Some(Node::Str(input)) => vec![(*input).to_owned()],
         _ => Vec::new(),
     }
 }

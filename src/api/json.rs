@@ -3,24 +3,33 @@
 
 use std::borrow::Cow;
 
+use bumpalo::Bump;
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// Parses a request body: UTF-8, one JSON value, and no object with the same key twice (after
 /// unescaping), at any depth. Depth is bounded by serde_json's recursion limit (128).
 pub(crate) fn parse_strict(body: &[u8]) -> Result<Value, String> {
-    parse_node(body).map(|node| node.to_value())
+    let arena = arena_for(body);
+    parse_node(body, &arena).map(|node| node.to_value())
+}
+
+/// The arena a tree read from `body` lives in: room for a body's nodes made in one allocation
+/// (more are added if it holds more), all freed at once when it is dropped.
+pub(crate) fn arena_for(body: &[u8]) -> Bump {
+    Bump::with_capacity(body.len().clamp(512, 64 << 10))
 }
 
 /// [`parse_strict`] without building a `serde_json::Value`: strings that hold no escape borrow
-/// the body, numbers are checked but not kept. What input checks read of a request is taken
-/// from this tree (one pass over the body, UTF-8 checked as it is read, no allocation per key or
-/// string).
-pub(crate) fn parse_node(body: &[u8]) -> Result<Node<'_>, String> {
-    if let Some(node) = super::reader::read(body, true) {
+/// the body, numbers are checked but not kept, arrays and objects (and strings with escapes,
+/// decoded) are laid out in `arena`. What input checks read of a request is taken from this tree
+/// (one pass over the body, UTF-8 checked as it is read, no allocation of its own per key, string,
+/// array or object, and nothing to drop).
+pub(crate) fn parse_node<'a>(body: &'a [u8], arena: &'a Bump) -> Result<Node<'a>, String> {
+    if let Some(node) = super::reader::read(body, true, arena) {
         return Ok(node);
     }
-    match read_node::<true>(body) {
+    match read_node::<true>(body, arena) {
         Ok(node) => Ok(node),
         // The reader checks UTF-8 inside strings, where any other byte is a syntax error: the
         // whole body is checked only to name the fault.
@@ -43,11 +52,14 @@ pub(crate) fn parse_node(body: &[u8]) -> Result<Node<'_>, String> {
 /// An answer body as a [`Node`] tree, read as serde_json reads it into a `Value`: a key written
 /// twice is allowed and its last value counts (the vendors' SDKs read it so too). An error says
 /// whether the body is UTF-8 at all.
-pub(crate) fn parse_answer_node(body: &[u8]) -> Result<Node<'_>, AnswerFault> {
-    if let Some(node) = super::reader::read(body, false) {
+pub(crate) fn parse_answer_node<'a>(
+    body: &'a [u8],
+    arena: &'a Bump,
+) -> Result<Node<'a>, AnswerFault> {
+    if let Some(node) = super::reader::read(body, false, arena) {
         return Ok(node);
     }
-    read_node::<false>(body).map_err(|_| match std::str::from_utf8(body) {
+    read_node::<false>(body, arena).map_err(|_| match std::str::from_utf8(body) {
         Ok(_) => AnswerFault::NotJson,
         Err(_) => AnswerFault::NotUtf8,
     })
@@ -62,42 +74,48 @@ pub(crate) enum AnswerFault {
 
 /// serde_json's reading of a body [`super::reader`] declined: the tree if serde_json accepts it,
 /// else its error (with the line and column the messages name).
-pub(super) fn read_node<const STRICT: bool>(body: &[u8]) -> Result<Node<'_>, serde_json::Error> {
+pub(super) fn read_node<'a, const STRICT: bool>(
+    body: &'a [u8],
+    arena: &'a Bump,
+) -> Result<Node<'a>, serde_json::Error> {
     let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let node = NodeSeed::<STRICT>.deserialize(&mut deserializer)?;
+    let node = NodeSeed::<STRICT>(arena).deserialize(&mut deserializer)?;
     deserializer.end()?;
     Ok(node)
 }
 
-/// A JSON value borrowing its strings from the text it was read from where they hold no escape.
-/// Read from a request ([`parse_node`]) its objects never repeat a key.
+/// A JSON value borrowing its strings from the text it was read from where they hold no escape,
+/// and the rest (decoded strings, arrays, objects) from the arena it was read into. Nothing in it
+/// owns memory: the arena frees it all at once. Read from a request ([`parse_node`]) its objects
+/// never repeat a key.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Node<'a> {
     Null,
     Bool(bool),
-    /// A number as serde_json reads it (the text is not kept).
+    /// A number as serde_json reads it (the text is not kept; no arbitrary precision, so it owns
+    /// nothing).
     Number(serde_json::Number),
-    Str(Cow<'a, str>),
-    Array(Vec<Node<'a>>),
+    Str(&'a str),
+    Array(&'a [Node<'a>]),
     Object(Obj<'a>),
 }
 
 /// An object's members in the order written; a key written twice (answers only) counts once, with
 /// its last value.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Obj<'a>(Vec<(Cow<'a, str>, Node<'a>)>);
+pub(crate) struct Obj<'a>(&'a [(&'a str, Node<'a>)]);
 
 impl<'a> Obj<'a> {
-    pub(super) fn new(members: Vec<(Cow<'a, str>, Node<'a>)>) -> Self {
+    pub(super) fn new(members: &'a [(&'a str, Node<'a>)]) -> Self {
         Obj(members)
     }
 
-    pub(crate) fn get(&self, key: &str) -> Option<&Node<'a>> {
-        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v)
+    pub(crate) fn get(&self, key: &str) -> Option<&'a Node<'a>> {
+        self.0.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 
     /// A string field, if it is a string.
-    pub(crate) fn str_field(&self, key: &str) -> Option<&str> {
+    pub(crate) fn str_field(&self, key: &str) -> Option<&'a str> {
         self.get(key).and_then(Node::as_str)
     }
 
@@ -114,7 +132,7 @@ impl<'a> Obj<'a> {
     pub(crate) fn opt_str_field(&self, key: &str) -> Result<Option<String>, String> {
         match self.get(key) {
             None | Some(Node::Null) => Ok(None),
-            Some(Node::Str(s)) => Ok(Some(s.as_ref().to_owned())),
+            Some(Node::Str(s)) => Ok(Some((*s).to_owned())),
             Some(_) => Err(format!("{key} must be a string")),
         }
     }
@@ -126,15 +144,14 @@ impl<'a> Obj<'a> {
 
     /// The members in the order of their keys (as a `serde_json::Map` lists them).
     pub(crate) fn members_by_key(&self) -> Vec<(&str, &Node<'a>)> {
-        let mut members: Vec<(&str, &Node<'a>)> =
-            self.0.iter().map(|(k, v)| (k.as_ref(), v)).collect();
+        let mut members: Vec<(&str, &Node<'a>)> = self.0.iter().map(|(k, v)| (*k, v)).collect();
         members.sort_by(|a, b| a.0.cmp(b.0));
         members
     }
 }
 
 impl<'a> Node<'a> {
-    pub(crate) fn as_str(&self) -> Option<&str> {
+    pub(crate) fn as_str(&self) -> Option<&'a str> {
         match self {
             Node::Str(s) => Some(s),
             _ => None,
@@ -154,99 +171,100 @@ impl<'a> Node<'a> {
             Node::Null => Value::Null,
             Node::Bool(b) => Value::Bool(*b),
             Node::Number(n) => Value::Number(n.clone()),
-            Node::Str(s) => Value::String(s.as_ref().to_owned()),
+            Node::Str(s) => Value::String((*s).to_owned()),
             Node::Array(items) => Value::Array(items.iter().map(Node::to_value).collect()),
             Node::Object(Obj(members)) => Value::Object(
                 members
                     .iter()
-                    .map(|(k, v)| (k.as_ref().to_owned(), v.to_value()))
+                    .map(|(k, v)| ((*k).to_owned(), v.to_value()))
                     .collect(),
             ),
         }
     }
 }
 
-/// Reads one [`Node`]; `STRICT` refuses an object that repeats a key.
-struct NodeSeed<const STRICT: bool>;
+/// Reads one [`Node`] into the arena; `STRICT` refuses an object that repeats a key.
+struct NodeSeed<'a, const STRICT: bool>(&'a Bump);
 
-impl<'de, const STRICT: bool> DeserializeSeed<'de> for NodeSeed<STRICT> {
-    type Value = Node<'de>;
+impl<'de: 'a, 'a, const STRICT: bool> DeserializeSeed<'de> for NodeSeed<'a, STRICT> {
+    type Value = Node<'a>;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Node<'de>, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Node<'a>, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
-impl<'de, const STRICT: bool> Visitor<'de> for NodeSeed<STRICT> {
-    type Value = Node<'de>;
+impl<'de: 'a, 'a, const STRICT: bool> Visitor<'de> for NodeSeed<'a, STRICT> {
+    type Value = Node<'a>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a JSON value")
     }
 
-    fn visit_bool<E>(self, v: bool) -> Result<Node<'de>, E> {
+    fn visit_bool<E>(self, v: bool) -> Result<Node<'a>, E> {
         Ok(Node::Bool(v))
     }
-    fn visit_i64<E>(self, v: i64) -> Result<Node<'de>, E> {
+    fn visit_i64<E>(self, v: i64) -> Result<Node<'a>, E> {
         Ok(Node::Number(v.into()))
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Node<'de>, E> {
+    fn visit_u64<E>(self, v: u64) -> Result<Node<'a>, E> {
         Ok(Node::Number(v.into()))
     }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Node<'de>, E> {
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Node<'a>, E> {
         // serde_json never hands over a non-finite number.
         serde_json::Number::from_f64(v)
             .map(Node::Number)
             .ok_or_else(|| E::custom("not a JSON number"))
     }
-    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Node<'de>, E> {
-        Ok(Node::Str(Cow::Borrowed(v)))
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Node<'a>, E> {
+        Ok(Node::Str(v))
     }
-    fn visit_str<E>(self, v: &str) -> Result<Node<'de>, E> {
-        Ok(Node::Str(Cow::Owned(v.to_owned())))
+    fn visit_str<E>(self, v: &str) -> Result<Node<'a>, E> {
+        Ok(Node::Str(self.0.alloc_str(v)))
     }
-    fn visit_string<E>(self, v: String) -> Result<Node<'de>, E> {
-        Ok(Node::Str(Cow::Owned(v)))
-    }
-    fn visit_unit<E>(self) -> Result<Node<'de>, E> {
+    fn visit_unit<E>(self) -> Result<Node<'a>, E> {
         Ok(Node::Null)
     }
-    fn visit_none<E>(self) -> Result<Node<'de>, E> {
+    fn visit_none<E>(self) -> Result<Node<'a>, E> {
         Ok(Node::Null)
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node<'de>, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node<'a>, A::Error> {
         let mut items = Vec::new();
-        while let Some(item) = seq.next_element_seed(NodeSeed::<STRICT>)? {
+        while let Some(item) = seq.next_element_seed(NodeSeed::<STRICT>(self.0))? {
             items.push(item);
         }
-        Ok(Node::Array(items))
+        Ok(Node::Array(self.0.alloc_slice_fill_iter(items)))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node<'de>, A::Error> {
-        let mut members: Vec<(Cow<'de, str>, Node<'de>)> = Vec::new();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node<'a>, A::Error> {
+        let mut members: Vec<(&'a str, Node<'a>)> = Vec::new();
         while let Some(Key(key)) = map.next_key::<Key>()? {
-            let value = map.next_value_seed(NodeSeed::<STRICT>)?;
+            let key: &'a str = match key {
+                Cow::Borrowed(k) => k,
+                Cow::Owned(k) => self.0.alloc_str(&k),
+            };
+            let value = map.next_value_seed(NodeSeed::<STRICT>(self.0))?;
             members.push((key, value));
         }
         if STRICT && has_repeated_key(&members) {
             // Never echo the key: it is body text.
             return Err(de::Error::custom("duplicate key"));
         }
-        Ok(Node::Object(Obj(members)))
+        Ok(Node::Object(Obj(self.0.alloc_slice_fill_iter(members))))
     }
 }
 
 /// Whether two members share a key: pairwise for the small objects requests are made of, sorted
 /// for large ones (so no object costs quadratic time).
-pub(super) fn has_repeated_key(members: &[(Cow<'_, str>, Node<'_>)]) -> bool {
+pub(super) fn has_repeated_key(members: &[(&str, Node<'_>)]) -> bool {
     if members.len() <= 16 {
         return members
             .iter()
             .enumerate()
             .any(|(i, (k, _))| members.iter().skip(i + 1).any(|(other, _)| other == k));
     }
-    let mut keys: Vec<&str> = members.iter().map(|(k, _)| k.as_ref()).collect();
+    let mut keys: Vec<&str> = members.iter().map(|(k, _)| *k).collect();
     keys.sort_unstable();
     keys.windows(2).any(|w| w.first() == w.get(1))
 }

@@ -195,7 +195,8 @@ impl std::fmt::Display for BadAnswer {
 /// Reads a request body: what input checks read and how the caller wants the answer.
 pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
     let _span = crate::profile::span("phase.parse_request");
-    let body = json::parse_node(body).map_err(BadRequest)?;
+    let arena = json::arena_for(body);
+    let body = json::parse_node(body, &arena).map_err(BadRequest)?;
     let json::Node::Object(body) = body else {
         return Err(BadRequest("the request body must be a JSON object".into()));
     };
@@ -210,7 +211,8 @@ pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
 /// Reads a non-streamed answer body.
 pub fn parse_answer(api: Api, raw: &[u8]) -> Result<Answer, BadAnswer> {
     let _span = crate::profile::span("phase.parse_answer");
-    let body = match json::parse_answer_node(raw) {
+    let arena = json::arena_for(raw);
+    let body = match json::parse_answer_node(raw, &arena) {
         Ok(json::Node::Object(body)) => body,
         Ok(_) => return Err(BadAnswer("the answer body is not a JSON object".into())),
         Err(json::AnswerFault::NotUtf8) => {
@@ -345,7 +347,7 @@ fn content_texts<'n>(
     // The path is written only for an error: most bodies have none.
     match content {
         None | Some(Node::Null) => Ok(Vec::new()),
-        Some(Node::Str(s)) => Ok(vec![s.as_ref()]),
+        Some(Node::Str(s)) => Ok(vec![s]),
         Some(Node::Array(blocks)) => {
             let mut texts = Vec::new();
             for (i, block) in blocks.iter().enumerate() {

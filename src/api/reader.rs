@@ -19,6 +19,7 @@
 use std::borrow::Cow;
 use std::marker::PhantomData;
 
+use bumpalo::Bump;
 use serde_json::{Map, Number, Value};
 
 use super::json::{has_repeated_key, Node, Obj};
@@ -26,23 +27,29 @@ use super::json::{has_repeated_key, Node, Obj};
 /// Deeper nesting is left to serde_json, which refuses past 128.
 const MAX_DEPTH: u32 = 100;
 
-/// `text` as one JSON value with nothing but whitespace around it; `strict` declines an object
-/// that repeats a key.
-pub(super) fn read(text: &[u8], strict: bool) -> Option<Node<'_>> {
-    read_as(text, strict)
+/// `text` as one JSON value with nothing but whitespace around it, its arrays, objects and
+/// decoded strings laid out in `arena`; `strict` declines an object that repeats a key.
+pub(super) fn read<'a>(text: &'a [u8], strict: bool, arena: &'a Bump) -> Option<Node<'a>> {
+    let open = Open {
+        arena,
+        items: Vec::new(),
+        members: Vec::new(),
+    };
+    read_as(text, strict, open)
 }
 
 /// [`read`] strictly, straight into a `serde_json::Value` (a streamed event's tree): no object
 /// repeats a key.
 pub(crate) fn read_value(text: &[u8]) -> Option<Value> {
-    read_as(text, true)
+    read_as(text, true, ())
 }
 
-fn read_as<'a, T: Tree<'a>>(text: &'a [u8], strict: bool) -> Option<T> {
+fn read_as<'a, T: Tree<'a>>(text: &'a [u8], strict: bool, scratch: T::Scratch) -> Option<T> {
     let mut r = Reader {
         text,
         at: 0,
         strict,
+        scratch,
         tree: PhantomData,
     };
     let tree = r.value(0)?;
@@ -50,25 +57,59 @@ fn read_as<'a, T: Tree<'a>>(text: &'a [u8], strict: bool) -> Option<T> {
     (r.at == text.len()).then_some(tree)
 }
 
-/// What the reader builds: a [`Node`] borrowing the text, or a `Value`.
+/// What the reader builds: a [`Node`] borrowing the text and its arena, or a `Value`. An array's
+/// items and an object's members are gathered in `Items` / `Members`, which may live in the
+/// reader's `Scratch` until the container is whole.
 trait Tree<'a>: Sized {
-    type Items: Default;
-    type Members: Default;
+    type Scratch;
+    type Items;
+    type Members;
     fn null() -> Self;
     fn boolean(b: bool) -> Self;
     fn number(n: Number) -> Self;
-    fn string(s: Cow<'a, str>) -> Self;
-    fn push(array: &mut Self::Items, item: Self);
-    fn array(array: Self::Items) -> Self;
+    fn string(scratch: &mut Self::Scratch, s: Cow<'a, str>) -> Self;
+    fn items(scratch: &mut Self::Scratch) -> Self::Items;
+    fn push(scratch: &mut Self::Scratch, array: &mut Self::Items, item: Self);
+    fn array(scratch: &mut Self::Scratch, array: Self::Items) -> Self;
+    fn members(scratch: &mut Self::Scratch) -> Self::Members;
     /// `false` when the object has the key already and the read is strict.
-    fn insert(object: &mut Self::Members, key: Cow<'a, str>, value: Self, strict: bool) -> bool;
+    fn insert(
+        scratch: &mut Self::Scratch,
+        object: &mut Self::Members,
+        key: Cow<'a, str>,
+        value: Self,
+        strict: bool,
+    ) -> bool;
     /// `None` when the object repeats a key and the read is strict.
-    fn object(object: Self::Members, strict: bool) -> Option<Self>;
+    fn object(scratch: &mut Self::Scratch, object: Self::Members, strict: bool) -> Option<Self>;
+}
+
+/// A [`Node`] tree's arena and its open arrays and objects: their items and members so far,
+/// innermost last, moved into a slice of the arena once their container is whole. The stacks
+/// are reused for the whole text (on the heap, not in the arena: a stack that grows leaves
+/// nothing behind).
+struct Open<'a> {
+    arena: &'a Bump,
+    items: Vec<Node<'a>>,
+    members: Vec<(&'a str, Node<'a>)>,
+}
+
+impl<'a> Open<'a> {
+    /// A decoded string kept in the arena; one with no escape is the text's own.
+    fn keep(&self, s: Cow<'a, str>) -> &'a str {
+        match s {
+            Cow::Borrowed(s) => s,
+            Cow::Owned(s) => self.arena.alloc_str(&s),
+        }
+    }
 }
 
 impl<'a> Tree<'a> for Node<'a> {
-    type Items = Vec<Node<'a>>;
-    type Members = Vec<(Cow<'a, str>, Node<'a>)>;
+    type Scratch = Open<'a>;
+    /// Where the array's items begin on the stack.
+    type Items = usize;
+    /// Where the object's members begin on the stack.
+    type Members = usize;
     fn null() -> Self {
         Node::Null
     }
@@ -78,26 +119,48 @@ impl<'a> Tree<'a> for Node<'a> {
     fn number(n: Number) -> Self {
         Node::Number(n)
     }
-    fn string(s: Cow<'a, str>) -> Self {
-        Node::Str(s)
+    fn string(open: &mut Open<'a>, s: Cow<'a, str>) -> Self {
+        Node::Str(open.keep(s))
     }
-    fn push(array: &mut Self::Items, item: Self) {
-        array.push(item);
+    fn items(open: &mut Open<'a>) -> usize {
+        open.items.len()
     }
-    fn array(array: Self::Items) -> Self {
-        Node::Array(array)
+    fn push(open: &mut Open<'a>, _start: &mut usize, item: Self) {
+        open.items.push(item);
     }
-    fn insert(object: &mut Self::Members, key: Cow<'a, str>, value: Self, _strict: bool) -> bool {
+    fn array(open: &mut Open<'a>, start: usize) -> Self {
+        let start = start.min(open.items.len());
+        Node::Array(open.arena.alloc_slice_fill_iter(open.items.drain(start..)))
+    }
+    fn members(open: &mut Open<'a>) -> usize {
+        open.members.len()
+    }
+    fn insert(
+        open: &mut Open<'a>,
+        _start: &mut usize,
+        key: Cow<'a, str>,
+        value: Self,
+        _strict: bool,
+    ) -> bool {
         // Checked once the object is whole: pairwise for small objects, sorted for large ones.
-        object.push((key, value));
+        let key = open.keep(key);
+        open.members.push((key, value));
         true
     }
-    fn object(object: Self::Members, strict: bool) -> Option<Self> {
-        (!(strict && has_repeated_key(&object))).then(|| Node::Object(Obj::new(object)))
+    fn object(open: &mut Open<'a>, start: usize, strict: bool) -> Option<Self> {
+        let start = start.min(open.members.len());
+        if strict && open.members.get(start..).is_some_and(has_repeated_key) {
+            return None;
+        }
+        let members = open
+            .arena
+            .alloc_slice_fill_iter(open.members.drain(start..));
+        Some(Node::Object(Obj::new(members)))
     }
 }
 
 impl<'a> Tree<'a> for Value {
+    type Scratch = ();
     type Items = Vec<Value>;
     type Members = Map<String, Value>;
     fn null() -> Self {
@@ -109,28 +172,41 @@ impl<'a> Tree<'a> for Value {
     fn number(n: Number) -> Self {
         Value::Number(n)
     }
-    fn string(s: Cow<'a, str>) -> Self {
+    fn string(_: &mut (), s: Cow<'a, str>) -> Self {
         Value::String(s.into_owned())
     }
-    fn push(array: &mut Self::Items, item: Self) {
+    fn items(_: &mut ()) -> Vec<Value> {
+        Vec::new()
+    }
+    fn push(_: &mut (), array: &mut Vec<Value>, item: Self) {
         array.push(item);
     }
-    fn array(array: Self::Items) -> Self {
+    fn array(_: &mut (), array: Vec<Value>) -> Self {
         Value::Array(array)
     }
-    fn insert(object: &mut Self::Members, key: Cow<'a, str>, value: Self, strict: bool) -> bool {
+    fn members(_: &mut ()) -> Map<String, Value> {
+        Map::new()
+    }
+    fn insert(
+        _: &mut (),
+        object: &mut Map<String, Value>,
+        key: Cow<'a, str>,
+        value: Self,
+        strict: bool,
+    ) -> bool {
         // A key twice keeps the last, as serde_json's own reading does.
         object.insert(key.into_owned(), value).is_none() || !strict
     }
-    fn object(object: Self::Members, _strict: bool) -> Option<Self> {
+    fn object(_: &mut (), object: Map<String, Value>, _strict: bool) -> Option<Self> {
         Some(Value::Object(object))
     }
 }
 
-struct Reader<'a, T> {
+struct Reader<'a, T: Tree<'a>> {
     text: &'a [u8],
     at: usize,
     strict: bool,
+    scratch: T::Scratch,
     tree: PhantomData<T>,
 }
 
@@ -150,7 +226,8 @@ impl<'a, T: Tree<'a>> Reader<'a, T> {
         match self.peek()? {
             b'"' => {
                 self.at += 1;
-                self.string().map(T::string)
+                let s = self.string()?;
+                Some(T::string(&mut self.scratch, s))
             }
             b'{' => self.object(depth + 1),
             b'[' => self.array(depth + 1),
@@ -175,21 +252,21 @@ impl<'a, T: Tree<'a>> Reader<'a, T> {
             return None;
         }
         self.at += 1;
-        let mut items = T::Items::default();
+        let mut items = T::items(&mut self.scratch);
         self.skip_space();
         if self.peek()? == b']' {
             self.at += 1;
-            return Some(T::array(items));
+            return Some(T::array(&mut self.scratch, items));
         }
         loop {
             let item = self.value(depth)?;
-            T::push(&mut items, item);
+            T::push(&mut self.scratch, &mut items, item);
             self.skip_space();
             match self.peek()? {
                 b',' => self.at += 1,
                 b']' => {
                     self.at += 1;
-                    return Some(T::array(items));
+                    return Some(T::array(&mut self.scratch, items));
                 }
                 _ => return None,
             }
@@ -201,11 +278,11 @@ impl<'a, T: Tree<'a>> Reader<'a, T> {
             return None;
         }
         self.at += 1;
-        let mut members = T::Members::default();
+        let mut members = T::members(&mut self.scratch);
         self.skip_space();
         if self.peek()? == b'}' {
             self.at += 1;
-            return T::object(members, self.strict);
+            return T::object(&mut self.scratch, members, self.strict);
         }
         loop {
             self.skip_space();
@@ -220,7 +297,7 @@ impl<'a, T: Tree<'a>> Reader<'a, T> {
             }
             self.at += 1;
             let value = self.value(depth)?;
-            if !T::insert(&mut members, key, value, self.strict) {
+            if !T::insert(&mut self.scratch, &mut members, key, value, self.strict) {
                 return None;
             }
             self.skip_space();
@@ -228,7 +305,7 @@ impl<'a, T: Tree<'a>> Reader<'a, T> {
                 b',' => self.at += 1,
                 b'}' => {
                     self.at += 1;
-                    return T::object(members, self.strict);
+                    return T::object(&mut self.scratch, members, self.strict);
                 }
                 _ => return None,
             }

@@ -44,7 +44,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
     }
     match body.get("input") {
         None | Some(Node::Null) => {}
-        Some(Node::Str(input)) => caller.message(true, &[input.as_ref()]),
+        Some(Node::Str(input)) => caller.message(true, &[input]),
         Some(Node::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
                 let Node::Object(item) = item else {
@@ -90,7 +90,7 @@ fn prompt_variables(prompt: &Obj<'_>) -> Result<Vec<String>, String> {
     let mut texts = Vec::new();
     for value in variables.values_by_key() {
         match value {
-            Node::Str(text) => texts.push(text.as_ref().to_owned()),
+            Node::Str(text) => texts.push((*text).to_owned()),
             Node::Object(part) => match part.str_field("type") {
                 Some("input_text") => match part.str_field("text") {
                     Some(text) => texts.push(text.to_owned()),

@@ -659,11 +659,12 @@ fn every_prefix_and_byte_flip_of_every_fixture_is_read_without_panic() {
 /// Whatever [`reader`](super::reader) accepts, serde_json accepts as the same tree; it declines
 /// the rest, which serde_json then reads or refuses (`json::read_node`).
 fn assert_reader_agrees(body: &[u8], strict: bool) -> bool {
-    let ours = super::reader::read(body, strict);
+    let (arena, serde_arena) = (json::arena_for(body), json::arena_for(body));
+    let ours = super::reader::read(body, strict, &arena);
     let serdes = if strict {
-        json::read_node::<true>(body).ok()
+        json::read_node::<true>(body, &serde_arena).ok()
     } else {
-        json::read_node::<false>(body).ok()
+        json::read_node::<false>(body, &serde_arena).ok()
     };
     if let Some(node) = &ours {
         assert_eq!(
@@ -792,7 +793,9 @@ fn reader_reads_or_declines_each_kind_of_value_as_serde_json_reads_it() {
     let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
     assert!(assert_reader_agrees(nested(100).as_bytes(), true));
     assert!(!assert_reader_agrees(nested(101).as_bytes(), true));
-    assert!(json::read_node::<true>(nested(101).as_bytes()).is_ok());
+    let deep = nested(101);
+    let arena = json::arena_for(deep.as_bytes());
+    assert!(json::read_node::<true>(deep.as_bytes(), &arena).is_ok());
 }
 
 /// Each vendor's user messages, read where they lie in the input text: pieces joined by `"\n"`,
