@@ -248,7 +248,7 @@ bench: wasm venv $(OHA) $(BENCH_VENV)/.installed
 	$(MAKE) --no-print-directory bench-tools
 
 # Tool-call checks alone (issue 14): added latency per checked tool call through real Envoy, the real
-# sidecar (release) and a judge backend double; bench/results-tools.md (benches/tool_checks.py, ~3-4 min;
+# sidecar (release) and a judge backend double; bench/results-tools.md (benches/tool_checks.py, ~7 min;
 # BENCH_QUICK=1 for a smoke run that reports to target/bench/ instead).
 bench-tools: wasm venv
 	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib
