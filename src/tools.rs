@@ -6,6 +6,8 @@
 //! (`POST /v1/tool-check` on the sidecar); the first verdict that the condition holds, or that the
 //! judge could not decide, denies, and the rest are not waited for. One result per row and call.
 
+use std::borrow::Cow;
+
 use livecheck_wire::reasons::{
     ARGS_FORBIDDEN, ARGS_PASSED, ARGS_UNREADABLE, TOOL_ALLOWED as ALLOWED,
     TOOL_COULD_NOT_CHECK as COULD_NOT_CHECK, TOOL_NOT_ALLOWED as NOT_ALLOWED,
@@ -371,19 +373,18 @@ fn judge_model(policy: &Policy, row: &ToolRow, turn_model: Option<&str>) -> Opti
 /// might keep either value). Free-text input (a custom tool) is what the pointer `""` reads. Read on
 /// the parsed tree as it lies, as `serde_json::Value::pointer` and a `Value` would read it.
 fn args_test(rules: &[ArgRule], call: &ToolCall) -> Outcome {
-    let arena = crate::api::json::arena_for(call.arguments.as_bytes());
-    let parsed = if !call.json {
-        Some(Node::Str(call.arguments.as_str()))
+    // Made only for arguments that are parsed.
+    let arena;
+    let arguments = if !call.json {
+        Node::Str(call.arguments.as_str())
     } else if call.arguments.trim().is_empty() {
-        None
+        return Outcome::Passed;
     } else {
+        arena = crate::api::json::arena_for(call.arguments.as_bytes());
         match crate::api::json::parse_node(call.arguments.as_bytes(), &arena) {
-            Ok(node) => Some(node),
+            Ok(node) => node,
             Err(_) => return Outcome::Errored,
         }
-    };
-    let Some(arguments) = parsed else {
-        return Outcome::Passed;
     };
     let hit = rules.iter().any(|rule| {
         pointer(&arguments, &rule.pointer).is_some_and(|v| {
@@ -410,7 +411,12 @@ fn pointer<'n, 'a>(node: &'n Node<'a>, pointer: &str) -> Option<&'n Node<'a>> {
         .strip_prefix('/')?
         .split('/')
         .try_fold(node, |target, token| {
-            let token = token.replace("~1", "/").replace("~0", "~");
+            // Most tokens hold no escape: read as they are.
+            let token = if token.contains('~') {
+                Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
+            } else {
+                Cow::Borrowed(token)
+            };
             match target {
                 Node::Object(members) => members.get(&token),
                 Node::Array(items) => array_index(&token).and_then(|i| items.get(i)),

@@ -287,8 +287,6 @@ fn queue_background(
     }
 }
 
-/// Lets a held stream go on: from its own callback by returning Continue, from a callout's
-/// answer through the host.
 impl Turn {
     /// A held non-streamed answer goes on as it came. With `hold_answer_headers` its headers are
     /// still held, and get back the `content-length` removed when the body was held: the caller
@@ -303,6 +301,8 @@ impl Turn {
     }
 }
 
+/// Lets a held stream go on: from its own callback by returning Continue, from a callout's
+/// answer through the host.
 fn resume(host: &mut dyn Host, stage: Stage, through_host: bool) -> Flow {
     if through_host {
         match stage {
@@ -814,6 +814,14 @@ mod v8_profile {
         .into_bytes()
     }
 
+    /// `LIVECHECK_PROFILE_TURNS`: how many turns a workload runs (default 20,000).
+    fn turns_asked() -> usize {
+        std::env::var("LIVECHECK_PROFILE_TURNS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(20_000)
+    }
+
     /// A test host whose caller posts `request` to Chat Completions, with `more` headers.
     fn chat_host(request: &[u8], more: &[(&str, &str)]) -> FakeHost {
         let length = request.len().to_string();
@@ -885,9 +893,10 @@ mod v8_profile {
     #[test]
     #[ignore = "a profiling workload: make bench-v8-turn"]
     fn tool_call_turns() {
-        let version = match std::env::var("LIVECHECK_PROFILE_TOOLS").as_deref() {
-            Ok("a") => "",
-            Ok("h") => {
+        let variant = std::env::var("LIVECHECK_PROFILE_TOOLS").unwrap_or_default();
+        let version = match variant.as_str() {
+            "a" => "",
+            "h" => {
                 r#""live_checks": [{"name": "no-codename", "stage": "output", "kind": "not_contains", "expected": "project-bluebird"}],"#
             }
             _ => {
@@ -899,10 +908,7 @@ mod v8_profile {
               {version} "model": "gpt-4.1-mini"}}}}}}}}}}"#
         );
         let policy = Rc::new(Policy::from_json(policy.as_bytes()).unwrap());
-        let turns: usize = std::env::var("LIVECHECK_PROFILE_TURNS")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(20_000);
+        let turns = turns_asked();
         let request = serde_json::json!({"model": "gpt-4.1-mini", "messages": [
             {"role": "system", "content": "You are an office assistant. Use the tools you are given."},
             {"role": "user", "content": "Please send this week's numbers to the ops team."}],
@@ -938,6 +944,20 @@ mod v8_profile {
         assert!(host
             .response_body
             .starts_with(br#"{"id":"chatcmpl-bench-tool""#));
+        // Each variant's checks ran once a turn, and passed.
+        let counted = |check: &str| {
+            host.counters
+                .get(&format!("livecheck.bench.{check}.passed"))
+                .copied()
+        };
+        match variant.as_str() {
+            "a" => assert!(host.counters.keys().all(|k| !k.ends_with(".passed"))),
+            "h" => assert_eq!(counted("no-codename"), Some(turns as u64)),
+            _ => {
+                assert_eq!(counted("no-rival"), Some(turns as u64));
+                assert_eq!(counted("allowed_tools"), Some(turns as u64));
+            }
+        }
     }
 
     /// `LIVECHECK_PROFILE_TURNS` turns (default 20,000); ignored in `make test`.
@@ -945,10 +965,7 @@ mod v8_profile {
     #[ignore = "a profiling workload: make bench-v8-turn"]
     fn chat_4k_turns() {
         let policy = Rc::new(Policy::from_json(RULES.as_bytes()).unwrap());
-        let turns: usize = std::env::var("LIVECHECK_PROFILE_TURNS")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(20_000);
+        let turns = turns_asked();
         // LIVECHECK_PROFILE_BODY_KIB: the request's size (default 4 KiB, the bench's turn).
         let kib: usize = std::env::var("LIVECHECK_PROFILE_BODY_KIB")
             .ok()
