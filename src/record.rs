@@ -7,7 +7,7 @@ use livecheck_wire::{
     JudgeVerdict, Mode as WireMode, Outcome as WireOutcome, Stage as WireStage,
 };
 
-use crate::config::{Check, Kind, Stage, Version};
+use crate::config::{Check, Kind, Stage, ToolChecks, Version};
 use crate::host::Host;
 use crate::verdict::{CheckResult, Outcome};
 
@@ -133,13 +133,23 @@ impl Record {
 
     /// Results of tool-call checks decided now, in the order decided.
     /// Written by hand as a rule's are ([`ResultPart`]), not through a `WireResult` of copies.
-    pub fn tools_decided(&mut self, results: &[crate::tools::ToolResult], now_ms: u64) {
+    pub fn tools_decided(
+        &mut self,
+        tools: &ToolChecks,
+        results: &[crate::tools::ToolResult],
+        now_ms: u64,
+    ) {
+        // Room for them all at once (~250 bytes each), not by doubling.
+        self.results.json.reserve(results.len() * 256);
         for r in results {
+            let Some((name, kind, _)) = r.decider(tools) else {
+                continue;
+            };
             let out = self.results.next();
             out.extend_from_slice(b"{\"name\":");
-            push_str(out, &r.name);
+            push_str(out, name);
             out.extend_from_slice(b",\"stage\":\"output\",\"kind\":");
-            push_str(out, r.kind);
+            push_str(out, kind);
             out.extend_from_slice(b",\"mode\":\"block\"");
             ResultPart {
                 attempt: r.attempt,
@@ -342,6 +352,9 @@ pub fn decided(
     version: &Version,
     results: &[CheckResult],
 ) {
+    if results.is_empty() {
+        return;
+    }
     record.decided(version, results, host.now_unix_millis());
     for result in results {
         let counter = version.checks.get(result.check).and_then(|c| {
@@ -357,15 +370,20 @@ pub fn decided(
     }
 }
 
-/// Tool-call check results decided now: counted as metrics and recorded for the turn's report.
+/// Tool-call check results decided now (by `tools`' rows): counted as metrics and recorded for
+/// the turn's report.
 pub fn tools_decided(
     host: &mut dyn Host,
     record: &mut Record,
+    tools: &ToolChecks,
     results: &[crate::tools::ToolResult],
 ) {
-    record.tools_decided(results, host.now_unix_millis());
-    for r in results {
-        host.increment_counter(&r.counter);
+    if results.is_empty() {
+        return;
+    }
+    record.tools_decided(tools, results, host.now_unix_millis());
+    for (_, _, counter) in results.iter().filter_map(|r| r.decider(tools)) {
+        host.increment_counter(counter);
     }
 }
 
@@ -529,8 +547,14 @@ mod tests {
         assert!(r.report().is_none());
     }
 
+    /// A judge model for every other outcome, with what JSON must escape.
+    fn judge_model_of(i: usize) -> Option<String> {
+        (i % 2 == 1).then(|| "judge \"x\"\u{1}é".to_owned())
+    }
+
     /// A tool-call check's result is written by hand: byte for byte what serde_json writes of the
-    /// same `WireResult`, whatever its strings hold and whether a judge decided it.
+    /// same `WireResult`, whatever its strings hold, whether a judge decided it, and for
+    /// `allowed_tools` as for a row.
     #[test]
     fn tool_results_are_written_as_serde_json_writes_them() {
         let outcomes = [
@@ -539,29 +563,50 @@ mod tests {
             (Outcome::Errored, WireOutcome::Errored),
         ];
         for (i, (outcome, wire)) in outcomes.into_iter().enumerate() {
-            for judge_model in [None, Some("judge \"x\"\u{1}é")] {
-                let result = crate::tools::ToolResult {
+            let tools = crate::config::ToolChecks {
+                allowed: None,
+                rows: vec![crate::config::ToolRow {
                     name: format!("row.{i}\n\u{7f}"),
-                    kind: "tool_when",
+                    tool: crate::config::Glob::new("*"),
+                    test: crate::config::ToolTest::When("It holds.".into()),
+                    reason: None,
+                    judge_model: None,
+                    timeout_ms: 1,
+                    recover: false,
+                    counters: Default::default(),
+                }],
+                allowed_counters: Default::default(),
+            };
+            let cases = [
+                (
+                    Some(0),
+                    judge_model_of(i),
+                    format!("row.{i}\n\u{7f}"),
+                    "tool_when",
+                ),
+                (None, None, "allowed_tools".to_owned(), "allowed_tools"),
+            ];
+            for (row, judge_model, name, kind) in cases {
+                let result = crate::tools::ToolResult {
+                    row,
                     tool: "send_\"mail\"\t✓".into(),
                     call: u32::MAX - i as u32,
                     attempt: 2,
                     outcome,
                     reason: "The e-mail \\ holds </billing>.".into(),
-                    judge_model: judge_model.map(str::to_owned),
-                    counter: "unused".into(),
+                    judge_model,
                 };
                 let mut r = Record::new("lc_1".into());
-                r.tools_decided(std::slice::from_ref(&result), u64::MAX - 1);
+                r.tools_decided(&tools, std::slice::from_ref(&result), u64::MAX - 1);
                 let expected = serde_json::to_vec(&WireResult {
-                    name: result.name.clone(),
+                    name,
                     stage: WireStage::Output,
-                    kind: result.kind.into(),
+                    kind: kind.into(),
                     mode: WireMode::Block,
                     attempt: 2,
                     outcome: wire,
                     score: None,
-                    reason: result.reason.clone(),
+                    reason: result.reason.to_string(),
                     judge_model: result.judge_model.clone(),
                     passed_on_error: false,
                     tool: Some(result.tool.clone()),

@@ -246,12 +246,16 @@ impl Recovery {
         if let Some(usage) = api::answer_usage(turn.api, &body) {
             self.usage.add(&usage);
         }
-        let answer = api::parse_answer(turn.api, &body).ok();
+        let rule_text = !turn.version.output_rules.is_empty();
+        let answer = api::parse_answer(turn.api, &body, rule_text).ok();
         let rules = decide(
             turn.version,
             Stage::Output,
             &Reading {
-                rule_text: answer.as_ref().map_or("", |a| a.rule_text.as_str()),
+                rule_text: answer
+                    .as_ref()
+                    .and_then(|a| a.rule_text.as_deref())
+                    .unwrap_or_default(),
                 failed: None,
                 judged_apply: answer.is_none(),
                 readable: answer.is_some(),
@@ -353,7 +357,7 @@ impl Recovery {
         let Some((_, checking)) = &mut self.tool_candidate else {
             return Next::Wait;
         };
-        tools_decided(host, record, &checking.take_results());
+        tools_decided(host, record, &turn.version.tools, &checking.take_results());
         let next = checking.next();
         if next == tools::Next::Waiting {
             return Next::Wait;

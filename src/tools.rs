@@ -16,7 +16,7 @@ use livecheck_wire::{JudgeVerdict, ToolCheckRequest, TOOL_CHECK_PATH};
 
 use crate::api::json::Node;
 use crate::api::ToolCall;
-use crate::config::{ArgRule, Policy, ToolRow, ToolTest, Version, ALLOWED_TOOLS};
+use crate::config::{ArgRule, Policy, ToolChecks, ToolRow, ToolTest, Version, ALLOWED_TOOLS};
 use crate::host::Host;
 use crate::judge;
 use crate::verdict::Outcome;
@@ -34,22 +34,41 @@ pub struct Context<'a> {
     pub attempt: u32,
 }
 
-/// One row's (or `allowed_tools`') result on one call. Never carries the arguments.
+/// One row's (or `allowed_tools`') result on one call. Never carries the arguments. The row is
+/// named by its place in the version's [`ToolChecks`], which gives its name, kind and metrics.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolResult {
-    pub name: String,
-    /// `allowed_tools`, `tool_args` or `tool_when`.
-    pub kind: &'static str,
+    /// The row's index in [`ToolChecks::rows`]; `None` for `allowed_tools`.
+    pub row: Option<usize>,
     pub tool: String,
     /// 1 for the answer's first call.
     pub call: u32,
     pub attempt: u32,
     pub outcome: Outcome,
     /// A fixed sentence, or the judge's explanation.
-    pub reason: String,
+    pub reason: Cow<'static, str>,
     pub judge_model: Option<String>,
-    /// The metric this result counts in.
-    pub counter: String,
+}
+
+impl ToolResult {
+    /// The row's name, kind (`allowed_tools`, `tool_args` or `tool_when`) and the metric this
+    /// result counts in; `None` for a row `tools` does not have.
+    pub fn decider<'t>(&self, tools: &'t ToolChecks) -> Option<(&'t str, &'static str, &'t str)> {
+        let (name, kind, counters) = match self.row {
+            None => (ALLOWED_TOOLS, ALLOWED_TOOLS, &tools.allowed_counters),
+            Some(row) => {
+                let row = tools.rows.get(row)?;
+                (row.name.as_str(), row.test.kind(), &row.counters)
+            }
+        };
+        let [passed, failed, errored] = counters;
+        let counter = match self.outcome {
+            Outcome::Passed => passed,
+            Outcome::Failed => failed,
+            Outcome::Errored => errored,
+        };
+        Some((name, kind, counter.as_str()))
+    }
 }
 
 /// Why the calls may not go.
@@ -175,7 +194,7 @@ impl Checking {
             .filter(|r| !r.is_empty())
             .unwrap_or(COULD_NOT_CHECK)
             .to_owned();
-        self.result(r, call, outcome, said.clone(), Some(judge_model));
+        self.result(row, call, outcome, said.clone().into(), Some(judge_model));
         if outcome != Outcome::Passed && self.denied.is_none() {
             let shown = match outcome {
                 Outcome::Failed => said,
@@ -199,18 +218,13 @@ impl Checking {
             if let Some(allowed) = &tools.allowed {
                 let ok = allowed.iter().any(|g| g.matches(&name));
                 self.results.push(ToolResult {
-                    name: ALLOWED_TOOLS.to_owned(),
-                    kind: ALLOWED_TOOLS,
+                    row: None,
                     tool: name.clone(),
                     call: number(self.first.saturating_add(call)),
                     attempt: self.attempt,
                     outcome: if ok { Outcome::Passed } else { Outcome::Failed },
-                    reason: if ok { ALLOWED } else { NOT_ALLOWED }.to_owned(),
+                    reason: Cow::Borrowed(if ok { ALLOWED } else { NOT_ALLOWED }),
                     judge_model: None,
-                    counter: counter(
-                        &tools.allowed_counters,
-                        if ok { Outcome::Passed } else { Outcome::Failed },
-                    ),
                 });
                 if !ok && self.denied.is_none() {
                     self.denied = Some(Denial {
@@ -223,7 +237,7 @@ impl Checking {
                     });
                 }
             }
-            for row in &tools.rows {
+            for (index, row) in tools.rows.iter().enumerate() {
                 let ToolTest::Args(rules) = &row.test else {
                     continue;
                 };
@@ -239,7 +253,7 @@ impl Checking {
                     Outcome::Failed => ARGS_FORBIDDEN,
                     Outcome::Errored => ARGS_UNREADABLE,
                 };
-                self.result(row, call, outcome, reason.to_owned(), None);
+                self.result(index, call, outcome, Cow::Borrowed(reason), None);
                 if outcome != Outcome::Passed && self.denied.is_none() {
                     self.deny(row, call, reason.to_owned());
                 }
@@ -285,10 +299,10 @@ impl Checking {
                         // No judge model (a router turn, and the row names none), or Envoy
                         // refused the callout: the row cannot decide, which denies.
                         self.result(
-                            row,
+                            index,
                             call,
                             Outcome::Errored,
-                            COULD_NOT_CHECK.to_owned(),
+                            Cow::Borrowed(COULD_NOT_CHECK),
                             model,
                         );
                         self.deny(row, call, COULD_NOT_CHECK.to_owned());
@@ -301,15 +315,14 @@ impl Checking {
 
     fn result(
         &mut self,
-        row: &ToolRow,
+        row: usize,
         call: usize,
         outcome: Outcome,
-        reason: String,
+        reason: Cow<'static, str>,
         judge_model: Option<String>,
     ) {
         self.results.push(ToolResult {
-            name: row.name.clone(),
-            kind: row.test.kind(),
+            row: Some(row),
             tool: self
                 .calls
                 .get(call)
@@ -320,7 +333,6 @@ impl Checking {
             outcome,
             reason,
             judge_model,
-            counter: counter(&row.counters, outcome),
         });
     }
 
@@ -341,17 +353,6 @@ impl Checking {
                 .unwrap_or_default(),
         });
     }
-}
-
-/// The metric of `outcome` among `[passed, failed, errored]`.
-fn counter(counters: &[String; 3], outcome: Outcome) -> String {
-    let [passed, failed, errored] = counters;
-    match outcome {
-        Outcome::Passed => passed,
-        Outcome::Failed => failed,
-        Outcome::Errored => errored,
-    }
-    .clone()
 }
 
 /// 1-based call number.

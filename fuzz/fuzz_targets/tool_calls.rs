@@ -63,16 +63,20 @@ fn mcp_body(body: &[u8]) {
 }
 
 fn answer_body(api: Api, body: &[u8]) {
-    match parse_answer(api, body) {
+    match parse_answer(api, body, true) {
         Ok(answer) => {
             assert!(
                 serde_json::from_slice::<Value>(body).is_ok(),
                 "read a body serde_json refuses"
             );
+            let rule_text = answer.rule_text.as_deref().unwrap_or_default();
             assert!(
-                answer.rule_text.starts_with(&answer.text),
-                "rule text does not start with the text"
+                answer.rule_text.is_some() && rule_text.starts_with(&answer.text),
+                "no rule text, or it does not start with the text"
             );
+            // Read without its rule text, the same answer.
+            let plain = parse_answer(api, body, false).expect("read once, read again");
+            assert!(plain.rule_text.is_none() && plain.text == answer.text && plain.calls == answer.calls);
             // Chat and Responses carry arguments as the model wrote them (a string that may not be
             // JSON); Anthropic's `input` is a JSON value, written back as JSON text.
             for call in &answer.calls {

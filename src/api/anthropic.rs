@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::json::{push_event, scalars_of_text, scalars_of_value};
 use super::json::{Node, Obj};
-use super::{content_texts, push_tool_call, Answer, CallerText, Ids, Request, ToolCall};
+use super::{content_texts, Answer, CallValues, CallerText, Ids, Request, ToolCall};
 
 /// Block types whose `input` is a tool call the model makes.
 const TOOL_USE_BLOCKS: &[&str] = &["tool_use", "server_tool_use", "mcp_tool_use"];
@@ -61,13 +61,13 @@ struct RawBlock<'a> {
     input: Option<&'a RawValue>,
 }
 
-pub(super) fn parse_answer(raw: &[u8], body: &Obj<'_>) -> Result<Answer, String> {
+pub(super) fn parse_answer(raw: &[u8], body: &Obj<'_>, rule_text: bool) -> Result<Answer, String> {
     let Some(Node::Array(content)) = body.get("content") else {
         return Err("content must be an array".into());
     };
     let mut raw_blocks = None;
     let mut text = String::new();
-    let mut calls = Vec::new();
+    let mut values = CallValues::new(rule_text);
     let mut tool_calls = Vec::new();
     for (i, block) in content.iter().enumerate() {
         let Node::Object(block) = block else {
@@ -85,14 +85,22 @@ pub(super) fn parse_answer(raw: &[u8], body: &Obj<'_>) -> Result<Answer, String>
                 // The input as written; as parsed only where the raw read found none. A tool use
                 // without one calls the tool with no arguments: `{}`, as an MCP `tools/call` without
                 // `arguments` reads, so its arguments are always JSON.
-                let (values, arguments) = match raw_blocks.get(i).and_then(|b| b.input) {
-                    Some(input) => (scalars_of_text(input.get()), input.get().to_owned()),
-                    None => block.get("input").map(Node::to_value).map_or_else(
-                        || (Vec::new(), "{}".to_owned()),
-                        |v| (scalars_of_value(&v), v.to_string()),
-                    ),
+                let arguments = match raw_blocks.get(i).and_then(|b| b.input) {
+                    Some(input) => {
+                        values.push(|| scalars_of_text(input.get()));
+                        input.get().to_owned()
+                    }
+                    None => match block.get("input").map(Node::to_value) {
+                        Some(v) => {
+                            values.push(|| scalars_of_value(&v));
+                            v.to_string()
+                        }
+                        None => {
+                            values.push(Vec::new);
+                            "{}".to_owned()
+                        }
+                    },
                 };
-                calls.push(values);
                 // Server and MCP tool uses ran at Anthropic: only the caller's own tools are checked.
                 if kind == "tool_use" {
                     tool_calls.push(ToolCall {
@@ -105,13 +113,9 @@ pub(super) fn parse_answer(raw: &[u8], body: &Obj<'_>) -> Result<Answer, String>
             _ => {}
         }
     }
-    let mut rule_text = text.clone();
-    for values in &calls {
-        push_tool_call(&mut rule_text, values);
-    }
     Ok(Answer {
+        rule_text: values.rule_text(&text),
         text,
-        rule_text,
         asks_for_tool: body.str_field("stop_reason") == Some("tool_use"),
         id: body.str_field("id").map(str::to_owned),
         calls: tool_calls,

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use super::json::{push_event, scalars_of_text};
 use super::json::{Node, Obj};
-use super::{content_texts, push_tool_call, Answer, CallerText, Ids, Request, ToolCall};
+use super::{content_texts, Answer, CallValues, CallerText, Ids, Request, ToolCall};
 
 /// Roles whose text an input check does not read: the model's own, and tool results.
 const UNREAD_ROLES: &[&str] = &["assistant", "tool", "function"];
@@ -50,12 +50,12 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
     })
 }
 
-pub(super) fn parse_answer(body: &Obj<'_>) -> Result<Answer, String> {
+pub(super) fn parse_answer(body: &Obj<'_>, rule_text: bool) -> Result<Answer, String> {
     let Some(Node::Array(choices)) = body.get("choices") else {
         return Err("choices must be an array".into());
     };
     let mut text = String::new();
-    let mut calls = Vec::new();
+    let mut values = CallValues::new(rule_text);
     let mut the_calls = Vec::new();
     let mut asks_for_tool = false;
     for (i, choice) in choices.iter().enumerate() {
@@ -80,23 +80,19 @@ pub(super) fn parse_answer(body: &Obj<'_>) -> Result<Answer, String> {
             for call in tool_calls.iter() {
                 // Read where it lies: no `serde_json::Value` built for it.
                 let call = call.as_object();
-                calls.push(tool_call_values(call));
+                values.push(|| tool_call_values(call));
                 the_calls.push(tool_call(call));
             }
         }
         if let Some(Node::Object(call)) = message.get("function_call") {
             asks_for_tool = true;
-            calls.push(arguments_values(call.get("arguments")));
+            values.push(|| arguments_values(call.get("arguments")));
             the_calls.push(function_call(Some(call)));
         }
     }
-    let mut rule_text = text.clone();
-    for values in &calls {
-        push_tool_call(&mut rule_text, values);
-    }
     Ok(Answer {
+        rule_text: values.rule_text(&text),
         text,
-        rule_text,
         asks_for_tool,
         id: body.str_field("id").map(str::to_owned),
         calls: the_calls,

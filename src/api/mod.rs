@@ -104,8 +104,9 @@ pub struct Answer {
     /// The answer's text blocks, concatenated in order without separator: what judged checks read.
     pub text: String,
     /// `text`, then for each tool call `"\n"` and its argument values joined by `"\n"`: what rule
-    /// checks read, so forbidden text never reaches a tool.
-    pub rule_text: String,
+    /// checks read, so forbidden text never reaches a tool. Only when asked for ([`parse_answer`]'s
+    /// `rule_text`): gathering the values reads every call's arguments once more.
+    pub rule_text: Option<String>,
     /// The round ended asking the caller to run a tool.
     pub asks_for_tool: bool,
     /// The answer's id (`msg_…`, `chatcmpl-…`, `resp_…`).
@@ -208,8 +209,9 @@ pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
     .map_err(BadRequest)
 }
 
-/// Reads a non-streamed answer body.
-pub fn parse_answer(api: Api, raw: &[u8]) -> Result<Answer, BadAnswer> {
+/// Reads a non-streamed answer body; its [`Answer::rule_text`] too when `rule_text` (when a rule
+/// check will read it).
+pub fn parse_answer(api: Api, raw: &[u8], rule_text: bool) -> Result<Answer, BadAnswer> {
     let _span = crate::profile::span("phase.parse_answer");
     let arena = json::arena_for(raw);
     let body = match json::parse_answer_node(raw, &arena) {
@@ -223,9 +225,9 @@ pub fn parse_answer(api: Api, raw: &[u8]) -> Result<Answer, BadAnswer> {
         }
     };
     match api {
-        Api::AnthropicMessages => anthropic::parse_answer(raw, &body),
-        Api::ChatCompletions => chat::parse_answer(&body),
-        Api::Responses => responses::parse_answer(&body),
+        Api::AnthropicMessages => anthropic::parse_answer(raw, &body, rule_text),
+        Api::ChatCompletions => chat::parse_answer(&body, rule_text),
+        Api::Responses => responses::parse_answer(&body, rule_text),
     }
     .map_err(BadAnswer)
 }
@@ -373,10 +375,32 @@ fn content_texts<'n>(
     }
 }
 
-/// Appends a tool call's argument values to a rule text: `"\n"` then the values joined by `"\n"`.
-fn push_tool_call(rule_text: &mut String, values: &[String]) {
-    rule_text.push('\n');
-    rule_text.push_str(&values.join("\n"));
+/// The argument values of an answer's tool calls, gathered only when its rule text is asked for.
+struct CallValues(Option<Vec<Vec<String>>>);
+
+impl CallValues {
+    fn new(wanted: bool) -> Self {
+        Self(wanted.then(Vec::new))
+    }
+
+    /// Adds a call's values, made by `values` only when they are wanted.
+    fn push(&mut self, values: impl FnOnce() -> Vec<String>) {
+        if let Some(calls) = &mut self.0 {
+            calls.push(values());
+        }
+    }
+
+    /// The answer's rule text: `text`, then for each call `"\n"` and its values joined by `"\n"`.
+    fn rule_text(self, text: &str) -> Option<String> {
+        self.0.map(|calls| {
+            let mut rule_text = text.to_owned();
+            for values in &calls {
+                rule_text.push('\n');
+                rule_text.push_str(&values.join("\n"));
+            }
+            rule_text
+        })
+    }
 }
 
 #[cfg(test)]

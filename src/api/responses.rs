@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use super::json::{push_event, scalars_of_text, scalars_of_value, str_field, to_vec};
 use super::json::{Node, Obj};
-use super::{content_texts, push_tool_call, Answer, CallerText, Ids, Request, ToolCall};
+use super::{content_texts, Answer, CallValues, CallerText, Ids, Request, ToolCall};
 
 /// Content part types a caller's message carries text in.
 const TEXT_PARTS: &[&str] = &["input_text", "text", "output_text"];
@@ -114,12 +114,12 @@ fn is_tool_call(kind: &str) -> bool {
     kind.ends_with("_call") || CALLER_TOOL_CALLS.contains(&kind)
 }
 
-pub(super) fn parse_answer(body: &Obj<'_>) -> Result<Answer, String> {
+pub(super) fn parse_answer(body: &Obj<'_>, rule_text: bool) -> Result<Answer, String> {
     let Some(Node::Array(output)) = body.get("output") else {
         return Err("output must be an array".into());
     };
     let mut text = String::new();
-    let mut calls = Vec::new();
+    let mut values = CallValues::new(rule_text);
     let mut the_calls = Vec::new();
     let mut asks_for_tool = false;
     for (i, item) in output.iter().enumerate() {
@@ -139,7 +139,7 @@ pub(super) fn parse_answer(body: &Obj<'_>) -> Result<Answer, String> {
                 };
                 let caller = CALLER_TOOL_CALLS.contains(&kind);
                 asks_for_tool |= caller;
-                calls.push(call_values(&item));
+                values.push(|| call_values(&item));
                 if caller {
                     the_calls.push(tool_call(kind, &item));
                 }
@@ -147,13 +147,9 @@ pub(super) fn parse_answer(body: &Obj<'_>) -> Result<Answer, String> {
             _ => {}
         }
     }
-    let mut rule_text = text.clone();
-    for values in &calls {
-        push_tool_call(&mut rule_text, values);
-    }
     Ok(Answer {
+        rule_text: values.rule_text(&text),
         text,
-        rule_text,
         asks_for_tool,
         id: body.str_field("id").map(str::to_owned),
         calls: the_calls,

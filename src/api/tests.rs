@@ -192,7 +192,7 @@ fn the_request_tree_reads_every_value_as_serde_json_does() {
 fn an_answer_key_written_twice_counts_with_its_last_value() {
     let body =
         br#"{"id":"a","id":"b","choices":[{"message":{"content":"first","content":"second"}}]}"#;
-    let answer = parse_answer(Api::ChatCompletions, body).unwrap();
+    let answer = parse_answer(Api::ChatCompletions, body, true).unwrap();
     assert_eq!(
         (answer.id.as_deref(), answer.text.as_str()),
         (Some("b"), "second")
@@ -264,26 +264,36 @@ fn deep_nesting_is_refused_without_exhausting_the_stack() {
     );
     for api in ALL {
         assert!(parse_request(api, deep.as_bytes()).is_err());
-        assert!(parse_answer(api, deep.as_bytes()).is_err());
+        assert!(parse_answer(api, deep.as_bytes(), true).is_err());
         assert!(withheld(api, deep.as_bytes(), REPLY).is_err());
     }
 }
 
 #[test]
 fn anthropic_answer_text_is_its_text_blocks_never_thinking() {
-    let answer = parse_answer(Api::AnthropicMessages, ANTHROPIC_ANSWER_TEXT.as_bytes()).unwrap();
+    let answer = parse_answer(
+        Api::AnthropicMessages,
+        ANTHROPIC_ANSWER_TEXT.as_bytes(),
+        true,
+    )
+    .unwrap();
     assert_eq!(answer.text, "Your order ships tomorrow.");
-    assert_eq!(answer.rule_text, answer.text);
+    assert_eq!(answer.rule_text.as_deref().unwrap(), answer.text);
     assert!(!answer.asks_for_tool);
     assert_eq!(answer.id.as_deref(), Some("msg_01XFDUDYJgAACzvnptvVoYEL"));
 }
 
 #[test]
 fn anthropic_rule_text_carries_tool_input_values_as_written() {
-    let answer = parse_answer(Api::AnthropicMessages, ANTHROPIC_ANSWER_TOOL.as_bytes()).unwrap();
+    let answer = parse_answer(
+        Api::AnthropicMessages,
+        ANTHROPIC_ANSWER_TOOL.as_bytes(),
+        true,
+    )
+    .unwrap();
     assert_eq!(answer.text, "Sending it now.");
     assert_eq!(
-        answer.rule_text,
+        answer.rule_text.as_deref().unwrap(),
         "Sending it now.\nNL91ABNA0417164300\n12345678901234567890123\ntrue\na\nb\n1.50\n"
     );
     assert!(answer.asks_for_tool);
@@ -296,11 +306,15 @@ fn anthropic_rule_text_carries_tool_input_values_as_written() {
 fn anthropic_tool_use_blocks_are_read_whatever_the_stop_reason() {
     let mut body: Value = serde_json::from_str(ANTHROPIC_ANSWER_TOOL).unwrap();
     body.as_object_mut().unwrap().remove("stop_reason");
-    let answer = parse_answer(Api::AnthropicMessages, body.to_string().as_bytes()).unwrap();
+    let answer = parse_answer(Api::AnthropicMessages, body.to_string().as_bytes(), true).unwrap();
     assert!(!answer.asks_for_tool);
     let names: Vec<&str> = answer.calls.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["pay", "noop"]);
-    assert!(answer.rule_text.contains("NL91ABNA0417164300"));
+    assert!(answer
+        .rule_text
+        .as_deref()
+        .unwrap()
+        .contains("NL91ABNA0417164300"));
 }
 
 /// Found by the `tool_calls` fuzz target: a `tool_use` block without `input` gave the call empty
@@ -309,7 +323,7 @@ fn anthropic_tool_use_blocks_are_read_whatever_the_stop_reason() {
 fn an_anthropic_tool_use_without_input_has_no_arguments() {
     let mut body: Value = serde_json::from_str(ANTHROPIC_ANSWER_TOOL).unwrap();
     body["content"][1].as_object_mut().unwrap().remove("input");
-    let answer = parse_answer(Api::AnthropicMessages, body.to_string().as_bytes()).unwrap();
+    let answer = parse_answer(Api::AnthropicMessages, body.to_string().as_bytes(), true).unwrap();
     let call = &answer.calls[0];
     assert_eq!(
         (call.name.as_str(), call.arguments.as_str(), call.json),
@@ -320,10 +334,10 @@ fn an_anthropic_tool_use_without_input_has_no_arguments() {
 
 #[test]
 fn chat_answer_reads_every_choice_and_every_tool_call() {
-    let answer = parse_answer(Api::ChatCompletions, CHAT_ANSWER_TOOL.as_bytes()).unwrap();
+    let answer = parse_answer(Api::ChatCompletions, CHAT_ANSWER_TOOL.as_bytes(), true).unwrap();
     assert_eq!(answer.text, "Paying now. Second choice.");
     assert_eq!(
-        answer.rule_text,
+        answer.rule_text.as_deref().unwrap(),
         "Paying now. Second choice.\nNL91ABNA0417164300\n1e2\nfalse\nnot json at all\necho {\"x\": 1}"
     );
     assert!(answer.asks_for_tool);
@@ -336,17 +350,17 @@ fn chat_asks_for_tool_on_finish_reason_or_tool_calls() {
     let plain =
         br#"{"choices":[{"message":{"content":"x","tool_calls":[]},"finish_reason":"stop"}]}"#;
     assert!(
-        parse_answer(Api::ChatCompletions, by_reason)
+        parse_answer(Api::ChatCompletions, by_reason, true)
             .unwrap()
             .asks_for_tool
     );
     assert!(
-        parse_answer(Api::ChatCompletions, by_calls)
+        parse_answer(Api::ChatCompletions, by_calls, true)
             .unwrap()
             .asks_for_tool
     );
     assert!(
-        !parse_answer(Api::ChatCompletions, plain)
+        !parse_answer(Api::ChatCompletions, plain, true)
             .unwrap()
             .asks_for_tool
     );
@@ -354,10 +368,10 @@ fn chat_asks_for_tool_on_finish_reason_or_tool_calls() {
 
 #[test]
 fn responses_answer_reads_output_text_and_tool_arguments_never_reasoning() {
-    let answer = parse_answer(Api::Responses, RESPONSES_ANSWER.as_bytes()).unwrap();
+    let answer = parse_answer(Api::Responses, RESPONSES_ANSWER.as_bytes(), true).unwrap();
     assert_eq!(answer.text, "Your order ships tomorrow.");
     assert_eq!(
-        answer.rule_text,
+        answer.rule_text.as_deref().unwrap(),
         "Your order ships tomorrow.\norder 17 status\nsearch\nNL91ABNA0417164300\n12"
     );
     assert!(answer.asks_for_tool);
@@ -365,7 +379,12 @@ fn responses_answer_reads_output_text_and_tool_arguments_never_reasoning() {
 
 #[test]
 fn a_hosted_tool_call_does_not_ask_the_caller_for_a_tool() {
-    let answer = parse_answer(Api::Responses, RESPONSES_ANSWER_HOSTED_ONLY.as_bytes()).unwrap();
+    let answer = parse_answer(
+        Api::Responses,
+        RESPONSES_ANSWER_HOSTED_ONLY.as_bytes(),
+        true,
+    )
+    .unwrap();
     assert_eq!(answer.text, "Sunny.");
     assert!(!answer.asks_for_tool);
 }
@@ -382,9 +401,9 @@ fn chat_tool_calls_are_read_with_their_values_decoded() {
         "not an object",
         {"id": "c3", "type": "function", "function": "not an object"}]},
         "finish_reason": "tool_calls"}]});
-    let answer = parse_answer(Api::ChatCompletions, body.to_string().as_bytes()).unwrap();
+    let answer = parse_answer(Api::ChatCompletions, body.to_string().as_bytes(), true).unwrap();
     assert_eq!(
-        answer.rule_text,
+        answer.rule_text.as_deref().unwrap(),
         "\na@b.example\n1\n-2.5e3\ntrue\nline\nbreak \"q\" é\\\n\nx\nls \"-la\"\n\n"
     );
     let calls: Vec<(&str, &str, bool)> = answer
@@ -413,17 +432,21 @@ fn arguments_nested_past_the_parser_limit_are_read_as_text() {
     );
     let body = json!({"choices": [{"message": {"content": "", "tool_calls": [
         {"type": "function", "function": {"name": "f", "arguments": args}}]}}]});
-    let answer = parse_answer(Api::ChatCompletions, body.to_string().as_bytes()).unwrap();
-    assert!(answer.rule_text.contains("NL91ABNA0417164300"));
+    let answer = parse_answer(Api::ChatCompletions, body.to_string().as_bytes(), true).unwrap();
+    assert!(answer
+        .rule_text
+        .as_deref()
+        .unwrap()
+        .contains("NL91ABNA0417164300"));
 }
 
 #[test]
 fn unreadable_answers_are_bad_answers() {
     for api in ALL {
-        assert!(parse_answer(api, b"\xff").is_err());
-        assert!(parse_answer(api, b"{").is_err());
-        assert!(parse_answer(api, b"[]").is_err());
-        assert!(parse_answer(api, b"{}").is_err());
+        assert!(parse_answer(api, b"\xff", true).is_err());
+        assert!(parse_answer(api, b"{", true).is_err());
+        assert!(parse_answer(api, b"[]", true).is_err());
+        assert!(parse_answer(api, b"{}", true).is_err());
         assert!(withheld(api, b"{}", REPLY).is_err());
     }
 }
@@ -569,8 +592,11 @@ fn withheld_anthropic_answer_keeps_id_and_usage_and_drops_tool_use() {
 #[test]
 fn withheld_chat_answer_replaces_every_choice() {
     let body = withheld(Api::ChatCompletions, CHAT_ANSWER_TOOL.as_bytes(), REPLY).unwrap();
-    let answer = parse_answer(Api::ChatCompletions, &body).unwrap();
-    assert_eq!(answer.rule_text, format!("{REPLY}{REPLY}"));
+    let answer = parse_answer(Api::ChatCompletions, &body, true).unwrap();
+    assert_eq!(
+        answer.rule_text.as_deref().unwrap(),
+        format!("{REPLY}{REPLY}")
+    );
     assert!(!answer.asks_for_tool);
     let body = json_of(&body);
     assert_eq!(body["id"], "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT");
@@ -587,8 +613,8 @@ fn withheld_chat_answer_replaces_every_choice() {
 #[test]
 fn withheld_responses_answer_is_incomplete_with_one_message() {
     let body = withheld(Api::Responses, RESPONSES_ANSWER.as_bytes(), REPLY).unwrap();
-    let answer = parse_answer(Api::Responses, &body).unwrap();
-    assert_eq!(answer.rule_text, REPLY);
+    let answer = parse_answer(Api::Responses, &body, true).unwrap();
+    assert_eq!(answer.rule_text.as_deref().unwrap(), REPLY);
     let body = json_of(&body);
     assert_eq!(
         body["id"],
@@ -649,7 +675,7 @@ fn every_prefix_and_byte_flip_of_every_fixture_is_read_without_panic() {
         for body in &bodies {
             for api in ALL {
                 let _ = parse_request(api, body);
-                let _ = parse_answer(api, body);
+                let _ = parse_answer(api, body, true);
                 let _ = withheld(api, body, REPLY);
             }
         }
@@ -718,6 +744,10 @@ fn reader_reads_or_declines_each_kind_of_value_as_serde_json_reads_it() {
         r#""plain""#,
         r#""tab\tquote\"slash\\solidus\/\b\f\n\r""#,
         r#""\u00e9\u0041\uffff\u0000 and a pair \ud83d\ude00""#,
+        // Escapes first, last, side by side, before and after a letter of several bytes.
+        r#""\"first, last\"""#,
+        r#""\\\\\"\u00E9é\n\ud83d\ude00é\t""#,
+        r#""{\"to\":\"ops@example.com\",\"n\":[1,2]}""#,
         "\"caf\u{e9} \u{1f600} \u{7f}\"",
         "0",
         "17",
@@ -772,6 +802,9 @@ fn reader_reads_or_declines_each_kind_of_value_as_serde_json_reads_it() {
         r#""bad \x escape""#,
         "\"an escaped non-ASCII letter \\\u{e9}\"",
         r#""short \u12""#,
+        r#""signed \u+123""#,
+        r#""spaced \u 123""#,
+        r#""cut \""#,
         r#""lone high \ud83d""#,
         r#""lone high then text \ud83dabcdef""#,
         r#""high then high \ud83d\ud83d""#,
@@ -862,4 +895,31 @@ fn the_intent_is_the_last_ten_user_texts_each_joined_and_none_empty() {
     assert_eq!(req.last_user_text(), "ask 11\nplease");
     let asked: Vec<String> = (0..12).map(|i| format!("ask {i}\nplease")).collect();
     assert_eq!(req.input_text, format!("Be brief.\n{}", asked.join("\n")));
+}
+
+/// An answer read without its rule text (no output rule reads it) is the same answer otherwise:
+/// its text, its calls (name and arguments as written), its id.
+#[test]
+fn an_answer_read_without_its_rule_text_is_the_same_answer() {
+    for (api, body) in [
+        (Api::AnthropicMessages, ANTHROPIC_ANSWER_TOOL),
+        (Api::ChatCompletions, CHAT_ANSWER_TOOL),
+        (Api::Responses, RESPONSES_ANSWER),
+    ] {
+        let whole = parse_answer(api, body.as_bytes(), true).unwrap();
+        let plain = parse_answer(api, body.as_bytes(), false).unwrap();
+        assert!(
+            whole.rule_text.as_deref().unwrap().len() > whole.text.len(),
+            "{api:?}"
+        );
+        assert_eq!(plain.rule_text, None);
+        assert_eq!(
+            Answer {
+                rule_text: None,
+                ..whole
+            },
+            plain,
+            "{api:?}"
+        );
+    }
 }

@@ -53,10 +53,14 @@ fn verdict(outcome: WireOutcome, reason: &str) -> JudgeVerdict {
     }
 }
 
-fn outcomes(results: &[ToolResult]) -> Vec<(String, String, u32, Outcome)> {
+/// Each result's row name (as the version names it), tool, call and outcome.
+fn outcomes(v: &Version, results: &[ToolResult]) -> Vec<(String, String, u32, Outcome)> {
     results
         .iter()
-        .map(|r| (r.name.clone(), r.tool.clone(), r.call, r.outcome))
+        .map(|r| {
+            let (name, _, _) = r.decider(&v.tools).unwrap();
+            (name.to_owned(), r.tool.clone(), r.call, r.outcome)
+        })
         .collect()
 }
 
@@ -66,7 +70,7 @@ fn a_tool_outside_allowed_tools_is_denied_at_once_without_a_judge() {
         r#"{"allowed_tools": ["get_*", "search"], "tool_checks": [{"name": "billing", "when": "The email has billing info"}]}"#,
     );
     let mut host = FakeHost::default();
-    let (_, mut c) = start(
+    let (v, mut c) = start(
         &p,
         &mut host,
         Some("m"),
@@ -83,7 +87,7 @@ fn a_tool_outside_allowed_tools_is_denied_at_once_without_a_judge() {
         "a denied answer costs no judge call"
     );
     assert_eq!(
-        outcomes(&c.take_results()),
+        outcomes(&v, &c.take_results()),
         vec![
             (
                 "allowed_tools".into(),
@@ -111,9 +115,9 @@ fn args_rows_read_the_text_at_their_pointer() {
     );
     let run = |calls: Vec<ToolCall>| {
         let mut host = FakeHost::default();
-        let (_, mut c) = start(&p, &mut host, Some("m"), calls);
+        let (v, mut c) = start(&p, &mut host, Some("m"), calls);
         assert!(host.callouts.is_empty());
-        (c.next(), outcomes(&c.take_results()))
+        (c.next(), outcomes(&v, &c.take_results()))
     };
     // Nested values and case are read: the whole list under /to.
     let (next, results) = run(vec![call(
@@ -297,7 +301,7 @@ fn calls_pass_when_every_row_passed_with_one_result_per_row_and_call() {
     );
     assert_eq!(c.next(), Next::Allowed);
     assert_eq!(
-        outcomes(&c.take_results()),
+        outcomes(&v, &c.take_results()),
         vec![
             ("billing".into(), "send_email".into(), 2, Outcome::Passed),
             ("billing".into(), "send_email".into(), 1, Outcome::Passed),

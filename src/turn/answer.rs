@@ -162,7 +162,7 @@ impl Turn {
                     let text = if streamed {
                         crate::stream::answer_of(asked.api, &asked.version, &asked.request, &copy)
                     } else {
-                        api::parse_answer(asked.api, &copy)
+                        api::parse_answer(asked.api, &copy, false)
                             .ok()
                             .filter(|a| !a.asks_for_tool)
                             .map(|a| a.text)
@@ -215,19 +215,19 @@ impl Turn {
         body: &[u8],
         readable: bool,
     ) -> Flow {
-        let answer = readable
-            .then(|| api::parse_answer(asked.api, body).ok())
+        let rule_text = !asked.version.output_rules.is_empty();
+        let mut answer = readable
+            .then(|| api::parse_answer(asked.api, body, rule_text).ok())
             .flatten();
         if let Some(id) = answer.as_ref().and_then(|a| a.id.clone()) {
             self.record.response_id = Some(id);
         }
         // A readable answer keeps its id, model and usage; one that could not be read is replaced
         // by a refusal in the shape the caller asked for. Written only when it may be needed.
+        let read = answer.is_some();
         let withheld = |host: &mut dyn Host, asked: &Asked| {
             let reply = &asked.version.blocked_reply;
-            answer
-                .is_some()
-                .then(|| api::withheld(asked.api, body, reply).ok())
+            read.then(|| api::withheld(asked.api, body, reply).ok())
                 .flatten()
                 .map(|body| api::Reply {
                     content_type: "application/json",
@@ -243,7 +243,10 @@ impl Turn {
             &asked.version,
             Stage::Output,
             &Reading {
-                rule_text: answer.as_ref().map_or("", |a| a.rule_text.as_str()),
+                rule_text: answer
+                    .as_ref()
+                    .and_then(|a| a.rule_text.as_deref())
+                    .unwrap_or_default(),
                 failed: None,
                 judged_apply: answer.is_none(),
                 readable: answer.is_some(),
@@ -266,12 +269,13 @@ impl Turn {
                 false,
             );
         }
-        if let (None, Some(answer)) = (&rules.stop, &answer) {
+        if let (None, Some(answer)) = (&rules.stop, &mut answer) {
             if !answer.calls.is_empty() && asked.version.tools.any() {
                 // Rules passed; the calls are checked next (judged checks read no answer that
                 // asks for a tool).
                 decided(host, &mut self.record, &asked.version, &rules.results);
-                return self.check_calls(host, asked, answer.calls.clone(), body);
+                let calls = std::mem::take(&mut answer.calls);
+                return self.check_calls(host, asked, calls, body);
             }
             let judged = !answer.asks_for_tool
                 && answer.calls.is_empty()

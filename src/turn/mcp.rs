@@ -114,7 +114,13 @@ impl Turn {
     }
 
     fn mcp_next(&mut self, host: &mut dyn Host, mut check: Box<McpCheck>, resumed: bool) -> Flow {
-        tools_decided(host, &mut self.record, &check.checking.take_results());
+        let tools = &check.version.tools;
+        tools_decided(
+            host,
+            &mut self.record,
+            tools,
+            &check.checking.take_results(),
+        );
         match check.checking.next() {
             Next::Waiting => {
                 self.state = State::CheckingMcp(check);

@@ -246,5 +246,5 @@ fn cut_with_first_stop(s: &mut Streamed, recovery: &Recovery) -> Vec<u8> {
 
 /// The upstream's id of a non-streamed answer: the id the caller of a recovered turn sees.
 fn answer_id(api: Api, body: &[u8]) -> Option<String> {
-    api::parse_answer(api, body).ok()?.id
+    api::parse_answer(api, body, false).ok()?.id
 }

@@ -18,7 +18,8 @@ pub(super) struct CallCheck {
 }
 
 impl Turn {
-    /// Starts checking a held answer's `calls`. `Continue` when they may all go at once.
+    /// Starts checking a held answer's `calls`. `Continue` when they may all go at once. The
+    /// answer is kept only while a judge is asked (decided at once, it is read where it lies).
     pub(super) fn check_calls(
         &mut self,
         host: &mut dyn Host,
@@ -27,13 +28,25 @@ impl Turn {
         body: &[u8],
     ) -> Flow {
         let cx = tools_context(&self.policy, &asked, 1);
-        let checking = Checking::start(host, &cx, calls, 0);
-        let check = Box::new(CallCheck {
-            asked,
-            checking,
-            body: body.to_vec(),
-        });
-        self.calls_next(host, check, false)
+        let mut checking = Checking::start(host, &cx, calls, 0);
+        tools_decided(
+            host,
+            &mut self.record,
+            &asked.version.tools,
+            &checking.take_results(),
+        );
+        match checking.next() {
+            Next::Waiting => {
+                self.state = State::CheckingCalls(Box::new(CallCheck {
+                    asked,
+                    checking,
+                    body: body.to_vec(),
+                }));
+                Flow::Pause
+            }
+            Next::Allowed => self.calls_decided(host, asked, None, body, false),
+            Next::Denied(denial) => self.calls_decided(host, asked, Some(denial), body, false),
+        }
     }
 
     /// A verdict on a call came back; `false` when the callout is not this turn's.
@@ -51,47 +64,52 @@ impl Turn {
         }
         let version = Rc::clone(&check.asked.version);
         check.checking.answered(host, &version, token, body_size);
+        let tools = &check.asked.version.tools;
+        tools_decided(
+            host,
+            &mut self.record,
+            tools,
+            &check.checking.take_results(),
+        );
+        let denial = match check.checking.next() {
+            Next::Waiting => return true,
+            Next::Allowed => None,
+            Next::Denied(denial) => Some(denial),
+        };
         let State::CheckingCalls(check) = std::mem::replace(&mut self.state, State::Done) else {
             return true;
         };
-        let _ = self.calls_next(host, check, true);
+        let CallCheck { asked, body, .. } = *check;
+        let _ = self.calls_decided(host, asked, denial, &body, true);
         true
     }
 
-    /// Records what was decided, then passes, denies or keeps waiting. `resumed`: called from a
-    /// callout's answer, so a pass resumes the held answer through the host.
-    fn calls_next(
+    /// Every call decided: the held answer passes, or is denied with `denial`'s reason. `resumed`:
+    /// called from a callout's answer, so the held answer goes on through the host.
+    fn calls_decided(
         &mut self,
         host: &mut dyn Host,
-        mut check: Box<CallCheck>,
+        asked: Asked,
+        denial: Option<Denial>,
+        body: &[u8],
         resumed: bool,
     ) -> Flow {
-        tools_decided(host, &mut self.record, &check.checking.take_results());
-        match check.checking.next() {
-            Next::Waiting => {
-                self.state = State::CheckingCalls(check);
-                Flow::Pause
-            }
-            Next::Allowed => {
-                self.state = State::Done;
-                self.pass_held(host);
-                resume(host, Stage::Output, resumed)
-            }
-            Next::Denied(denial) => {
-                self.state = State::Done;
-                let reply = denied_reply(host, &check.asked, &denial, &check.body);
-                let stop = denied_stop(&denial);
-                if denial.recover {
-                    // Asked again, told of the denial, with its tools; the reply above is what the
-                    // caller gets if no retry passes.
-                    let rules = vec![denial.as_rule()];
-                    return self
-                        .recover(host, check.asked, stop, rules, reply, true, resumed)
-                        .unwrap_or(Flow::Pause);
-                }
-                self.answer_instead(host, Some(&stop), reply.content_type, &reply.body, resumed)
-            }
+        self.state = State::Done;
+        let Some(denial) = denial else {
+            self.pass_held(host);
+            return resume(host, Stage::Output, resumed);
+        };
+        let reply = denied_reply(host, &asked, &denial, body);
+        let stop = denied_stop(&denial);
+        if denial.recover {
+            // Asked again, told of the denial, with its tools; the reply above is what the
+            // caller gets if no retry passes.
+            let rules = vec![denial.as_rule()];
+            return self
+                .recover(host, asked, stop, rules, reply, true, resumed)
+                .unwrap_or(Flow::Pause);
         }
+        self.answer_instead(host, Some(&stop), reply.content_type, &reply.body, resumed)
     }
 }
 
@@ -196,7 +214,12 @@ fn settle_stream_calls(
     let mut denied = None;
     let mut i = 0;
     while let Some((_, checking)) = calls.batches.get_mut(i) {
-        tools_decided(host, record, &checking.take_results());
+        tools_decided(
+            host,
+            record,
+            &s.asked.version.tools,
+            &checking.take_results(),
+        );
         match checking.next() {
             Next::Waiting => i += 1,
             Next::Allowed => {
