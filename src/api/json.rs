@@ -299,9 +299,13 @@ impl<'de> Visitor<'de> for KeyVisitor {
 
 /// Every scalar value of a JSON text, in order: strings decoded, numbers and booleans as written,
 /// `null` and object keys left out. A text that is not JSON is one value, as is. A flat scan, so no
-/// nesting depth can exhaust the stack.
+/// nesting depth can exhaust the stack. JSON is what serde_json accepts: the text is read by the
+/// reader first, and by serde_json only when the reader declines it (serde_json's skipping read
+/// lets a lone surrogate escape by, which is read as U+FFFD: the rest of its string still counts).
 pub(super) fn scalars_of_text(text: &str) -> Vec<String> {
-    if serde_json::from_str::<de::IgnoredAny>(text).is_err() {
+    let json = super::reader::is_json(text.as_bytes())
+        || serde_json::from_str::<de::IgnoredAny>(text).is_ok();
+    if !json {
         return vec![text.to_owned()];
     }
     let mut out = Vec::new();
@@ -320,15 +324,12 @@ pub(super) fn scalars_of_text(text: &str) -> Vec<String> {
                 if next != Some(&b':') {
                     // The text is JSON (checked above): a string with no escape is what lies
                     // between its quotes.
-                    let plain = raw
-                        .strip_prefix('"')
-                        .and_then(|r| r.strip_suffix('"'))
-                        .filter(|inner| !inner.contains('\\'));
-                    if let Some(inner) = plain {
-                        out.push(inner.to_owned());
-                    } else if let Ok(s) = serde_json::from_str::<String>(raw) {
-                        out.push(s);
-                    }
+                    let inner = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"'));
+                    let decoded = inner.and_then(|inner| match inner.contains('\\') {
+                        false => Some(inner.to_owned()),
+                        true => super::reader::decode_lossy(inner),
+                    });
+                    out.extend(decoded);
                 }
                 i = end;
             }

@@ -30,14 +30,25 @@ const MAX_DEPTH: u32 = 100;
 /// `text` as one JSON value with nothing but whitespace around it, its arrays, objects and
 /// decoded strings laid out in `arena`; `strict` declines an object that repeats a key.
 pub(super) fn read<'a>(text: &'a [u8], strict: bool, arena: &'a Bump) -> Option<Node<'a>> {
-    // Room for what an answer or a request holds open at once: no stack grows for most bodies.
     let open = Open {
         arena,
-        items: Vec::with_capacity(16),
-        members: Vec::with_capacity(32),
-        decoded: String::new(),
+        items: Vec::new(),
+        members: Vec::new(),
     };
     read_as(text, strict, open)
+}
+
+/// Whether `text` is one JSON value this reader accepts (as [`read`] does when not strict),
+/// building nothing. `false` may still be JSON serde_json accepts (see the module's doc).
+pub(super) fn is_json(text: &[u8]) -> bool {
+    read_as::<()>(text, false, ()).is_some()
+}
+
+/// A JSON string's text between its quotes, decoded, a surrogate escape that is not one of a
+/// pair read as U+FFFD (as the streamed arguments reader reads it, `stream::args`); `None` for an
+/// escape JSON does not have.
+pub(super) fn decode_lossy(raw: &str) -> Option<String> {
+    unescape_as::<true>(raw)
 }
 
 /// [`read`] strictly, straight into a `serde_json::Value` (a streamed event's tree): no object
@@ -69,8 +80,7 @@ trait Tree<'a>: Sized {
     fn null() -> Self;
     fn boolean(b: bool) -> Self;
     fn number(n: Number) -> Self;
-    /// `None` when an escaped string holds an escape JSON does not have.
-    fn string(scratch: &mut Self::Scratch, s: Text<'a>) -> Option<Self>;
+    fn string(scratch: &mut Self::Scratch, s: Cow<'a, str>) -> Self;
     fn items(scratch: &mut Self::Scratch) -> Self::Items;
     fn push(scratch: &mut Self::Scratch, array: &mut Self::Items, item: Self);
     fn array(scratch: &mut Self::Scratch, array: Self::Items) -> Self;
@@ -95,36 +105,14 @@ struct Open<'a> {
     arena: &'a Bump,
     items: Vec<Node<'a>>,
     members: Vec<(&'a str, Node<'a>)>,
-    /// Where an escaped string is decoded before it is copied into the arena, reused.
-    decoded: String,
 }
 
 impl<'a> Open<'a> {
-    /// A decoded key kept in the arena; one with no escape is the text's own.
+    /// A decoded string kept in the arena; one with no escape is the text's own.
     fn keep(&self, s: Cow<'a, str>) -> &'a str {
         match s {
             Cow::Borrowed(s) => s,
             Cow::Owned(s) => self.arena.alloc_str(&s),
-        }
-    }
-}
-
-/// A string as the reader found it: its text between the quotes, with or without escapes.
-enum Text<'a> {
-    Plain(&'a str),
-    /// Valid UTF-8 holding at least one backslash, not yet decoded.
-    Escaped(&'a str),
-}
-
-impl<'a> Text<'a> {
-    fn decoded(self) -> Option<Cow<'a, str>> {
-        match self {
-            Text::Plain(s) => Some(Cow::Borrowed(s)),
-            Text::Escaped(raw) => {
-                let mut out = String::with_capacity(raw.len());
-                unescape(raw, &mut out)?;
-                Some(Cow::Owned(out))
-            }
         }
     }
 }
@@ -144,15 +132,8 @@ impl<'a> Tree<'a> for Node<'a> {
     fn number(n: Number) -> Self {
         Node::Number(n)
     }
-    fn string(open: &mut Open<'a>, s: Text<'a>) -> Option<Self> {
-        Some(Node::Str(match s {
-            Text::Plain(s) => s,
-            Text::Escaped(raw) => {
-                open.decoded.clear();
-                unescape(raw, &mut open.decoded)?;
-                open.arena.alloc_str(&open.decoded)
-            }
-        }))
+    fn string(open: &mut Open<'a>, s: Cow<'a, str>) -> Self {
+        Node::Str(open.keep(s))
     }
     fn items(open: &mut Open<'a>) -> usize {
         open.items.len()
@@ -204,8 +185,8 @@ impl<'a> Tree<'a> for Value {
     fn number(n: Number) -> Self {
         Value::Number(n)
     }
-    fn string(_: &mut (), s: Text<'a>) -> Option<Self> {
-        s.decoded().map(|s| Value::String(s.into_owned()))
+    fn string(_: &mut (), s: Cow<'a, str>) -> Self {
+        Value::String(s.into_owned())
     }
     fn items(_: &mut ()) -> Vec<Value> {
         Vec::new()
@@ -234,6 +215,27 @@ impl<'a> Tree<'a> for Value {
     }
 }
 
+/// Reading only: nothing is built; escapes are checked.
+impl<'a> Tree<'a> for () {
+    type Scratch = ();
+    type Items = ();
+    type Members = ();
+    fn null() -> Self {}
+    fn boolean(_: bool) -> Self {}
+    fn number(_: Number) -> Self {}
+    fn string(_: &mut (), _: Cow<'a, str>) -> Self {}
+    fn items(_: &mut ()) -> Self::Items {}
+    fn push(_: &mut (), _: &mut (), _: Self) {}
+    fn array(_: &mut (), _: ()) -> Self {}
+    fn members(_: &mut ()) -> Self::Members {}
+    fn insert(_: &mut (), _: &mut (), _: Cow<'a, str>, _: Self, _: bool) -> bool {
+        true
+    }
+    fn object(_: &mut (), _: (), _: bool) -> Option<Self> {
+        Some(())
+    }
+}
+
 struct Reader<'a, T: Tree<'a>> {
     text: &'a [u8],
     at: usize,
@@ -259,7 +261,7 @@ impl<'a, T: Tree<'a>> Reader<'a, T> {
             b'"' => {
                 self.at += 1;
                 let s = self.string()?;
-                T::string(&mut self.scratch, s)
+                Some(T::string(&mut self.scratch, s))
             }
             b'{' => self.object(depth + 1),
             b'[' => self.array(depth + 1),
@@ -322,7 +324,7 @@ impl<'a, T: Tree<'a>> Reader<'a, T> {
                 return None;
             }
             self.at += 1;
-            let key = self.string()?.decoded()?;
+            let key = self.string()?;
             self.skip_space();
             if self.peek()? != b':' {
                 return None;
@@ -345,7 +347,7 @@ impl<'a, T: Tree<'a>> Reader<'a, T> {
     }
 
     /// A string's contents, `at` just past its opening quote; leaves `at` past the closing one.
-    fn string(&mut self) -> Option<Text<'a>> {
+    fn string(&mut self) -> Option<Cow<'a, str>> {
         let start = self.at;
         let mut escaped = false;
         let mut ascii = true;
@@ -378,11 +380,11 @@ impl<'a, T: Tree<'a>> Reader<'a, T> {
         } else {
             std::str::from_utf8(raw).ok()?
         };
-        Some(if escaped {
-            Text::Escaped(raw)
+        if escaped {
+            unescape(raw).map(Cow::Owned)
         } else {
-            Text::Plain(raw)
-        })
+            Some(Cow::Borrowed(raw))
+        }
     }
 
     /// A number as serde_json reads it: a non-negative integer that fits a `u64` here, any other
@@ -433,59 +435,58 @@ impl<'a, T: Tree<'a>> Reader<'a, T> {
     }
 }
 
-/// A string's text with its escapes decoded (`raw` between the quotes, valid UTF-8), appended to
-/// `out`; `None` for an escape JSON does not have or a surrogate escape that is not one of a pair.
-fn unescape(raw: &str, out: &mut String) -> Option<()> {
-    out.reserve(raw.len());
-    let bytes = raw.as_bytes();
-    // Escapes in a tool call's arguments come every few bytes: the runs between them are found
-    // by a plain byte loop and copied whole (a backslash is ASCII, so every run is UTF-8).
-    let (mut at, mut run) = (0, 0);
-    while let Some(&b) = bytes.get(at) {
-        if b != b'\\' {
-            at += 1;
-            continue;
-        }
-        out.push_str(raw.get(run..at)?);
-        let (c, used) = match *bytes.get(at + 1)? {
-            b'"' => ('"', 2),
-            b'\\' => ('\\', 2),
-            b'/' => ('/', 2),
-            b'b' => ('\u{8}', 2),
-            b'f' => ('\u{c}', 2),
-            b'n' => ('\n', 2),
-            b'r' => ('\r', 2),
-            b't' => ('\t', 2),
+/// A string's text with its escapes decoded (`raw` between the quotes, valid UTF-8); `None` for
+/// an escape JSON does not have or a surrogate escape that is not one of a pair.
+fn unescape(raw: &str) -> Option<String> {
+    unescape_as::<false>(raw)
+}
+
+/// [`unescape`]; `LOSSY` reads a surrogate escape that is not one of a pair as U+FFFD.
+fn unescape_as<const LOSSY: bool>(raw: &str) -> Option<String> {
+    let mut out = String::with_capacity(raw.len());
+    let mut rest = raw;
+    // Escapes in a tool call's arguments come every few bytes: a plain byte search, not `find`'s
+    // searcher set up for each.
+    while let Some(slash) = rest.bytes().position(|b| b == b'\\') {
+        out.push_str(rest.get(..slash)?);
+        let escape = rest.get(slash + 1..)?;
+        let (c, used) = match escape.as_bytes().first()? {
+            b'"' => ('"', 1),
+            b'\\' => ('\\', 1),
+            b'/' => ('/', 1),
+            b'b' => ('\u{8}', 1),
+            b'f' => ('\u{c}', 1),
+            b'n' => ('\n', 1),
+            b'r' => ('\r', 1),
+            b't' => ('\t', 1),
             b'u' => {
-                let high = hex4(bytes.get(at + 2..at + 6)?)?;
-                match high {
-                    0xD800..=0xDBFF => {
-                        if bytes.get(at + 6..at + 8)? != b"\\u" {
-                            return None;
-                        }
-                        let low = hex4(bytes.get(at + 8..at + 12)?)?;
-                        if !(0xDC00..=0xDFFF).contains(&low) {
-                            return None;
-                        }
+                let high = hex4(escape.get(1..5)?)?;
+                let low = match escape.get(5..7) {
+                    Some("\\u") => escape.get(7..11).and_then(hex4),
+                    _ => None,
+                };
+                match (high, low) {
+                    (0xD800..=0xDBFF, Some(low @ 0xDC00..=0xDFFF)) => {
                         let code = 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00);
-                        (char::from_u32(code)?, 12)
+                        (char::from_u32(code)?, 11)
                     }
-                    _ => (char::from_u32(high)?, 6),
+                    (0xD800..=0xDFFF, _) if LOSSY => (char::REPLACEMENT_CHARACTER, 5),
+                    _ => (char::from_u32(high)?, 5),
                 }
             }
             _ => return None,
         };
         out.push(c);
-        at += used;
-        run = at;
+        rest = escape.get(used..)?;
     }
-    out.push_str(raw.get(run..)?);
-    Some(())
+    out.push_str(rest);
+    Some(out)
 }
 
 /// Four hex digits.
-fn hex4(digits: &[u8]) -> Option<u32> {
-    digits
-        .iter()
-        .try_fold(0, |n, &d| Some(n << 4 | char::from(d).to_digit(16)?))
+fn hex4(digits: &str) -> Option<u32> {
+    if digits.len() != 4 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u32::from_str_radix(digits, 16).ok()
 }

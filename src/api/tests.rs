@@ -923,3 +923,57 @@ fn an_answer_read_without_its_rule_text_is_the_same_answer() {
         );
     }
 }
+
+/// A tool call's argument values as rule checks read them: strings decoded (escapes, pairs of
+/// surrogate escapes), numbers and booleans as written, keys and `null` left out; whatever
+/// serde_json accepts is JSON (the reader declines past 100 levels), anything else is one value
+/// as written.
+#[test]
+fn argument_values_are_read_as_written() {
+    let cases: [(&str, &[&str]); 9] = [
+        (
+            r#"{"to":"ops@example.com","n":1.50,"ok":true,"none":null,"e":1e2}"#,
+            &["ops@example.com", "1.50", "true", "1e2"],
+        ),
+        (
+            r#"{"q":"say \"hi\"\n","u":"\u00e9\ud83d\ude00","k\"ey":"v"}"#,
+            &["say \"hi\"\n", "é😀", "v"],
+        ),
+        (r#"["a", ["b", {"c": "d"}], -3]"#, &["a", "b", "d", "-3"]),
+        (r#""just a string""#, &["just a string"]),
+        ("not json at all", &["not json at all"]),
+        (r#"{"a": 1} trailing"#, &[r#"{"a": 1} trailing"#]),
+        (r#"{"bad": "\x"}"#, &[r#"{"bad": "\x"}"#]),
+        // A lone surrogate escape (serde_json's skipping read lets it by, as Python's json reads
+        // it): the rest of the string still counts.
+        (
+            r#"{"lone": "NL91 \ud83d then \ude00 end", "pair": "\ud83d\ude00"}"#,
+            &["NL91 \u{fffd} then \u{fffd} end", "😀"],
+        ),
+        ("", &[""]),
+    ];
+    for (text, values) in cases {
+        assert_eq!(json::scalars_of_text(text), values, "{text}");
+    }
+    // Deeper than the reader reads: serde_json's skipping read has no depth limit.
+    for depth in [120, 2_000] {
+        let deep = format!("{}\"x\"{}", "[".repeat(depth), "]".repeat(depth));
+        assert_eq!(json::scalars_of_text(&deep), ["x"], "{depth}");
+    }
+}
+
+/// Found while moving argument values off serde_json: a value holding a lone surrogate escape was
+/// left out of the rule text (serde_json read the arguments as JSON, then refused the string), so
+/// an output rule could not see what else it held while the caller's JSON reader takes it whole.
+#[test]
+fn a_lone_surrogate_does_not_hide_an_argument_from_output_rules() {
+    let arguments = r#"{"iban": "NL91ABNA0417164300 \ud83d"}"#;
+    let body = json!({"id": "chatcmpl-1", "choices": [{"index": 0, "finish_reason": "tool_calls",
+        "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
+            "type": "function", "function": {"name": "pay", "arguments": arguments}}]}}]});
+    let answer = parse_answer(Api::ChatCompletions, body.to_string().as_bytes(), true).unwrap();
+    assert_eq!(
+        answer.rule_text.as_deref().unwrap(),
+        "\nNL91ABNA0417164300 \u{fffd}"
+    );
+}

@@ -219,7 +219,7 @@ impl Turn {
         let mut answer = readable
             .then(|| api::parse_answer(asked.api, body, rule_text).ok())
             .flatten();
-        if let Some(id) = answer.as_ref().and_then(|a| a.id.clone()) {
+        if let Some(id) = answer.as_mut().and_then(|a| a.id.take()) {
             self.record.response_id = Some(id);
         }
         // A readable answer keeps its id, model and usage; one that could not be read is replaced
