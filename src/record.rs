@@ -357,15 +357,8 @@ pub fn decided(
     }
     record.decided(version, results, host.now_unix_millis());
     for result in results {
-        let counter = version.checks.get(result.check).and_then(|c| {
-            c.counters.get(match result.outcome {
-                Outcome::Passed => 0,
-                Outcome::Failed => 1,
-                Outcome::Errored => 2,
-            })
-        });
-        if let Some(counter) = counter {
-            host.increment_counter(counter);
+        if let Some(check) = version.checks.get(result.check) {
+            host.increment_counter(result.outcome.counter(&check.counters));
         }
     }
 }

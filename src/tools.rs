@@ -61,13 +61,7 @@ impl ToolResult {
                 (row.name.as_str(), row.test.kind(), &row.counters)
             }
         };
-        let [passed, failed, errored] = counters;
-        let counter = match self.outcome {
-            Outcome::Passed => passed,
-            Outcome::Failed => failed,
-            Outcome::Errored => errored,
-        };
-        Some((name, kind, counter.as_str()))
+        Some((name, kind, self.outcome.counter(counters)))
     }
 }
 

@@ -12,6 +12,16 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// This outcome's metric among a check's `[passed, failed, errored]`.
+    pub fn counter(self, counters: &[String; 3]) -> &str {
+        let [passed, failed, errored] = counters;
+        match self {
+            Self::Passed => passed,
+            Self::Failed => failed,
+            Self::Errored => errored,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Passed => "passed",

@@ -322,14 +322,10 @@ pub(super) fn scalars_of_text(text: &str) -> Vec<String> {
                     .iter()
                     .find(|c| !c.is_ascii_whitespace());
                 if next != Some(&b':') {
-                    // The text is JSON (checked above): a string with no escape is what lies
-                    // between its quotes.
+                    // The text is JSON (checked above): the string is what lies between its
+                    // quotes, decoded.
                     let inner = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"'));
-                    let decoded = inner.and_then(|inner| match inner.contains('\\') {
-                        false => Some(inner.to_owned()),
-                        true => super::reader::decode_lossy(inner),
-                    });
-                    out.extend(decoded);
+                    out.extend(inner.and_then(super::reader::decode_lossy));
                 }
                 i = end;
             }

@@ -64,11 +64,10 @@ impl Turn {
         }
         let version = Rc::clone(&check.asked.version);
         check.checking.answered(host, &version, token, body_size);
-        let tools = &check.asked.version.tools;
         tools_decided(
             host,
             &mut self.record,
-            tools,
+            &version.tools,
             &check.checking.take_results(),
         );
         let denial = match check.checking.next() {
