@@ -2,7 +2,8 @@
 //! (recorded from real Envoy, see `tests/fidelity/README.md`) replayed with the fidelity filter
 //! (`tests/fidelity-filter`), asserting the same `expect`. Where the two disagree, the harness is
 //! wrong. One test per scenario, named after it; `scenario_list_matches_the_file` keeps the list
-//! below equal to the file so none is silently missed.
+//! below equal to the file so none is silently missed, and every scenario runs here: a field this
+//! runner does not know (an old `envoy_only` among them) fails the suite instead of being ignored.
 
 // Test helpers outside #[test] functions may unwrap too (clippy.toml covers only the tests).
 #![allow(
@@ -56,12 +57,14 @@ scenarios![
     second_local_reply_from_response_phase,
     local_reply_from_response_headers_replaces_answer,
     local_reply_after_headers_sent_resets,
+    unexported_response_callbacks_are_skipped,
     callout_without_authority_is_bad_argument,
     callout_without_path_is_bad_argument,
     callout_without_method_is_bad_argument,
     callout_to_unknown_cluster_is_bad_argument,
     callout_answer_reaches_the_filter,
     callout_timeout_is_a_504_answer,
+    callout_reset_after_its_headers_arrives_empty,
     held_body_replaced_from_a_callout_after_headers_went,
     request_body_held_across_a_callout_after_headers_went,
     response_headers_pause_with_allow_on_headers_stop_iteration,
@@ -110,8 +113,15 @@ fn scenario_list_matches_the_file() {
     );
 }
 
+/// The fields of a scenario this runner replays (`tests/fidelity/README.md`); `then` steps have
+/// the exchange's fields and `after_ms`.
+const SCENARIO_FIELDS: [&str; 8] = [
+    "name", "rule", "filter", "request", "upstream", "callouts", "expect", "then",
+];
+const STEP_FIELDS: [&str; 5] = ["after_ms", "request", "upstream", "callouts", "expect"];
+
 #[test]
-fn every_scenario_states_its_rule_and_skips_say_why() {
+fn every_scenario_states_its_rule_and_has_only_fields_this_runner_replays() {
     for s in scenarios() {
         let name = s["name"].as_str().unwrap_or_default();
         assert!(
@@ -119,11 +129,27 @@ fn every_scenario_states_its_rule_and_skips_say_why() {
             "{name} states no rule"
         );
         assert!(s.get("expect").is_some(), "{name} has no expect");
-        if let Some(reason) = s.get("envoy_only") {
+        // A field nobody reads here would be a part of the scenario the harness never checked
+        // (as `envoy_only`, which once skipped a scenario and passed): every scenario runs in both.
+        let fields = s.as_object().expect("a scenario is an object").keys();
+        for field in fields {
             assert!(
-                reason.as_str().is_some_and(|r| !r.trim().is_empty()),
-                "{name}: envoy_only must give its reason"
+                SCENARIO_FIELDS.contains(&field.as_str()),
+                "{name}: `{field}` is not a field this runner replays"
             );
+        }
+        for step in s
+            .get("then")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            for field in step.as_object().expect("a step is an object").keys() {
+                assert!(
+                    STEP_FIELDS.contains(&field.as_str()),
+                    "{name}: `then` step field `{field}` is not one this runner replays"
+                );
+            }
         }
     }
 }
@@ -132,17 +158,101 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The fidelity filter, compiled once for all tests (refused when missing or stale).
-fn module() -> &'static Module {
-    static MODULE: OnceLock<Module> = OnceLock::new();
-    MODULE.get_or_init(|| {
-        let wasm = read_fresh_wasm(
+/// The fidelity filter's bytes, read once for all tests (refused when missing or stale).
+fn wasm() -> &'static [u8] {
+    static WASM: OnceLock<Vec<u8>> = OnceLock::new();
+    WASM.get_or_init(|| {
+        read_fresh_wasm(
             &workspace().join("tests/fidelity-filter"),
             "fidelity_filter",
         )
-        .unwrap_or_else(|e| panic!("{e}"));
-        compile(&wasm).unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("{e}"))
     })
+}
+
+/// The fidelity filter, compiled once for all tests.
+fn module() -> &'static Module {
+    static MODULE: OnceLock<Module> = OnceLock::new();
+    MODULE.get_or_init(|| compile(wasm()).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// The module a scenario runs: the fidelity filter, less the exports its `filter.without_exports`
+/// names (as the Envoy runner loads it).
+fn module_for(filter: Option<&Value>) -> Module {
+    let names = text_list(filter.and_then(|f| f.get("without_exports")));
+    if names.is_empty() {
+        return module().clone();
+    }
+    compile(&without_exports(wasm(), &names)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `wasm` with the named exports taken out of its export section (section 7: a vector of name,
+/// kind byte, index); every other byte as it was. Each name must be exported.
+fn without_exports(wasm: &[u8], names: &[String]) -> Vec<u8> {
+    let mut out = wasm[..8].to_vec();
+    let mut pos = 8;
+    let mut removed = Vec::new();
+    while pos < wasm.len() {
+        let id = wasm[pos];
+        let (size, start) = read_leb(wasm, pos + 1);
+        let end = start + size;
+        let mut body = wasm[start..end].to_vec();
+        if id == 7 {
+            let (count, mut at) = read_leb(&body, 0);
+            let mut kept = Vec::new();
+            let mut kept_count = 0;
+            for _ in 0..count {
+                let (length, name_at) = read_leb(&body, at);
+                let name = std::str::from_utf8(&body[name_at..name_at + length]).unwrap();
+                let (_, next) = read_leb(&body, name_at + length + 1);
+                if names.iter().any(|n| n == name) {
+                    removed.push(name.to_owned());
+                } else {
+                    kept.extend_from_slice(&body[at..next]);
+                    kept_count += 1;
+                }
+                at = next;
+            }
+            body = write_leb(kept_count);
+            body.extend(kept);
+        }
+        out.push(id);
+        out.extend(write_leb(body.len()));
+        out.extend(body);
+        pos = end;
+    }
+    removed.sort();
+    let mut wanted = names.to_vec();
+    wanted.sort();
+    assert_eq!(removed, wanted, "the fidelity filter exports each name");
+    out
+}
+
+/// An unsigned LEB128 number at `at`, and where what follows it starts.
+fn read_leb(bytes: &[u8], mut at: usize) -> (usize, usize) {
+    let (mut value, mut shift) = (0usize, 0);
+    loop {
+        let byte = bytes[at];
+        at += 1;
+        value |= usize::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return (value, at);
+        }
+        shift += 7;
+    }
+}
+
+fn write_leb(mut value: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let byte = u8::try_from(value & 0x7f).unwrap();
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
 }
 
 /// The plugin options the Envoy runner configures (`tests/e2e/conftest.py` `fidelity_envoy`).
@@ -188,11 +298,8 @@ fn replay(name: &str) {
         .into_iter()
         .find(|s| s["name"] == name)
         .unwrap_or_else(|| panic!("{name} is not in tests/fidelity/scenarios.json"));
-    if let Some(reason) = scenario.get("envoy_only") {
-        eprintln!("skipped: {name} is envoy_only: {reason}");
-        return;
-    }
-    let mut host = Host::from_module(module(), options(scenario.get("filter")))
+    let module = module_for(scenario.get("filter"));
+    let mut host = Host::from_module(&module, options(scenario.get("filter")))
         .unwrap_or_else(|e| panic!("{name}: the fidelity filter did not start: {e}"));
     exchange(&mut host, &scenario, name);
     for (i, step) in scenario
@@ -235,17 +342,20 @@ struct Answer {
     body_chunks: Vec<String>,
     after_upstream_end: bool,
     hang: bool,
+    /// The answer breaks off after its headers (`"reset"`): Envoy fails the callout.
+    reset: bool,
 }
 
 impl Answer {
     fn from_spec(spec: &Value) -> Self {
-        if spec == "timeout" {
+        if spec == "timeout" || spec == "reset" {
             return Self {
                 status: 0,
                 headers: Vec::new(),
                 body_chunks: Vec::new(),
                 after_upstream_end: false,
-                hang: true,
+                hang: spec == "timeout",
+                reset: spec == "reset",
             };
         }
         let mut body_chunks = text_list(spec.get("body_chunks"));
@@ -262,6 +372,7 @@ impl Answer {
             body_chunks,
             after_upstream_end: spec.get("after").and_then(Value::as_str) == Some("upstream_end"),
             hang: false,
+            reset: false,
         }
     }
 
@@ -273,6 +384,7 @@ impl Answer {
             body_chunks: vec!["upstream was not scripted".to_owned()],
             after_upstream_end: false,
             hang: false,
+            reset: false,
         }
     }
 
@@ -330,6 +442,10 @@ impl Callouts<'_> {
                     self.received.push(path);
                 }
                 if answer.hang {
+                    continue;
+                }
+                if answer.reset {
+                    host.fail_callout(c.token).unwrap();
                     continue;
                 }
                 if answer.after_upstream_end {

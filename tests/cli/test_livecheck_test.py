@@ -9,6 +9,7 @@ import subprocess
 from typing import Iterator, Optional
 
 import junitparser
+import yaml
 
 from envoy_process import REPO, cargo_binary, wasm_path
 
@@ -69,12 +70,14 @@ def test_junit_output_parses_with_one_testcase_per_case_and_the_failure_named(tm
 
 
 def test_every_example_case_passes_in_junit_too() -> None:
-    done = run(str(REPO / "examples" / "seed.json"), str(REPO / "examples" / "tests" / "seed.yaml"),
-               "--format", "junit")
+    cases = REPO / "examples" / "tests" / "seed.yaml"
+    names = [case["name"] for case in yaml.safe_load(cases.read_text())["cases"]]
+    done = run(str(REPO / "examples" / "seed.json"), str(cases), "--format", "junit")
     assert done.returncode == 0, done.stdout
     xml = junitparser.JUnitXml.fromstring(done.stdout)
-    suite = next(iter(xml))
-    assert suite.tests >= 7 and suite.failures == 0 and suite.errors == 0
+    (suite,) = xml
+    assert (suite.tests, suite.failures, suite.errors) == (7, 0, 0)
+    assert [case.name for case in suite] == names, "one testcase per case of the file, in its order"
     assert all(case.is_passed for case in suite)
 
 
@@ -156,12 +159,12 @@ def test_a_policy_reading_its_token_from_the_vm_environment_runs_against_a_sidec
     assert wrong.returncode == 1, wrong.stdout + wrong.stderr
     assert "expected the turn passed, but it was refused by polite-in" in wrong.stdout, wrong.stdout
     assert "polite-in errored" in wrong.stdout, wrong.stdout
-    assert unset.returncode != 0 and unset.stdout.count("ok ") == 0
+    assert unset.returncode == 2 and unset.stdout.count("ok ") == 0, "refused before any case ran"
     assert ("the policy's judge_token_env names LIVECHECK_JUDGE_TOKEN, which is not set: with --judge the "
             "sidecar checks the token") in unset.stderr, unset.stderr
 
     short = run(str(policy), str(cases), env={"LIVECHECK_JUDGE_TOKEN": "short"})
-    assert short.returncode != 0
+    assert short.returncode == 2
     assert "LIVECHECK_JUDGE_TOKEN is set, but not to 16 to 256 visible ASCII characters" in short.stderr, short.stderr
     assert "short" not in short.stderr.replace("LIVECHECK_JUDGE_TOKEN is set", "")
     assert token not in right.stdout + wrong.stdout + unset.stderr

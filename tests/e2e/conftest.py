@@ -9,6 +9,7 @@ import pytest
 from envoy_process import SEED_CONFIG, Envoy, render_config, wasm_path
 from judge_backend_double import JudgeBackendDouble
 from upstream_double import UpstreamDouble
+from wasm_exports import without_exports
 
 
 @pytest.fixture(scope="session")
@@ -49,8 +50,12 @@ def fidelity_envoy(double, tmp_path_factory):
     def get(options: dict) -> Envoy:
         key = json.dumps(options, sort_keys=True)
         if key not in envoys:
+            module = wasm
+            if options.get("without_exports"):
+                module = tmp_path_factory.mktemp("fidelity-wasm") / wasm.name
+                module.write_bytes(without_exports(wasm.read_bytes(), options["without_exports"]))
             config = render_config(
-                wasm,
+                module,
                 double.port,
                 plugin_name="fidelity",
                 plugin_configuration=json.dumps(options.get("plugin_config", {})),

@@ -494,6 +494,18 @@ BEFORE_MATCH = "Pay to "
 NEVER_SENT = [b"NL9", b"1ABNA04", b"17164300", b"ABNA", b"0417", IBAN.encode(), b"today"]
 
 
+# After a cut (docs/cut-matrix.md) the Chat SDK calls end at `data: [DONE]`; the Anthropic and Responses
+# calls read on to the end of the body and raise a connection error on the reset after the closing events.
+ENDS_AT_CLOSING_EVENTS = {"chat"}
+
+
+def is_connection_error(e: BaseException) -> bool:
+    import anthropic
+    import openai
+
+    return isinstance(e, (httpx.TransportError, anthropic.APIConnectionError, openai.APIConnectionError))
+
+
 # --- what the SDK read ------------------------------------------------------------------------------------
 
 

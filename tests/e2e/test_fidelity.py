@@ -22,6 +22,9 @@ SCENARIOS = json.loads(SCENARIOS_PATH.read_text())["scenarios"]
 def _answer(spec) -> Answer:
     if spec == "timeout":
         return Answer(hang=True)
+    if spec == "reset":
+        return Answer(headers={"content-type": "text/plain"}, body_chunks=["the answer breaks off"],
+                      reset_after_headers=True)
     return Answer(
         status=spec.get("status", 200),
         headers=spec.get("headers", {}),
@@ -88,9 +91,15 @@ def test_scenario_matches_envoy(scenario, fidelity_envoy, double):
         raise AssertionError(f"{e}\n--- Envoy log ({envoy.log_path}), last lines:\n{envoy.log()[-2500:]}") from None
 
 
+# The fields both runners replay (tests/fidelity/README.md); harness/tests/fidelity.rs refuses any other.
+SCENARIO_FIELDS = {"name", "rule", "filter", "request", "upstream", "callouts", "expect", "then"}
+
+
 def test_scenario_names_are_unique_and_rules_stated():
     names = [s["name"] for s in SCENARIOS]
     assert len(names) == len(set(names))
     for s in SCENARIOS:
         assert s.get("rule", "").strip(), f"{s['name']} states no rule"
         assert "expect" in s, s["name"]
+        # Every scenario runs in both runners: there is no field to skip one (no `envoy_only`).
+        assert set(s) <= SCENARIO_FIELDS, f"{s['name']}: {set(s) - SCENARIO_FIELDS}"

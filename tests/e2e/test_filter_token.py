@@ -16,6 +16,7 @@ One sidecar for the module, one Envoy per token; no token value is ever logged b
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -28,6 +29,7 @@ import pytest
 from cut_support import x_core_check
 from envoy_process import Envoy, JudgeSidecar, render_config, wasm_path
 from judge_backend_double import FAIL_MARKER
+from tool_check_support import wait_for
 from upstream_double import Answer
 
 TOKEN_VAR = "LIVECHECK_JUDGE_TOKEN"  # the wasm VM's variable (the filter's `judge_token_env`)
@@ -124,6 +126,17 @@ def _judge_401s(envoy: Envoy) -> int:
     return envoy.stats("cluster.livecheck-judge.").get("cluster.livecheck-judge.upstream_rq_401", 0)
 
 
+def _reports_refused(envoy: Envoy) -> int:
+    """Turn reports the sidecar refused (4xx, dropped, never sent again), as the filter counts them."""
+    name = "wasmcustom.livecheck.reports.refused"
+    return envoy.stats(name).get(name, 0)
+
+
+def _refused_paths(sidecar: JudgeSidecar) -> list[str]:
+    """The paths of the callouts the sidecar refused for want of the filter token, in its log's order."""
+    return re.findall(r'refused a callout without the filter token path="([^"]+)"', sidecar.log())
+
+
 def _stored_checks(sidecar: JudgeSidecar, turn_id: str, timeout: float = 5.0) -> list[dict]:
     """The turn's stored results, read through the operator API once the filter's report arrived."""
     request = urllib.request.Request(f"{sidecar.url}/responses/{urllib.parse.quote(turn_id)}/checks",
@@ -183,7 +196,8 @@ def test_with_a_wrong_token_the_judged_check_is_errored_and_the_turn_fails_close
                                                                                   judge_backend):
     double.script(default=_chat_answer(CLEAN_ANSWER))
     judge_backend.reset()
-    before = _judge_401s(wrong_envoy)
+    before, reports_before, refused_before = _judge_401s(wrong_envoy), _reports_refused(wrong_envoy), \
+        len(_refused_paths(sidecar))
 
     raw, finish, text = _chat(wrong_envoy, CLEAN_QUESTION)
 
@@ -191,8 +205,12 @@ def test_with_a_wrong_token_the_judged_check_is_errored_and_the_turn_fails_close
     assert x_core_check(raw.headers) == {"stage": "input", "check": "on-topic", "code": "check_errored"}
     assert not _question_reached_upstream(double), "an undecided question reached upstream"
     assert judge_backend.seen() == [], "the sidecar judged a callout with the wrong token"
-    assert _judge_401s(wrong_envoy) > before, "the sidecar answered 401"
-    assert "refused a callout without the filter token" in sidecar.log()
+    # The turn's report carries the same wrong token: once it went out (the root's next tick) it was
+    # refused too, and dropped, never sent again. So exactly two 401s: the judge's and the report's.
+    wait_for(lambda: _reports_refused(wrong_envoy) > reports_before, 5.0, "the turn's report refused")
+    assert _reports_refused(wrong_envoy) == reports_before + 1
+    assert _judge_401s(wrong_envoy) == before + 2, "the judged check's callout and the turn's report"
+    assert _refused_paths(sidecar)[refused_before:] == ["/v1/judge", "/v1/results/batch"]
     _no_token_in(sidecar.log(), wrong_envoy.log())
 
 

@@ -35,11 +35,14 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from judge_backend_double import TOOL_HOLDS_EXPLANATION
-from tool_check_support import JUDGE_OWN_KEY, McpServerProcess, ToolCheckStack, denied_header, start_sidecar, x_core_check
+from tool_check_support import (JUDGE_OWN_KEY, McpServerProcess, denied_header, stack_owning, start_sidecar,
+                                x_core_check)
 
 REASON_BILLING = "No billing info in email."
 REASON_RIVAL = "Never write to a rival."
 REASON_CARD = "Card numbers may not leave."
+# The filter's fixed sentence for a call `allowed_tools` denies (livecheck_wire::reasons::TOOL_NOT_ALLOWED).
+REASON_NOT_ALLOWED = "The tool is not one this agent may call."
 VERSION_MODEL = "gpt-mcp-judge"
 ROW_MODEL = "claude-mcp-judge"
 CLIENT_TOKEN = "mcp-client-token-never-forwarded"
@@ -92,17 +95,10 @@ def mcp_servers(tmp_path_factory):
 @pytest.fixture(scope="module")
 def stack(double, judge_backend, mcp_servers, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("mcp-tool-checks")
-    sidecar = start_sidecar(judge_backend, workdir)
-    try:
-        s = ToolCheckStack(double, sidecar, workdir, POLICY,
-                           clusters={f"mcp_{kind}": server.port for kind, server in mcp_servers.items()},
-                           routes={path: f"mcp_{kind}" for kind, path in SERVERS.items()})
-    except BaseException:
-        sidecar.close()
-        raise
-    yield s
-    s.close()
-    sidecar.close()
+    with stack_owning(start_sidecar(judge_backend, workdir), double, workdir, POLICY,
+                      clusters={f"mcp_{kind}": server.port for kind, server in mcp_servers.items()},
+                      routes={path: f"mcp_{kind}" for kind, path in SERVERS.items()}) as s:
+        yield s
 
 
 servers = pytest.mark.parametrize("server", list(SERVERS))
@@ -209,9 +205,10 @@ def test_initialize_notifications_and_tools_list_pass_unchecked(stack, mcp_serve
     listed, exchanges = run_client(stack.envoy.url + SERVERS[server], "tools", steps)
 
     assert sorted(t.name for t in listed.tools) == sorted(TOOLS), "tools/list is not filtered"
-    methods = [e.method for e in exchanges]
-    assert methods[:3] == ["initialize", "notifications/initialized", "tools/list"], methods
-    assert all(e.status in (200, 202) and x_core_check(e.headers) is None for e in exchanges)
+    # The server's own statuses: 202 Accepted for a notification (MCP streamable HTTP), 200 for a request.
+    assert [(e.method, e.status) for e in exchanges] == [
+        ("initialize", 200), ("notifications/initialized", 202), ("tools/list", 200)]
+    assert all(x_core_check(e.headers) is None for e in exchanges)
     assert mcp.received()[before:] == []
     assert judge_backend.seen() == []
 
@@ -277,7 +274,7 @@ class Denied:
     tool: str
     arguments: dict
     check: str
-    reason: Optional[str]  # None: not specified (allowed_tools' own sentence)
+    reason: str
     judged: Optional[tuple] = None
     never: tuple = ()  # what of the call must not be in the answer
 
@@ -288,7 +285,7 @@ DENIED = [
     pytest.param(Denied("lookup", {"q": "card 4111111111111111"}, "no-card", REASON_CARD,
                         never=("4111111111111111",)), id="args-pattern-row"),
     # What allowed_tools shows is the filter's own sentence (see the test on its wording below).
-    pytest.param(Denied("delete_account", {"user": "ann-5512"}, "allowed_tools", None,
+    pytest.param(Denied("delete_account", {"user": "ann-5512"}, "allowed_tools", REASON_NOT_ALLOWED,
                         never=("ann-5512",)), id="allowed_tools"),
     pytest.param(Denied("send_email", {"to": "bob@ok.example", "body": "Your invoice 2231."}, "no-billing",
                         REASON_BILLING, ("/v1/chat/completions", VERSION_MODEL), never=("invoice", "2231")),
@@ -317,8 +314,7 @@ def test_a_denied_call_never_reaches_the_server(stack, mcp_servers, judge_backen
         "the denied call reached the MCP server"
     assert result.is_error is True
     (text,) = texts(result)
-    if denied.reason is not None:
-        assert text == denied.reason
+    assert text == denied.reason
     for never in denied.never:
         assert never not in text, f"the answer shows {never!r} of the denied call"
     denial, allowed = tools_call_exchanges(exchanges)
@@ -369,28 +365,41 @@ def test_allowed_tools_reason_does_not_name_the_denied_tool(stack, mcp_servers):
                           headers={"accept": "application/json, text/event-stream"})
     assert x_core_check(response.headers) == denied_header("allowed_tools")
     assert b"delete_account" not in response.content, response.json()
+    assert response.json() == {"jsonrpc": "2.0", "id": 11, "result": {
+        "content": [{"type": "text", "text": REASON_NOT_ALLOWED}], "isError": True}}
 
 
 # --- what cannot be checked is refused, never passed ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("body", [
+# JSON-RPC 2.0's error codes, as src/mcp.rs answers them (the harness pins them: tests/tool_checks.rs).
+PARSE_ERROR, INVALID_REQUEST = -32700, -32600
+NOT_STRICT_JSON = "the body is not valid JSON (or repeats a key), so its tool calls cannot be checked"
+
+
+@pytest.mark.parametrize("body, code, message", [
     pytest.param(b'[{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "lookup", '
-                 b'"arguments": {"q": "card 4111111111111111"}}}]', id="batch-holding-a-tools-call"),
+                 b'"arguments": {"q": "card 4111111111111111"}}}]', INVALID_REQUEST,
+                 "a batch with tools/call cannot be checked: send each tools/call on its own",
+                 id="batch-holding-a-tools-call"),
     pytest.param(b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "lookup", '
-                 b'"arguments": {"q": "fine"}, "arguments": {"q": "card 4111111111111111"}}}', id="a-key-twice"),
+                 b'"arguments": {"q": "fine"}, "arguments": {"q": "card 4111111111111111"}}}', PARSE_ERROR,
+                 NOT_STRICT_JSON, id="a-key-twice"),
     pytest.param(b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "lookup", ',
-                 id="not-json"),
+                 PARSE_ERROR, NOT_STRICT_JSON, id="not-json"),
 ])
-def test_a_tools_call_the_filter_cannot_read_is_refused_with_a_json_rpc_error(stack, mcp_servers, body):
+def test_a_tools_call_the_filter_cannot_read_is_refused_with_a_json_rpc_error(stack, mcp_servers, body, code,
+                                                                              message):
     """README: a batch holding a tools/call, or a body that is not strict JSON, is refused with a
-    JSON-RPC error (never passed unchecked)."""
+    JSON-RPC error (never passed unchecked): HTTP 400, no id (none could be read), the code and a
+    message that names what is wrong and quotes nothing of the body."""
     mcp = mcp_servers["json"]
     before = len(mcp.received())
     response = httpx.post(stack.envoy.url + "/json/mcp", content=body, timeout=CLIENT_TIMEOUT,
                           headers={"content-type": "application/json",
                                    "accept": "application/json, text/event-stream"})
-    answer = response.json()
-    assert isinstance(answer.get("error", {}).get("code"), int) and "result" not in answer, answer
+    assert response.status_code == 400
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json() == {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
     assert b"4111111111111111" not in response.content
     assert mcp.received()[before:] == []

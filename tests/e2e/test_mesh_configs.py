@@ -216,8 +216,11 @@ def test_the_filter_arrived_the_mesh_s_way(stack):
         (fetch,) = stack.code_server.requests()
         assert (fetch.method, fetch.path) == ("GET", "/livecheck-wasm")
         assert stats["wasm.remote_load_fetch_successes"] == 1, "as remote code, its sha256 checked"
-    # The VMs running: `wasm.wasm_vm_count` from Envoy 1.40 on, `wasm.envoy.wasm.runtime.v8.active` before.
-    assert max(stats.get("wasm.wasm_vm_count", 0), stats.get("wasm.envoy.wasm.runtime.v8.active", 0)) >= 1
+    # The VMs running: the one Envoy first loads the module into, then one per thread that runs the
+    # filter, the main thread and the one worker (`--concurrency 1`): three, one plugin's worth.
+    # `wasm.wasm_vm_count` from Envoy 1.40 on, `wasm.envoy.wasm.runtime.v8.active` before (1.40 has both).
+    vms = {stats[k] for k in ("wasm.wasm_vm_count", "wasm.envoy.wasm.runtime.v8.active") if k in stats}
+    assert vms == {3}, {k: v for k, v in stats.items() if k.startswith("wasm.")}
 
 
 def _reached_vendor(double: UpstreamDouble, question: str) -> bool:

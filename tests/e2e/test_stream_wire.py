@@ -13,21 +13,21 @@ the closing events (the opt-in length frame, test_streaming.py, ends those clean
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import itertools
 import json
 import threading
 import time
 from typing import Optional
 
-import anthropic
 import httpx2 as httpx
-import openai
 import pytest
 
 from cut_support import (
     BEFORE_MATCH,
     CLEAN,
     END,
+    ENDS_AT_CLOSING_EVENTS,
     EVERY_SDK_PATH,
     FORBIDDEN,
     MESSAGES,
@@ -39,14 +39,14 @@ from cut_support import (
     Tee,
     _anthropic,
     _openai,
+    is_connection_error,
+    x_core_check,
 )
 from envoy_process import Envoy, render_config, wasm_path
 from upstream_double import Answer, UpstreamDouble, Written
 
 # What a vendor's closing events carry, to see they arrived before any connection error.
 CLOSING = {"anthropic": b'"stop_reason":"refusal"', "chat": b"data: [DONE]", "responses": b"response.incomplete"}
-# SDKs that end at their closing events; the others read to the end of the body.
-ENDS_AT_CLOSING_EVENTS = {"chat"}
 
 WATCHDOG = 20.0
 PROTOCOLS = {"http1": False, "http2": True}
@@ -77,14 +77,15 @@ _ids = itertools.count(1)
 
 
 def run(envoy: Envoy, double: UpstreamDouble, sdk: str, protocol: str, words: list[str], **answer) -> Run:
-    """One streamed call of `sdk` over `protocol`; the double streams `words` (one text delta each)."""
+    """One streamed call of `sdk` over `protocol`; the double streams `words` (one text delta each),
+    or what `answer`'s fields say instead."""
     vendor, path_fn, is_async = EVERY_SDK_PATH[sdk]
     http2 = PROTOCOLS[protocol]
     prefix = f"/wire{next(_ids)}"
     stop = threading.Event()
-    double.add_path(prefix + VENDOR_PATH[vendor], Answer(
-        headers={"content-type": "text/event-stream"}, body_chunks=VENDOR_EVENTS[vendor](0, words=words),
-        watch_peer=True, stop=stop, **{"chunk_delay": 0.02, **answer}))
+    double.add_path(prefix + VENDOR_PATH[vendor], Answer(**{
+        "headers": {"content-type": "text/event-stream"}, "body_chunks": VENDOR_EVENTS[vendor](0, words=words),
+        "chunk_delay": 0.02, **answer, "watch_peer": True, "stop": stop}))
     watchdog = threading.Timer(WATCHDOG, stop.set)
     watchdog.daemon = True
     watchdog.start()
@@ -111,10 +112,6 @@ def run(envoy: Envoy, double: UpstreamDouble, sdk: str, protocol: str, words: li
 def within_budget(r: Run) -> bool:
     """Issue 13: at most the upstream's bytes + 2% + 1 KiB reach the caller."""
     return len(r.raw) <= r.written.body_bytes * 1.02 + 1024
-
-
-def is_connection_error(e: BaseException) -> bool:
-    return isinstance(e, (httpx.TransportError, anthropic.APIConnectionError, openai.APIConnectionError))
 
 
 @protocols
@@ -236,3 +233,36 @@ def test_a_held_round_whose_text_already_failed_ends_without_waiting_for_the_mod
     assert returned < 1.0, f"the caller waited {returned:.2f} s after the round was doomed"
     assert gone is not None and gone < 1.0, f"the upstream kept generating (gone after {gone})"
     assert not w.completed
+
+
+def _gzipped(events: list[bytes], pieces: int = 4) -> list[bytes]:
+    """The events gzipped whole, as an upstream that ignored `accept-encoding: identity` sends them, in
+    `pieces` chunks."""
+    body = gzip.compress(b"".join(events))
+    step = -(-len(body) // pieces)
+    return [body[i:i + step] for i in range(0, len(body), step)]
+
+
+@paths
+def test_a_compressed_stream_is_refused_as_errored_in_the_callers_shape(envoy, double, sdk):
+    """The filter cannot read a compressed stream, so it refuses it at once (as the harness pins:
+    tests/streaming.rs `a_compressed_stream_is_refused_as_errored_in_the_callers_shape`): 200 with
+    X-Core-Check naming the blocking check as errored, no content-encoding, the blocked reply as the
+    vendor's refusal events, nothing of the compressed body, and the stream closed as after a cut."""
+    vendor = EVERY_SDK_PATH[sdk][0]
+    errored = "wasmcustom.livecheck.a.no-iban.errored"
+    before = envoy.stats(errored).get(errored, 0)
+    r = run(envoy, double, sdk, "http1", FORBIDDEN,
+            headers={"content-type": "text/event-stream", "content-encoding": "gzip"},
+            body_chunks=_gzipped(VENDOR_EVENTS[vendor](0, words=FORBIDDEN)))
+
+    assert x_core_check(r.headers) == {"stage": "output", "check": "no-iban", "code": "check_errored"}
+    assert "content-encoding" not in r.headers
+    assert b"Not allowed." in r.raw and CLOSING[vendor] in r.raw, r.raw[-600:]
+    assert b"\x1f\x8b" not in r.raw, "the compressed answer reached the caller"
+    if vendor in ENDS_AT_CLOSING_EVENTS:
+        assert r.raised is None, repr(r.raised)
+        assert r.got == {"text": "Not allowed.", "end": END[vendor][1]}
+    else:
+        assert r.raised is not None and is_connection_error(r.raised), repr(r.raised)
+    assert envoy.stats(errored)[errored] == before + 1

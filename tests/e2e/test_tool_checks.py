@@ -16,7 +16,10 @@ the SDK calls an agent loop makes (`messages.create`, `messages.stream().get_fin
       vendor's refusal shape, with `x-core-check: stage=output, check="<row>", code=tool_call_denied`
       on a non-streamed answer; a row without a reason shows the judge's explanation;
   (c) `allowed_tools` and `args` rows deny without any judge call; unparsable arguments deny;
-  (d) a judge that errors, answers garbage or is slower than the row's `timeout_ms` denies;
+  (d) a judge that errors, answers garbage or is slower than the row's `timeout_ms` denies, the row's
+      result errored (a verdict that the condition holds: failed), streamed answers counted alike; a
+      streamed answer still being written is reset after the refusal (the Anthropic and Responses SDKs
+      raise, as after any cut), one whose end the verdict was waited for ends cleanly;
   (e) the judge reads the user's last 10 messages, oldest first, and nothing else of the turn;
   (f) two calls in one answer, one denied: the answer is denied, and no call of it reaches the caller
       (in a stream too, when the allowed call was complete before the denied one);
@@ -41,6 +44,7 @@ import anthropic
 import openai
 import pytest
 
+from cut_support import ENDS_AT_CLOSING_EVENTS, is_connection_error
 from judge_backend_double import TOOL_CLEAR_EXPLANATION, TOOL_HOLDS_EXPLANATION
 from tool_check_support import (JUDGE_OWN_KEY, Recorder, ToolCheckStack, start_sidecar,
                                 x_core_check)
@@ -59,6 +63,8 @@ REASON_CARD = "Card numbers may not leave."
 REASON_SLOW = "The slow probe could not be checked in time."
 REASON_GARBAGE = "The garbage probe could not be checked."
 REASON_BROKEN = "The broken probe could not be checked."
+# The filter's fixed sentence for a call `allowed_tools` denies (livecheck_wire::reasons::TOOL_NOT_ALLOWED).
+REASON_NOT_ALLOWED = "The tool is not one this agent may call."
 
 AGENT = "mail"
 POLICY = {
@@ -162,9 +168,9 @@ class Got:
     texts: list  # the answer's texts in order (blocks, message items; streamed Chat: content deltas)
     calls: list  # (name, arguments as the SDK gave them)
     ident: tuple  # (id, model, usage numbers), non-streamed only
-    raised: Optional[str] = None  # a connection error after the stream's end (see README: Streamed answers)
+    raised: Optional[BaseException] = None  # the connection error after a cut stream's closing events
     events: list = dataclasses.field(default_factory=list)  # streamed: the SDK's events
-    denials: dict = dataclasses.field(default_factory=dict)  # check -> tool_call_denied counted in Envoy's stats
+    denials: dict = dataclasses.field(default_factory=dict)  # `<row>.failed|errored` -> Envoy's count in the turn
 
 
 SYSTEM = "SYSTEM-PROMPT-MARK: you are the mail agent."
@@ -208,7 +214,7 @@ def anthropic_turn(envoy, stream: bool, messages: Optional[list] = None) -> Got:
                     events.append(event)
                 message = s.get_final_message()
             except Exception as e:  # noqa: BLE001 - an agent loop reads the snapshot then (README)
-                raised = f"{type(e).__name__}: {e}"
+                raised = e
                 message = s.current_message_snapshot
     else:
         message = client.messages.create(**kwargs)
@@ -285,7 +291,7 @@ def responses_turn(envoy, stream: bool, messages: Optional[list] = None) -> Got:
             for event in s:
                 events.append(event)
         except Exception as e:  # noqa: BLE001 - the SDK raises on the reset after a cut (README)
-            raised = f"{type(e).__name__}: {e}"
+            raised = e
     texts: dict = {}
     calls: dict = {}
     for e in events:
@@ -326,10 +332,47 @@ def _same_calls(got: list, expected: list[DoubleToolCall]) -> bool:
     return [(n, _arguments(a)) for n, a in got] == [(c.name, _arguments(c.arguments)) for c in expected]
 
 
+# A streamed answer is cut as test_stream_wire.py's are only while the model still writes: the refusal's
+# closing events go out, then the next upstream chunk (or, when none comes within 50 ms, the filter's timer)
+# resets the stream. A refusal written with the model's last event ends the stream cleanly instead. So the
+# model double's Anthropic and Responses streams below are timed for one outcome (a Chat call ends at
+# `data: [DONE]` either way): after its last call the model goes quiet, QUIET when every row decides as the
+# call completes; when a `when` row reads a call, long enough for its judge (the row's `timeout_ms`, else
+# JUDGE_WAIT), and then it sends an SSE comment (skipped by the filter and the SDKs, as a vendor's keep-alive
+# is) and, QUIET later, the events that end its answer. Either way the refusal goes out while the model still
+# writes, and the stream is reset.
+TAIL_EVENTS = {"anthropic": 2, "responses": 1}  # what the model double sends after its last call
+KEEP_ALIVE = b": keep-alive\n\n"
+QUIET = 0.1  # more than the filter's close grace (50 ms, src/proxy/mod.rs CLOSE_GRACE_MS)
+JUDGE_WAIT = 0.3
+
+
+def _judge_wait(calls: list[DoubleToolCall]) -> Optional[float]:
+    """How long the judges of `calls` may take; None when no `when` row reads any of them."""
+    judged = [r for r in POLICY["agents"][AGENT]["versions"]["1"]["tool_checks"] if "when" in r
+              and any(fnmatchcase(c.name, r.get("tool", "*")) for c in calls)]
+    if not judged:
+        return None
+    return max(r.get("timeout_ms", 0) / 1000 for r in judged) + JUDGE_WAIT
+
+
+def _model_double_answer(vendor: str, calls: list[DoubleToolCall], text: str, stream: bool, timed: bool):
+    answer = model_double_tool_answer(vendor, calls, text=text, stream=stream)
+    if stream and timed and vendor in TAIL_EVENTS:
+        tail, wait = TAIL_EVENTS[vendor], _judge_wait(calls)
+        if wait is None:
+            answer.delays = {-tail: QUIET}
+        else:
+            answer.body_chunks.insert(len(answer.body_chunks) - tail, KEEP_ALIVE)
+            answer.delays = {-tail - 1: wait, -tail: QUIET}
+    return answer
+
+
 def turn(stack, double, vendor: str, stream: bool, cases: list, messages: Optional[list] = None,
-         text: str = TEXT_BEFORE) -> Got:
-    double.script(default=model_double_tool_answer(vendor, [c.call if isinstance(c, Case) else c for c in cases],
-                                                   text=text, stream=stream))
+         text: str = TEXT_BEFORE, timed: bool = True) -> Got:
+    """One turn; `timed=False`: a streamed answer as the model double writes it, its events 10 ms apart."""
+    calls = [c.call if isinstance(c, Case) else c for c in cases]
+    double.script(default=_model_double_answer(vendor, calls, text, stream, timed))
     before = _outcomes(stack)
     got = TURN[vendor](stack.envoy, stream, messages)
     after = _outcomes(stack)
@@ -368,15 +411,19 @@ ANTHROPIC_WIRE_EVENTS = {"message_start", "content_block_start", "content_block_
 
 
 def assert_denied(got: Got, vendor: str, stream: bool, check: str, reason: str, cases: list,
-                  held_headers: bool = False) -> None:
+                  held_headers: bool = False, outcome: str = "failed", reset: bool = True) -> None:
     """The vendor's refusal with `reason` as the only (non-streamed) or last (streamed) text, and
-    nothing of the denied calls. `held_headers`: the policy holds a non-streamed answer's headers."""
+    nothing of the denied calls; Envoy counted one `outcome` (`failed`: the row denied, `errored`:
+    it could not decide) of `check` and no other denying outcome. `held_headers`: the policy holds a
+    non-streamed answer's headers; `reset`: a streamed answer was still being written when it was
+    denied, so the stream is reset after its closing events."""
     assert got.status == 200
     assert got.end == END_DENIED[vendor], (got.end, got.texts, got.raised)
     assert got.calls == [], f"the caller got a tool call: {got.calls}"
     for case in cases:
         for never in case.never:
             assert never not in got.body, f"{never!r} of the denied call reached the caller: {got.body[-1500:]!r}"
+    assert got.denials == {f"{check}.{outcome}": 1}, got.denials
     if not stream:
         assert got.texts == [reason], got.texts
         if held_headers:
@@ -385,7 +432,6 @@ def assert_denied(got: Got, vendor: str, stream: bool, check: str, reason: str, 
         else:
             # The answer's headers went on when they came: the row is named in the stats and results.
             assert x_core_check(got.headers) is None
-        assert got.denials.get(f"{check}.failed", 0) + got.denials.get(f"{check}.errored", 0) >= 1, got.denials
         assert got.ident == (DOUBLE_IDS[vendor], DOUBLE_MODEL[vendor], DOUBLE_USAGE_SEEN[vendor]), \
             "the answer keeps its id, model and usage"
         body = json.loads(got.body)
@@ -422,9 +468,13 @@ def assert_denied(got: Got, vendor: str, stream: bool, check: str, reason: str, 
         assert got.events[-1].type == "response.incomplete", [e.type for e in got.events[-4:]]
         added = [e.item for e in got.events if e.type == "response.output_item.added"]
         assert all(item.type == "message" for item in added), [item.type for item in added]
-    if got.raised is not None:
-        # Anthropic and Responses SDKs raise on the reset that follows the closing events, never before.
-        assert vendor in ("anthropic", "responses"), got.raised
+    # As test_stream_wire.py pins for a cut: the Chat SDK ends at `data: [DONE]`; the Anthropic and
+    # Responses SDKs read on and raise a connection error on the reset after the closing events (asserted
+    # above to have arrived). A stream not reset ends as the vendor's own does: nothing raises.
+    if vendor in ENDS_AT_CLOSING_EVENTS or not reset:
+        assert got.raised is None, repr(got.raised)
+    else:
+        assert got.raised is not None and is_connection_error(got.raised), repr(got.raised)
 
 
 # --- the judge backend double through the real sidecar (no filter involved) -------------------------------
@@ -536,8 +586,7 @@ def test_allowed_tools_denies_a_tool_not_listed_without_asking_the_judge(stack, 
     assert judge_backend.seen() == [], "a call the list denies costs no judge call"
     # The reason allowed_tools shows is the filter's own sentence (the spec does not fix it); whether
     # it names the tool is the next test's question.
-    assert got.texts, got.texts
-    assert_denied(got, vendor, stream, "allowed_tools", got.texts[-1],
+    assert_denied(got, vendor, stream, "allowed_tools", REASON_NOT_ALLOWED,
                   [Case(UNKNOWN_TOOL.call, [n for n in UNKNOWN_TOOL.never if n != b"delete_account"])])
 
 
@@ -599,7 +648,8 @@ def test_with_hold_answer_headers_a_denied_answer_names_its_row(held_stack, doub
 def test_arguments_that_are_not_json_deny_an_args_row(stack, double, judge_backend, vendor, stream):
     judge_backend.reset()
     got = turn(stack, double, vendor, stream, [UNPARSABLE_LOOKUP])
-    assert_denied(got, vendor, stream, "no-card", REASON_CARD, [UNPARSABLE_LOOKUP])
+    # The row cannot read them: undecided, so errored (and denied: a tool check has no `on_error`).
+    assert_denied(got, vendor, stream, "no-card", REASON_CARD, [UNPARSABLE_LOOKUP], outcome="errored")
     assert judge_backend.seen() == []
 
 
@@ -620,12 +670,24 @@ def test_a_judge_that_cannot_decide_denies(stack, double, judge_backend, vendor,
     got = turn(stack, double, vendor, stream, [case])
     took = time.monotonic() - started
 
-    assert_denied(got, vendor, stream, check, reason, [case])
+    # Undecided, not denied by a verdict: the row's result is errored.
+    assert_denied(got, vendor, stream, check, reason, [case], outcome="errored")
     (call,) = judge_backend.tool_checks()
     assert call.tool_check.answered == ("clear" if kind == "slow" else kind), "the judge was asked"
     if kind == "slow":
         # The row's 600 ms, not the double's 2 s (nor the sidecar's 5 s).
         assert 0.5 <= took < 1.8, f"denied after {took:.2f}s"
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "responses"])
+def test_a_denial_written_into_the_held_end_of_a_stream_ends_it_cleanly(stack, double, judge_backend, vendor):
+    """The model ended its answer (its events 10 ms apart) long before the judge decided (the row's 600 ms
+    ran out): the upstream's end is held for the verdict, the refusal is written into it, and the stream
+    ends as the vendor's own would, with nothing for the SDK to raise on (contrast the cuts above)."""
+    judge_backend.reset()
+    case = _probe("slow")
+    got = turn(stack, double, vendor, True, [case], timed=False)
+    assert_denied(got, vendor, True, "slow-judge", REASON_SLOW, [case], outcome="errored", reset=False)
 
 
 # --- (e) what the judge reads ----------------------------------------------------------------------------
@@ -763,9 +825,9 @@ def test_an_answer_whose_calls_are_too_long_to_read_is_withheld(small_stack, dou
     for never in LONG_CALL.never:
         assert never not in got.body, never
     assert judge_backend.seen() == []
-    assert got.denials.get("allowed_tools.errored") == 1, got.denials
-    turn_id = got.headers.get("x-core-response-id")
     rows = ["allowed_tools", *(r["name"] for r in POLICY["agents"][AGENT]["versions"]["1"]["tool_checks"])]
+    assert got.denials == {f"{name}.errored": 1 for name in rows}, got.denials
+    turn_id = got.headers.get("x-core-response-id")
     items, _ = small_stack.wait_checks(turn_id, len(rows))
     assert sorted((i["name"], i["outcome"], i.get("tool"), i.get("call")) for i in items) == \
         sorted((name, "errored", None, None) for name in rows)
@@ -814,7 +876,7 @@ def test_responses_caller_run_items_are_named_by_their_type(stack, double, judge
     not list (whether the reason may name it: test_allowed_tools_reason_does_not_name_the_denied_tool)."""
     judge_backend.reset()
     got = turn(stack, double, "responses", stream, [SHELL_CALL])
-    assert_denied(got, "responses", stream, "allowed_tools", got.texts[-1] if got.texts else "",
+    assert_denied(got, "responses", stream, "allowed_tools", REASON_NOT_ALLOWED,
                   [Case(SHELL_CALL, [b"unique-dir-5521", b"-rf"])])
     assert judge_backend.seen() == []
     items, _raw = stack.wait_checks(got.headers.get("x-core-response-id"), 1)

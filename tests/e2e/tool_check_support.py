@@ -7,11 +7,13 @@
     on a free loopback port, stopped by its PID, with the record of every tool call it received;
   - `Recorder`: an SDK transport that keeps every response byte the caller received (the rest of a body
     the SDK did not read included) and survives the reset that follows a cut;
+  - `stack_owning`: a `ToolCheckStack` that closes its sidecar with it;
   - `x_core_check` (from cut_support): the `X-Core-Check` header parsed as an RFC 8941 dictionary.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -22,7 +24,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import httpx2 as httpx
 
@@ -49,12 +51,17 @@ def judge_backends(base_url: str) -> list[dict]:
     ]
 
 
-def start_sidecar(judge_backend, workdir: pathlib.Path) -> JudgeSidecar:
+def start_sidecar(judge_backend, workdir: pathlib.Path, upstream_port: Optional[int] = None) -> JudgeSidecar:
     """The real sidecar: backends on the judge backend double with keys of their own, the results API
-    behind `API_TOKEN`. Close it with `.close()`."""
+    behind `API_TOKEN`; with `upstream_port`, recovery's `[[upstreams]]` names the model double there
+    for every turn's host. Close it with `.close()`."""
+    # Callers reach Envoy at 127.0.0.1:<its port>: an authority without a port matches any.
+    upstreams = [{"name": "double", "authority": "127.0.0.1", "base_url": f"http://127.0.0.1:{upstream_port}",
+                  "timeout_ms": 5000}] if upstream_port else []
     return JudgeSidecar(
         workdir / "judge", judge_backends(judge_backend.base_url),
         tables={"api": {"token_env": API_TOKEN_ENV}},
+        arrays={"upstreams": upstreams},
         env={API_TOKEN_ENV: API_TOKEN, JUDGE_OWN_KEY_ENV: JUDGE_OWN_KEY},
     )
 
@@ -111,6 +118,23 @@ class ToolCheckStack:
             raise AssertionError(f"{e}; stored: {stored}") from None
         time.sleep(0.3)
         return self.checks(turn)
+
+
+@contextlib.contextmanager
+def stack_owning(sidecar: JudgeSidecar, double, workdir: pathlib.Path, policy: dict,
+                 **options) -> Iterator[ToolCheckStack]:
+    """A ToolCheckStack on `sidecar` (`options` as its own) that closes the sidecar with it, and closes it
+    too when Envoy does not start."""
+    try:
+        stack = ToolCheckStack(double, sidecar, workdir, policy, **options)
+    except BaseException:
+        sidecar.close()
+        raise
+    try:
+        yield stack
+    finally:
+        stack.close()
+        sidecar.close()
 
 
 def wait_for(probe: Callable, timeout: float, what: str, every: float = 0.05):

@@ -18,6 +18,7 @@ import itertools
 import json
 import select
 import socket
+import struct
 import threading
 import time
 from typing import Optional
@@ -35,6 +36,8 @@ class Answer:
     chunked: bool = True
     # Never answer (for callout timeouts): hold the request until the double stops or 10 s pass.
     hang: bool = False
+    # Break off after the headers and the first chunk: the connection is reset (RST), never ended.
+    reset_after_headers: bool = False
     # Answer only after the default (upstream) answer was fully written, plus this many seconds.
     after_upstream_end: Optional[float] = None
     # Before each chunk, check whether the peer (Envoy) closed the connection; if so stop writing.
@@ -44,6 +47,8 @@ class Answer:
     mark: Optional[bytes] = None
     # Wait this long (instead of `chunk_delay`) before the first chunk.
     first_delay: Optional[float] = None
+    # Wait this long (instead of `chunk_delay`) before the chunk at each index (negative: from the end).
+    delays: dict = dataclasses.field(default_factory=dict)
     # Wait this long (instead of `chunk_delay`) before the chunk after the marked one: a model that
     # goes quiet.
     pause_after_mark: Optional[float] = None
@@ -161,6 +166,17 @@ class UpstreamDouble:
                 except (ConnectionResetError, OSError):
                     return True
 
+            def _reset(self, chunks: list) -> None:
+                """Writes `chunks` (chunked), waits for the peer to read them, then resets the connection."""
+                for chunk in chunks:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+                time.sleep(0.1)
+                # SO_LINGER on with a zero timeout: close() sends RST instead of FIN.
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.connection.close()
+                self.close_connection = True
+
             def _answer(self, answer: Answer, written: Written) -> None:
                 if answer.hang:
                     double._stopping.wait(10)
@@ -179,6 +195,9 @@ class UpstreamDouble:
                     self.send_header("content-length", str(sum(len(c) for c in chunks)))
                 self.end_headers()
                 self.wfile.flush()
+                if answer.reset_after_headers:
+                    self._reset(chunks[:1])
+                    return
                 if not (answer.chunked and chunks):
                     self.wfile.write(b"".join(chunks))
                     self.wfile.flush()
@@ -187,6 +206,7 @@ class UpstreamDouble:
                     return
                 for i, chunk in enumerate(chunks):
                     delay = answer.first_delay if (i == 0 and answer.first_delay is not None) else answer.chunk_delay
+                    delay = answer.delays.get(i, answer.delays.get(i - len(chunks), delay))
                     if answer.pause_after_mark is not None and written.marked_at is not None and i > 0 \
                             and answer.mark in chunks[i - 1]:
                         delay = answer.pause_after_mark

@@ -312,10 +312,11 @@ impl Context for Filter {
                 let _ = hostcalls::resume_http_request();
             }
             _ => {
-                let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
-                    .ok()
-                    .flatten()
-                    .unwrap_or_else(|| "none".to_owned());
+                // Raw: after a failed callout Envoy answers BadArgument, on which the SDK panics.
+                let status = match raw::get_header(MapType::HttpCallResponseHeaders, ":status") {
+                    ("Ok", Some(status)) => status,
+                    (host_status, _) => format!("<{host_status}>"),
+                };
                 let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
                     .ok()
                     .flatten()
