@@ -133,8 +133,12 @@ faults-wasm: toolchain
 	touch $(FAULTS_WASM)
 
 # The end-to-end tests: real Envoy, the official SDKs, the sidecar and the lint command from `bins`.
+# pytest-xdist runs E2E_WORKERS files at once (--dist loadfile: a file's tests, and the Envoy its module
+# fixture starts, stay on one worker); most of a test's time is spent waiting on paced streams and
+# timers, so three workers on two cores take ~3 minutes where one took ~8. E2E_WORKERS=0 runs in-process.
+E2E_WORKERS ?= 3
 e2e: venv wasm bins faults-wasm
-	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q tests/e2e
+	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q -n $(E2E_WORKERS) --dist loadfile tests/e2e
 
 # The sidecar's operator pages in headless Chromium (tests/ui): turns through real Envoy and the real
 # sidecar, then the pages driven as an operator would, axe-core's accessibility check on each, the
@@ -215,9 +219,12 @@ image-check: image image-tools
 	python3 scripts/image_registry_check.py --images $(IMAGE_DIR) --wasm $(WASM) --judge $(JUDGE_STATIC)
 
 # The image builder's tests (tests/image/, a few seconds): reproducible bytes, a valid layout, the
-# layer and media types the fetchers read.
-image-tests: venv wasm
-	$(PYTHON) -m pytest -q tests/image
+# layer and media types the fetchers read, and the sidecar's image built from `make judge-static`'s
+# binary, started from its layer alone (chroot, as its user) until /healthz and /readyz answer. The
+# static build is the image's own (release, LTO; a faster profile would test another binary): from
+# scratch ~4.5 CPU-minutes, 6-11.5 minutes of wall time on the shared 2-core machine beside other builds.
+image-tests: venv wasm judge-static
+	LIVECHECK_JUDGE_STATIC=$(abspath $(JUDGE_STATIC)) $(PYTHON) -m pytest -q tests/image
 
 # What checks cost, measured side by side in one run (not part of `make test`: timings are noisy):
 # bench/results.md and bench/latency.png (benches/compare.py: plain Envoy, a no-op wasm filter, livecheck
@@ -363,13 +370,15 @@ bench-floor-stream: wasm venv
 	cargo build --release --locked -p livecheck-judge
 	$(PYTHON) benches/stream_floor.py
 
-# Coverage-guided fuzzing (issue 18; not part of `make test`): cargo-fuzz (libFuzzer) on the nightly
-# toolchain runs each target of fuzz/fuzz_targets/ for FUZZ_SECONDS at `nice -n 10`, from the checked-in
-# seeds in fuzz/corpus/<target>/ and a working corpus in fuzz/target/corpus/<target>/, and prints a table
-# per target (executions, exec/s, coverage, corpus, crashes; also target/fuzz/summary.md). A crash stops
+# Coverage-guided fuzzing (issue 18; not part of `make test`, whose `cargo nextest run` replays every
+# checked-in seed once: fuzz/checks/tests/seeds.rs): cargo-fuzz (libFuzzer) on the nightly toolchain
+# runs each target of fuzz/fuzz_targets/ for FUZZ_SECONDS at `nice -n 10`, from the checked-in seeds in
+# fuzz/corpus/<target>/ and a working corpus in fuzz/target/corpus/<target>/, and prints a table per
+# target (executions, exec/s, coverage, corpus, crashes; also target/fuzz/summary.md). A crash stops
 # that target, leaves its input in fuzz/artifacts/<target>/ and fails the run. fuzz/ is its own cargo
-# workspace: the stable build, clippy and `make test` never see it. `make fuzz-cmin` merges the working
-# corpus back into fuzz/corpus/ (a smallest set of inputs with the same coverage).
+# workspace (the main one never builds libFuzzer); the targets' bodies live in fuzz/checks/, a crate of
+# the main workspace. `make fuzz-cmin` merges the working corpus back into fuzz/corpus/ (a smallest set
+# of inputs with the same coverage).
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= sse_decoder stream_rewriter request_text policy tool_calls sidecar_wire
 CARGO_FUZZ   := $(TOOLS)/bin/cargo-fuzz
@@ -386,6 +395,7 @@ fuzz: $(CARGO_FUZZ) fuzz-toolchain
 
 fuzz-cmin: $(CARGO_FUZZ) fuzz-toolchain
 	python3 scripts/fuzz_run.py --cmin $(FUZZ_TARGETS)
+
 
 # How fast the sidecar stores turn reports (benches/sidecar_ingest.py, ~1 minute): CPU per report and
 # reports per second through POST /v1/results/batch on SQLite. INGEST_BINARIES compares builds.

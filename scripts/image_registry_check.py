@@ -75,7 +75,7 @@ class Server:
             except (urllib.error.URLError, ConnectionError):
                 time.sleep(0.2)
         self.stop()
-        raise Failed(f"{command[0]} did not answer {ready_url} ({self.status()}):\n{log_path.read_text()}")
+        raise Failed(f"{' '.join(command)} did not answer {ready_url} ({self.status()}):\n{log_path.read_text()}")
 
     def stop(self) -> None:
         self.process.terminate()
@@ -186,12 +186,15 @@ url = "sqlite:///{state_dir}/results.sqlite"
 """
 
 
-def check_judge_runs(config: dict, layer: bytes, workdir: pathlib.Path) -> None:
-    """The sidecar's image needs nothing beyond its one layer: no libc, no CA files, no /etc/passwd."""
+def start_judge_from_layer(config: dict, layer: bytes, workdir: pathlib.Path) -> tuple[Server, str, pathlib.Path]:
+    """The sidecar from its image's one layer alone (no libc, no CA files, no /etc/passwd): the layer
+    unpacked into an empty root, the least config written where the image's Env says, the
+    Entrypoint started there by chroot as the image's User (so as root only), until /readyz answers
+    (SQLite in the image's WorkingDir). Returns the running server, its base URL and the state
+    directory on this side of the chroot; the caller stops the server."""
     chroot = shutil.which("chroot")
     if os.geteuid() != 0 or chroot is None:
-        print("run   skipped: needs root and chroot")
-        return
+        raise PermissionError("running the sidecar from its layer needs root and chroot")
     root = workdir / "judge-root"
     with tarfile.open(fileobj=io.BytesIO(layer), mode="r:gz") as tar:
         tar.extractall(root, numeric_owner=True, filter="tar")
@@ -202,9 +205,21 @@ def check_judge_runs(config: dict, layer: bytes, workdir: pathlib.Path) -> None:
     port = free_port()
     config_file.write_text(JUDGE_SMOKE_CONFIG.format(port=port, state_dir=process_config["WorkingDir"]))
     command = [chroot, f"--userspec={process_config['User']}", str(root), *process_config["Entrypoint"]]
-    judge = Server(command, f"http://127.0.0.1:{port}/readyz", workdir / "judge.log", env)
+    base_url = f"http://127.0.0.1:{port}"
+    judge = Server(command, f"{base_url}/readyz", workdir / "judge.log", env)
+    return judge, base_url, root / process_config["WorkingDir"].lstrip("/")
+
+
+def check_judge_runs(config: dict, layer: bytes, workdir: pathlib.Path) -> None:
+    """The pulled sidecar image runs from its layer alone (said skipped when not root)."""
+    try:
+        judge, _, state_dir = start_judge_from_layer(config, layer, workdir)
+    except PermissionError as e:
+        print(f"run   skipped: {e}")
+        return
     judge.stop()
-    state = sorted(p.name for p in (root / process_config["WorkingDir"].lstrip("/")).iterdir())
+    process_config = config["config"]
+    state = sorted(p.name for p in state_dir.iterdir())
     print(f"run   {process_config['Entrypoint'][0]} from the pulled layer in an empty root as "
           f"{process_config['User']}: /readyz 200, stopped (pid {judge.process.pid}, {judge.status()}); "
           f"{process_config['WorkingDir']} holds {', '.join(state)}")

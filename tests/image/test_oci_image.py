@@ -16,6 +16,7 @@ import tarfile
 
 import pytest
 
+import image_registry_check
 import oci_image
 
 TAG = "0.1.0"
@@ -66,6 +67,13 @@ def open_layout(layout: pathlib.Path) -> tuple[dict, dict, dict, bytes]:
 
 def layer_tar(layer: bytes) -> tarfile.TarFile:
     return tarfile.open(fileobj=io.BytesIO(gzip.decompress(layer)), mode="r:")
+
+
+def get_json(url: str) -> dict:
+    """A loopback GET's JSON body (a status other than 200 raises)."""
+    with image_registry_check.NO_PROXY.open(url, timeout=5) as response:
+        assert response.status == 200
+        return json.load(response)
 
 
 def fake_elf(interpreter: bytes | None = None) -> bytes:
@@ -163,7 +171,7 @@ def test_a_file_that_is_not_a_wasm_module_is_refused(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_the_judge_image_runs_its_static_binary_as_a_numeric_non_root_user(tmp_path):
+def test_the_judge_image_config_starts_its_binary_as_a_numeric_non_root_user(tmp_path):
     binary = fake_elf()
     oci_image.write_outputs(oci_image.judge_image(binary, 0), "livecheck-judge", TAG, tmp_path, 0)
     _, _, config, layer = open_layout(tmp_path / "livecheck-judge")
@@ -184,6 +192,24 @@ def test_the_judge_image_runs_its_static_binary_as_a_numeric_non_root_user(tmp_p
         "var/lib": (tarfile.DIRTYPE, 0o755, 0, 0),
         "var/lib/livecheck-judge": (tarfile.DIRTYPE, 0o700, 65532, 65532),
     }
+
+
+def test_the_judge_image_of_the_static_sidecar_serves_from_its_layer_alone(judge_static, tmp_path):
+    """The image built from `make judge-static`'s binary, its layer unpacked into an empty root and
+    started there as its config says (chroot, its user, its Env): /healthz and /readyz answer, the
+    store is in its state directory, and SIGTERM stops it cleanly."""
+    assert oci_image.main(["judge", "--input", str(judge_static), "--out", str(tmp_path / "out"), "--tag", TAG]) == 0
+    _, _, config, layer = open_layout(tmp_path / "out" / "livecheck-judge")
+    with layer_tar(layer) as tar:
+        assert tar.extractfile("livecheck-judge").read() == judge_static.read_bytes()
+    judge, base_url, state_dir = image_registry_check.start_judge_from_layer(config, layer, tmp_path)
+    try:
+        health, ready = get_json(f"{base_url}/healthz"), get_json(f"{base_url}/readyz")
+    finally:
+        judge.stop()
+    assert (health["status"], ready) == ("ok", {"status": "ready"})
+    assert judge.status() == "exit 0", (tmp_path / "judge.log").read_text()
+    assert "results.sqlite" in [p.name for p in state_dir.iterdir()]
 
 
 def test_the_same_judge_binary_gives_the_same_judge_image():

@@ -1,4 +1,15 @@
-//! What several fuzz targets share: a compiled policy, and one streamed answer through the rewriter.
+//! The fuzz targets' bodies, one module each (`<target>::check`, panicking when an input breaks a
+//! property), and what several share: a compiled policy, one streamed answer through the rewriter.
+//! They live here, not in fuzz_targets/, so that two drivers run the same code: cargo-fuzz's
+//! libFuzzer binaries (fuzz/fuzz_targets/, nightly, `make fuzz`) and the seed replay (tests/seeds.rs,
+//! stable, without libFuzzer, in `make test`'s `cargo nextest run`).
+
+pub mod policy;
+pub mod request_text;
+pub mod sidecar_wire;
+pub mod sse_decoder;
+pub mod stream_rewriter;
+pub mod tool_calls;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
