@@ -229,7 +229,9 @@ image-tests: venv wasm judge-static
 # What checks cost, measured side by side in one run (not part of `make test`: timings are noisy):
 # bench/results.md and bench/latency.png (benches/compare.py: plain Envoy, a no-op wasm filter, livecheck
 # and LiteLLM; streamed turns via benches/streaming.py; scanning; memory), bench/results-streaming.md,
-# bench/results-judge.md. Loopback only, every load run bounded; about 10-15 minutes on 2 busy cores.
+# bench/results-judge.md; rule checks natively and in the harness (benches/rule_cost.rs) and the stream
+# rewriter natively (benches/stream_cost.rs). Loopback only, every load run bounded; about 10-15 minutes
+# on 2 busy cores.
 BENCH_VENV := .venv-bench
 OHA        := $(TOOLS)/bin/oha
 
@@ -250,6 +252,7 @@ bench: wasm venv $(OHA) $(BENCH_VENV)/.installed
 	cargo build --release --locked -p upstream-double -p livecheck-judge
 	cargo build --locked -p livecheck --bin livecheck
 	cargo bench --locked --profile bench-native --bench rule_cost
+	$(MAKE) --no-print-directory bench-stream-cost
 	$(BENCH_VENV)/bin/python benches/compare.py
 	$(PYTHON) benches/judge_overhead.py
 	$(MAKE) --no-print-directory bench-tools
@@ -402,6 +405,13 @@ fuzz-cmin: $(CARGO_FUZZ) fuzz-toolchain
 bench-ingest: venv
 	cargo build --release --locked -p livecheck-judge
 	$(PYTHON) benches/sidecar_ingest.py $(INGEST_BINARIES)
+
+# What the stream rewriter costs per upstream event, natively (benches/stream_cost.rs, under a second
+# after its build; part of `make bench`): a clean answer's 2,000 text events of each vendor through it;
+# fails when it was cut, lost text, or rewrote an event no chunk end held text through.
+.PHONY: bench-stream-cost
+bench-stream-cost: toolchain
+	cargo bench --locked --profile bench-native --bench stream_cost
 
 # The demo: Envoy with the filter, the judge sidecar and a local model (SmolLM2-135M from a PyPI wheel,
 # served by llama-server built from the llama-cpp-python sdist into .cache/llama/) until Ctrl-C.

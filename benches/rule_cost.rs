@@ -1,7 +1,9 @@
 //! What rule checks cost per 4 KiB request body: natively (the pure logic) and inside the built
-//! filter in the wasmtime harness (a whole turn with the seed's checks against the same turn with
-//! no checks, so the harness's own cost cancels out). Prints medians of repeated runs, as ratios
-//! and per-request figures measured side by side in one run.
+//! filter in the wasmtime harness (a whole turn, the 4 KiB question and a 1 KiB answer, with the
+//! seed's checks against the same turn with no checks, so the harness's own cost cancels out; the
+//! seed's input rule reads the question, its output rule the answer, and each must have passed on
+//! every turn). Prints medians of repeated runs, as ratios and per-request figures measured side
+//! by side in one run.
 //!
 //! Then the scanning throughput of the bench rule set (`benches/rules.json`: 5 input and 5 output
 //! rules) on Chat requests of 1 KiB, 64 KiB and 1 MiB: natively (the input stage's automaton on the
@@ -41,6 +43,23 @@ fn body_4k() -> String {
         .collect();
     serde_json::json!({"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": text}]})
         .to_string()
+}
+
+/// A Chat Completions answer of about 1 KiB of ordinary text, which passes the seed's output rule.
+fn answer_1k() -> String {
+    let sentence =
+        "Your order 17 left the depot this morning and arrives at the station on Monday. ";
+    let text: String = sentence
+        .repeat(1024 / sentence.len() + 1)
+        .chars()
+        .take(860)
+        .collect();
+    serde_json::json!({
+        "id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": "gpt-4.1-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 900, "completion_tokens": 180, "total_tokens": 1080}})
+    .to_string()
 }
 
 /// A Chat request of exactly `size` bytes of ordinary text, which passes the bench rules.
@@ -83,6 +102,12 @@ fn measure(rounds: usize, iters: u32, mut f: impl FnMut()) -> Duration {
 
 /// One question through the filter; returns how many body bytes reached upstream.
 fn turn(host: &mut Host, body: &str) -> usize {
+    exchange(host, body, None).0
+}
+
+/// One question through the filter, answered with `answer` when given; returns how many body
+/// bytes reached upstream and how many the caller received.
+fn exchange(host: &mut Host, body: &str, answer: Option<&str>) -> (usize, usize) {
     let s = host.new_stream();
     host.send_request_headers(
         s,
@@ -96,8 +121,18 @@ fn turn(host: &mut Host, body: &str) -> usize {
     .ok();
     host.send_request_body(s, body.as_bytes(), true).ok();
     let reached = host.upstream_received(s).body.len();
+    if let Some(answer) = answer {
+        host.send_response_headers(
+            s,
+            &[(":status", "200"), ("content-type", "application/json")],
+            false,
+        )
+        .ok();
+        host.send_response_body(s, answer.as_bytes(), true).ok();
+    }
+    let received = host.caller_received(s).body.len();
     host.finish_stream(s).ok();
-    reached
+    (reached, received)
 }
 
 /// The `.passed` counter of each check (`livecheck.<agent>.<check>`).
@@ -171,41 +206,46 @@ fn main() {
         )
         .unwrap_or_else(|e| panic!("{e}"))
     };
+    let answer = answer_1k();
     let (mut checked, mut unchecked) = (host_with(SEED), host_with(NO_CHECKS));
-    // The turn must really run the checks and reach upstream, or this measures nothing.
+    // The turn must really run the checks, reach upstream and come back whole, or this measures
+    // nothing.
     for host in [&mut checked, &mut unchecked] {
         assert_eq!(
-            turn(host, &body),
-            body.len(),
-            "the question reached upstream"
+            exchange(host, &body, Some(&answer)),
+            (body.len(), answer.len()),
+            "the question reached upstream and the answer the caller"
         );
     }
-    let seed_input = ["livecheck.orders.no-passwords"];
-    let ran_before = passes(&checked, &seed_input);
+    // The input rule reads the question, the output rule the answer.
+    let seed_rules = ["livecheck.orders.no-passwords", "livecheck.orders.no-iban"];
+    let ran_before = passes(&checked, &seed_rules);
     // Interleave the two so machine noise hits both alike.
     let (rounds, per_round) = (15, 300);
     let mut with = Vec::new();
     let mut without = Vec::new();
     for _ in 0..rounds {
         with.push(measure(1, per_round, || {
-            black_box(turn(&mut checked, &body));
+            black_box(exchange(&mut checked, &body, Some(&answer)));
         }));
         without.push(measure(1, per_round, || {
-            black_box(turn(&mut unchecked, &body));
+            black_box(exchange(&mut unchecked, &body, Some(&answer)));
         }));
     }
     let (with, without) = (median(with), median(without));
     ran_on_every_turn(
         &checked,
-        &seed_input,
+        &seed_rules,
         &ran_before,
         u64::from(rounds * per_round),
         "the 4 KiB turns",
     );
 
     println!(
-        "rule-check cost per 4 KiB request body ({} bytes; seed: 1 input rule, 1 output rule)",
-        body.len()
+        "rule-check cost per 4 KiB request body ({} bytes; whole turns answered with {} bytes; \
+         seed: 1 input rule, 1 output rule)",
+        body.len(),
+        answer.len()
     );
     println!("| where | per request |");
     println!("| --- | --- |");

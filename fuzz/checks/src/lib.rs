@@ -3,6 +3,11 @@
 //! They live here, not in fuzz_targets/, so that two drivers run the same code: cargo-fuzz's
 //! libFuzzer binaries (fuzz/fuzz_targets/, nightly, `make fuzz`) and the seed replay (tests/seeds.rs,
 //! stable, without libFuzzer, in `make test`'s `cargo nextest run`).
+//!
+//! Native only, as the sidecar it fuzzes: on wasm targets (the workspace's wasm32 clippy) this crate
+//! compiles to nothing.
+
+#![cfg(not(target_family = "wasm"))]
 
 pub mod policy;
 pub mod request_text;
