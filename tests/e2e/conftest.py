@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from cut_support import RULES_ONLY
 from envoy_process import SEED_CONFIG, Envoy, render_config, wasm_path
 from judge_backend_double import JudgeBackendDouble
 from upstream_double import UpstreamDouble
@@ -34,6 +35,16 @@ def livecheck_envoy(double, tmp_path_factory):
     wasm = wasm_path("livecheck.wasm")
     config = render_config(wasm, double.port, plugin_configuration=SEED_CONFIG.read_text())
     envoy = Envoy(config, tmp_path_factory.mktemp("envoy-livecheck"))
+    yield envoy
+    envoy.stop()
+
+
+@pytest.fixture(scope="module")
+def rules_envoy(double, tmp_path_factory):
+    """Envoy (envoy/livecheck.yaml re-pointed at the double) running livecheck with RULES_ONLY (one
+    blocking output pattern, so answers stream with minimal hold-back), one per test module."""
+    config = render_config(wasm_path("livecheck.wasm"), double.port, plugin_configuration=json.dumps(RULES_ONLY))
+    envoy = Envoy(config, tmp_path_factory.mktemp("envoy-rules"))
     yield envoy
     envoy.stop()
 

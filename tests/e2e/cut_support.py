@@ -506,6 +506,15 @@ def is_connection_error(e: BaseException) -> bool:
     return isinstance(e, (httpx.TransportError, anthropic.APIConnectionError, openai.APIConnectionError))
 
 
+def assert_the_sdk_call_ended_as_after_a_cut(vendor: str, raised: Optional[BaseException]) -> None:
+    """What an SDK call does once a stream was cut (closing events, then a reset): the Chat calls return,
+    the Anthropic and Responses calls raise a connection error."""
+    if vendor in ENDS_AT_CLOSING_EVENTS:
+        assert raised is None, repr(raised)
+    else:
+        assert raised is not None and is_connection_error(raised), repr(raised)
+
+
 # --- what the SDK read ------------------------------------------------------------------------------------
 
 

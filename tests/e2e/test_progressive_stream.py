@@ -27,7 +27,7 @@ import httpx2 as httpx
 import pytest
 
 from cut_support import MESSAGES, RULES_ONLY, VENDOR_EVENTS, VENDOR_PATH, Tee, _anthropic, _openai
-from envoy_process import Envoy, render_config, wasm_path
+from envoy_process import Envoy
 from test_stream_wire import PROTOCOLS
 from upstream_double import Answer, UpstreamDouble
 
@@ -119,14 +119,6 @@ class Reader(threading.Thread):
 # --- one paused stream -------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def envoy(double, tmp_path_factory):
-    config = render_config(wasm_path("livecheck.wasm"), double.port, plugin_configuration=json.dumps(RULES_ONLY))
-    e = Envoy(config, tmp_path_factory.mktemp("envoy-progressive"))
-    yield e
-    e.stop()
-
-
 @dataclasses.dataclass
 class Paused:
     held: str  # the caller's text while the upstream was quiet
@@ -190,12 +182,12 @@ TEXTS = {
 @pytest.mark.parametrize("protocol", list(PROTOCOLS))
 @pytest.mark.parametrize("vendor", ["anthropic", "chat", "responses"])
 @pytest.mark.parametrize("text", list(TEXTS))
-def test_while_the_model_pauses_the_caller_holds_all_text_that_cannot_begin_a_match(envoy, double, vendor,
+def test_while_the_model_pauses_the_caller_holds_all_text_that_cannot_begin_a_match(rules_envoy, double, vendor,
                                                                                    protocol, text):
     before, after = TEXTS[text]
     written = "".join(before)
     expected = must_hold(written)
-    r = read_during_the_pause(envoy, double, vendor, protocol, before, after, expected)
+    r = read_during_the_pause(rules_envoy, double, vendor, protocol, before, after, expected)
 
     assert r.http_version == ("HTTP/2" if PROTOCOLS[protocol] else "HTTP/1.1")
     held_back = written[len(expected):]

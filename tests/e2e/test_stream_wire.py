@@ -32,17 +32,16 @@ from cut_support import (
     FORBIDDEN,
     MESSAGES,
     NEVER_SENT,
-    RULES_ONLY,
     VENDOR_EVENTS,
     VENDOR_PATH,
     AsyncTee,
     Tee,
     _anthropic,
     _openai,
-    is_connection_error,
+    assert_the_sdk_call_ended_as_after_a_cut,
     x_core_check,
 )
-from envoy_process import Envoy, render_config, wasm_path
+from envoy_process import Envoy
 from upstream_double import Answer, UpstreamDouble, Written
 
 # What a vendor's closing events carry, to see they arrived before any connection error.
@@ -52,14 +51,6 @@ WATCHDOG = 20.0
 PROTOCOLS = {"http1": False, "http2": True}
 paths = pytest.mark.parametrize("sdk", list(EVERY_SDK_PATH))
 protocols = pytest.mark.parametrize("protocol", list(PROTOCOLS))
-
-
-@pytest.fixture(scope="module")
-def envoy(double, tmp_path_factory):
-    config = render_config(wasm_path("livecheck.wasm"), double.port, plugin_configuration=json.dumps(RULES_ONLY))
-    e = Envoy(config, tmp_path_factory.mktemp("envoy-stream-wire"))
-    yield e
-    e.stop()
 
 
 @dataclasses.dataclass
@@ -116,9 +107,9 @@ def within_budget(r: Run) -> bool:
 
 @protocols
 @paths
-def test_a_clean_streamed_answer_arrives_whole_at_wire_cost(envoy, double, sdk, protocol):
+def test_a_clean_streamed_answer_arrives_whole_at_wire_cost(rules_envoy, double, sdk, protocol):
     vendor = EVERY_SDK_PATH[sdk][0]
-    r = run(envoy, double, sdk, protocol, CLEAN)
+    r = run(rules_envoy, double, sdk, protocol, CLEAN)
 
     assert r.raised is None, repr(r.raised)
     assert r.http_version == ("HTTP/2" if PROTOCOLS[protocol] else "HTTP/1.1")
@@ -130,11 +121,11 @@ def test_a_clean_streamed_answer_arrives_whole_at_wire_cost(envoy, double, sdk, 
 
 @protocols
 @paths
-def test_after_a_cut_the_call_returns_within_a_second_and_the_upstream_stops(envoy, double, sdk, protocol):
+def test_after_a_cut_the_call_returns_within_a_second_and_the_upstream_stops(rules_envoy, double, sdk, protocol):
     vendor = EVERY_SDK_PATH[sdk][0]
     # ~30 s of events after the match; the cut is timed from the write of the event that confirms it.
     words = FORBIDDEN + [f" w{i}" for i in range(600)]
-    r = run(envoy, double, sdk, protocol, words, chunk_delay=0.05, mark=b"today")
+    r = run(rules_envoy, double, sdk, protocol, words, chunk_delay=0.05, mark=b"today")
     w = r.written
 
     assert w.marked_at is not None
@@ -145,11 +136,9 @@ def test_after_a_cut_the_call_returns_within_a_second_and_the_upstream_stops(env
         assert piece not in r.raw, f"{piece!r} reached the caller"
     assert CLOSING[vendor] in r.raw, "the closing events reached the caller"
     assert json.dumps(BEFORE_MATCH).encode() in r.raw, "the text before the match reached the caller"
+    assert_the_sdk_call_ended_as_after_a_cut(vendor, r.raised)
     if vendor in ENDS_AT_CLOSING_EVENTS:
-        assert r.raised is None, repr(r.raised)
         assert r.got == {"text": BEFORE_MATCH, "end": END[vendor][1]}
-    else:
-        assert r.raised is not None and is_connection_error(r.raised), repr(r.raised)
     assert returned < 1.0, f"the SDK call returned {returned:.2f} s after the cut"
     assert gone is not None and gone < 1.0, f"the upstream kept generating (gone after {gone})"
     assert not w.completed
@@ -159,10 +148,10 @@ def test_after_a_cut_the_call_returns_within_a_second_and_the_upstream_stops(env
 @protocols
 @pytest.mark.parametrize("sdk", ["anthropic.messages.create(stream=True)", "openai.chat.completions.create(stream=True)",
                                  "openai.responses.create(stream=True)"])
-def test_after_a_cut_a_model_gone_quiet_is_closed_by_the_filters_timer(envoy, double, sdk, protocol):
+def test_after_a_cut_a_model_gone_quiet_is_closed_by_the_filters_timer(rules_envoy, double, sdk, protocol):
     """The model sends nothing for 5 s after the event that confirms the match: no upstream chunk can
     carry the close, so the filter's timer (the root context's tick) resets the stream."""
-    r = run(envoy, double, sdk, protocol, FORBIDDEN + [" more"], mark=b"today", pause_after_mark=5.0)
+    r = run(rules_envoy, double, sdk, protocol, FORBIDDEN + [" more"], mark=b"today", pause_after_mark=5.0)
     w = r.written
 
     returned, gone = r.returned_at - w.marked_at, (w.gone_at - w.marked_at) if w.gone_at else None
@@ -173,7 +162,7 @@ def test_after_a_cut_a_model_gone_quiet_is_closed_by_the_filters_timer(envoy, do
 
 @protocols
 @pytest.mark.parametrize("vendor", ["anthropic", "chat", "responses"])
-def test_a_plain_turn_works_for_http1_and_http2_callers(envoy, double, vendor, protocol):
+def test_a_plain_turn_works_for_http1_and_http2_callers(rules_envoy, double, vendor, protocol):
     """Non-streamed: the shipped config serves HTTP/2 callers too (it had `max_requests_per_connection: 1`,
     on which every HTTP/2 call failed)."""
     prefix = f"/plain{next(_ids)}"
@@ -193,7 +182,7 @@ def test_a_plain_turn_works_for_http1_and_http2_callers(envoy, double, vendor, p
                                                          body_chunks=[json.dumps(bodies[vendor]).encode()],
                                                          chunked=False))
     tee = Tee(http2=PROTOCOLS[protocol])
-    url = envoy.url + prefix
+    url = rules_envoy.url + prefix
     for _ in range(2):  # twice: the connection is reused
         if vendor == "anthropic":
             message = _anthropic(url, {}, http_client=httpx.Client(transport=tee)).messages.create(
@@ -226,10 +215,7 @@ def test_a_held_round_whose_text_already_failed_ends_without_waiting_for_the_mod
     assert b"Never share a password" in r.raw, "the blocked reply"
     for piece in [b"Pay to", *NEVER_SENT]:
         assert piece not in r.raw, f"{piece!r} reached the caller"
-    if vendor in ENDS_AT_CLOSING_EVENTS:
-        assert r.raised is None, repr(r.raised)
-    else:
-        assert r.raised is not None and is_connection_error(r.raised), repr(r.raised)
+    assert_the_sdk_call_ended_as_after_a_cut(vendor, r.raised)
     assert returned < 1.0, f"the caller waited {returned:.2f} s after the round was doomed"
     assert gone is not None and gone < 1.0, f"the upstream kept generating (gone after {gone})"
     assert not w.completed
@@ -244,15 +230,15 @@ def _gzipped(events: list[bytes], pieces: int = 4) -> list[bytes]:
 
 
 @paths
-def test_a_compressed_stream_is_refused_as_errored_in_the_callers_shape(envoy, double, sdk):
+def test_a_compressed_stream_is_refused_as_errored_in_the_callers_shape(rules_envoy, double, sdk):
     """The filter cannot read a compressed stream, so it refuses it at once (as the harness pins:
     tests/streaming.rs `a_compressed_stream_is_refused_as_errored_in_the_callers_shape`): 200 with
     X-Core-Check naming the blocking check as errored, no content-encoding, the blocked reply as the
     vendor's refusal events, nothing of the compressed body, and the stream closed as after a cut."""
     vendor = EVERY_SDK_PATH[sdk][0]
     errored = "wasmcustom.livecheck.a.no-iban.errored"
-    before = envoy.stats(errored).get(errored, 0)
-    r = run(envoy, double, sdk, "http1", FORBIDDEN,
+    before = rules_envoy.stats(errored).get(errored, 0)
+    r = run(rules_envoy, double, sdk, "http1", FORBIDDEN,
             headers={"content-type": "text/event-stream", "content-encoding": "gzip"},
             body_chunks=_gzipped(VENDOR_EVENTS[vendor](0, words=FORBIDDEN)))
 
@@ -260,9 +246,7 @@ def test_a_compressed_stream_is_refused_as_errored_in_the_callers_shape(envoy, d
     assert "content-encoding" not in r.headers
     assert b"Not allowed." in r.raw and CLOSING[vendor] in r.raw, r.raw[-600:]
     assert b"\x1f\x8b" not in r.raw, "the compressed answer reached the caller"
+    assert_the_sdk_call_ended_as_after_a_cut(vendor, r.raised)
     if vendor in ENDS_AT_CLOSING_EVENTS:
-        assert r.raised is None, repr(r.raised)
         assert r.got == {"text": "Not allowed.", "end": END[vendor][1]}
-    else:
-        assert r.raised is not None and is_connection_error(r.raised), repr(r.raised)
-    assert envoy.stats(errored)[errored] == before + 1
+    assert rules_envoy.stats(errored)[errored] == before + 1

@@ -81,15 +81,6 @@ SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 
 
 @pytest.fixture(scope="module")
-def rules_envoy(double, tmp_path_factory):
-    """Envoy (envoy/livecheck.yaml re-pointed at the double) running livecheck with RULES_ONLY."""
-    config = render_config(wasm_path("livecheck.wasm"), double.port, plugin_configuration=json.dumps(RULES_ONLY))
-    envoy = Envoy(config, tmp_path_factory.mktemp("envoy-streaming-rules"))
-    yield envoy
-    envoy.stop()
-
-
-@pytest.fixture(scope="module")
 def framed_envoy(double, tmp_path_factory):
     """As rules_envoy, with the opt-in length frame (and one request per connection, which it needs)."""
     config = render_config(wasm_path("livecheck.wasm"), double.port,

@@ -44,7 +44,7 @@ import anthropic
 import openai
 import pytest
 
-from cut_support import ENDS_AT_CLOSING_EVENTS, is_connection_error
+from cut_support import assert_the_sdk_call_ended_as_after_a_cut
 from judge_backend_double import TOOL_CLEAR_EXPLANATION, TOOL_HOLDS_EXPLANATION
 from tool_check_support import (JUDGE_OWN_KEY, Recorder, ToolCheckStack, start_sidecar,
                                 x_core_check)
@@ -471,10 +471,10 @@ def assert_denied(got: Got, vendor: str, stream: bool, check: str, reason: str, 
     # As test_stream_wire.py pins for a cut: the Chat SDK ends at `data: [DONE]`; the Anthropic and
     # Responses SDKs read on and raise a connection error on the reset after the closing events (asserted
     # above to have arrived). A stream not reset ends as the vendor's own does: nothing raises.
-    if vendor in ENDS_AT_CLOSING_EVENTS or not reset:
-        assert got.raised is None, repr(got.raised)
+    if reset:
+        assert_the_sdk_call_ended_as_after_a_cut(vendor, got.raised)
     else:
-        assert got.raised is not None and is_connection_error(got.raised), repr(got.raised)
+        assert got.raised is None, repr(got.raised)
 
 
 # --- the judge backend double through the real sidecar (no filter involved) -------------------------------
