@@ -277,6 +277,18 @@ soak: wasm venv postgres-tools
 	cargo build --release --locked -p upstream-double -p livecheck-judge
 	$(PYTHON) benches/soak.py
 
+# Replicas under chaos (issue 52; not part of `make test`): three release sidecars on a throwaway PostgreSQL
+# take CHAOS_RATE (20) turn reports a second for CHAOS_SECONDS (300), each turn with its own key and a
+# background judged check, while one replica is SIGKILLed (~1/3) and restarted and PostgreSQL is stopped for
+# CHAOS_DB_DOWN_SECONDS (5) and started again (~2/3); asserts nothing lost or stored twice, every background check judged once with its turn's key but
+# those the killed replica held (counted), duplicate events only of those it had claimed, one alert per check
+# a day; bench/results-replicas.md (benches/chaos_replicas.py; CHAOS_QUICK=1: a 60 s smoke run into
+# target/bench/). Loopback only, bounded in time.
+.PHONY: chaos-replicas
+chaos-replicas: venv postgres-tools
+	cargo build --release --locked -p livecheck-judge
+	$(PYTHON) benches/chaos_replicas.py
+
 # Where a turn's time goes inside Envoy's V8 (issue 16): livecheck.wasm built with `--features profile`
 # into target/profile/ (never the shipped .wasm), timed per callback, host call and phase;
 # bench/results-profile.md (benches/v8_profile.py, ~1-2 min; BENCH_QUICK=1 reports to target/bench/).

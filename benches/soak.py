@@ -28,7 +28,6 @@ import json
 import os
 import pathlib
 import random
-import shutil
 import signal
 import statistics
 import subprocess
@@ -44,6 +43,7 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 from envoy_process import Envoy, JudgeSidecar, render_config, wasm_path  # noqa: E402
 from judge_backend_double import JudgeBackendDouble  # noqa: E402
+from fault_runs import Postgres, finish, stop_all  # noqa: E402
 
 SECONDS = float(os.environ.get("SOAK_SECONDS", "600"))
 CALLERS = int(os.environ.get("SOAK_CALLERS", "1000"))
@@ -241,28 +241,6 @@ async def load(port: int, seconds: float, turns: list) -> None:
 # --- the processes -----------------------------------------------------------------------------------
 
 
-class Postgres:
-    """A throwaway PostgreSQL server (judge/tests/postgres.sh), restarted in place and stopped by it."""
-
-    def __init__(self, workdir: pathlib.Path) -> None:
-        self.dir = workdir / "postgres"
-        script = REPO / "judge" / "tests" / "postgres.sh"
-        self.script = str(script)
-        self.url = subprocess.run([self.script, "start", str(self.dir)], check=True, capture_output=True,
-                                  text=True).stdout.strip()
-
-    def restart(self) -> None:
-        subprocess.run([self.script, "restart", str(self.dir)], check=True)
-
-    def query(self, sql: str) -> list[list[str]]:
-        out = subprocess.run(["psql", self.url, "-At", "-F", "\t", "-c", sql], check=True, capture_output=True,
-                             text=True).stdout
-        return [line.split("\t") for line in out.splitlines() if line]
-
-    def stop(self) -> None:
-        subprocess.run([self.script, "stop", str(self.dir)], check=False)
-
-
 class UpstreamDouble:
     def __init__(self) -> None:
         self.process = subprocess.Popen([str(RELEASE / "upstream-double")], stdin=subprocess.PIPE,
@@ -433,21 +411,8 @@ def main() -> int:
                               duplicates, slopes, mean_rss, growth, spans, memory, unexpected, leaks, failures)
         print(report)
     finally:
-        for process in reversed(started):
-            try:
-                if isinstance(process, JudgeSidecar):
-                    process.close()
-                else:
-                    process.stop()
-            except Exception as e:  # noqa: BLE001 (stop every process whatever one did)
-                print(f"stopping {process}: {e}", file=sys.stderr)
-    for failure in failures:
-        print(f"SOAK FAILED: {failure}", file=sys.stderr)
-    if failures:
-        print(f"the run's logs and stores are kept in {workdir}", file=sys.stderr)
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 1 if failures else 0
+        stop_all(started)
+    return finish("SOAK", failures, workdir)
 
 
 def write_report(turns, events, counted, seen, stored, missing, duplicates, slopes, mean_rss, growth, spans,

@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 use crate::alerts;
 use crate::auth;
 use crate::backend::TurnKey;
-use crate::ids;
+use crate::ids::{self, DAY_MS};
 use crate::server::App;
 use crate::store::{self, Store};
 
@@ -40,7 +40,6 @@ const DEFAULT_LIMIT: i64 = 20;
 const MAX_LIMIT: i64 = 100;
 const DEFAULT_SINCE_DAYS: i64 = 7;
 const MAX_SINCE_DAYS: i64 = 90;
-const DAY_MS: i64 = 86_400_000;
 
 /// The filter's route: reports of finished turns.
 pub fn filter_routes() -> Router<Arc<App>> {
@@ -134,7 +133,12 @@ async fn post_results_batch(
         remember_keys(&app, report, &key);
     }
     let ingested = match store
-        .ingest_many(&valid, &app.webhook_urls(), ids::now_ms())
+        .ingest_many(
+            &valid,
+            &app.webhook_urls(),
+            ids::now_ms(),
+            key_holder(&app, &key),
+        )
         .await
     {
         Ok(i) => i,
@@ -160,9 +164,17 @@ async fn post_results_batch(
     Json(json!({ "stored": stored, "skipped": skipped })).into_response()
 }
 
+/// This replica, as the holder of the turn's key, when the report came with one.
+fn key_holder<'a>(app: &'a App, key: &TurnKey) -> Option<&'a str> {
+    (!key.is_empty()).then(|| app.replica())
+}
+
 /// The key of the turn's background checks is in memory before its pending checks are visible to
 /// the judging loop.
 fn remember_keys(app: &Arc<App>, report: &TurnReport, key: &TurnKey) {
+    if key.is_empty() {
+        return;
+    }
     for check in &report.background {
         app.remember_turn_key(&report.turn_id, &check.name, key.clone());
     }
@@ -184,7 +196,12 @@ async fn ingest(
 ) -> Result<usize, Response> {
     remember_keys(app, report, key);
     let ingested = match store
-        .ingest(report, &app.webhook_urls(), ids::now_ms())
+        .ingest(
+            report,
+            &app.webhook_urls(),
+            ids::now_ms(),
+            key_holder(app, key),
+        )
         .await
     {
         Ok(i) => i,
@@ -198,8 +215,9 @@ async fn ingest(
     Ok(stored)
 }
 
-/// What follows a stored report: keys no pending check needs are dropped, and the event, judging
-/// and alert loops are woken for what it added. `log`: a line for this report at info (a report
+/// What follows a stored report: keys this replica does not hold (no check pending, or another
+/// live replica holds it) are dropped, and the event, judging and alert loops are woken for what
+/// it added. `log`: a line for this report at info (a report
 /// in a batch: at debug, the batch has its own line).
 async fn after_ingest(
     app: &Arc<App>,
@@ -209,7 +227,7 @@ async fn after_ingest(
     log: bool,
 ) {
     for check in &report.background {
-        if !ingested.pending.contains(&check.name) {
+        if !ingested.held.contains(&check.name) {
             app.forget_turn_key(&report.turn_id, &check.name);
         }
     }

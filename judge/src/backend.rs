@@ -47,6 +47,11 @@ impl TurnKey {
         }
     }
 
+    /// Whether the callout carried no key at all.
+    pub fn is_empty(&self) -> bool {
+        self.bearer.is_none() && self.api_key.is_none()
+    }
+
     /// The key for a backend: the style it speaks first, then the other, then its own fallback.
     fn for_backend<'a>(&'a self, backend: &'a Backend) -> Option<&'a str> {
         let (first, second) = match backend.api {

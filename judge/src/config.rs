@@ -344,6 +344,10 @@ pub struct Timing {
     /// Delivery attempts of one alert notification, and the delay between them.
     pub alert_attempts: u32,
     pub alert_retry: Duration,
+    /// How long a replica counts as alive without renewing its row in the store (it renews every
+    /// third of this): the work it claimed, and the background checks whose key it holds, go to the
+    /// other replicas this long after it died.
+    pub replica_lease: Duration,
 }
 
 impl Default for Timing {
@@ -357,6 +361,7 @@ impl Default for Timing {
             poll_every: Duration::from_secs(5),
             alert_attempts: 4,
             alert_retry: Duration::from_secs(30),
+            replica_lease: Duration::from_secs(15),
         }
     }
 }

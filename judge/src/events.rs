@@ -23,7 +23,7 @@ use crate::store::{self, OutboxEvent};
 
 pub const EVENT_TYPE: &str = "response.check_failed";
 /// One delivery attempt's time limit.
-const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 const BATCH: i64 = 50;
 
 /// The event's JSON.
@@ -86,7 +86,9 @@ fn backoff(base: Duration, max: Duration, attempts: i64) -> Duration {
     base.saturating_mul(2u32.saturating_pow(doublings)).min(max)
 }
 
-/// Delivers due events until the app stops; woken early when a result queued one.
+/// Delivers due events until the app stops; woken early when a result queued one. Each event is
+/// claimed first, so one replica delivers it; its outcome is written until the store takes it, so
+/// a database restart does not send it again.
 pub async fn deliver_loop(app: Arc<App>) {
     let Some(store) = app.store().cloned() else {
         return;
@@ -94,15 +96,29 @@ pub async fn deliver_loop(app: Arc<App>) {
     let mut stop = app.stopped();
     loop {
         let mut wait = app.settings().timing.poll_every;
-        match store.due_events(ids::now_ms(), BATCH).await {
+        match store.claimable_events(ids::now_ms(), BATCH).await {
             Ok(due) => {
                 let full = i64::try_from(due.len()).unwrap_or(0) >= BATCH;
                 for event in due {
-                    deliver(&app, &store, event).await;
+                    // A stopping replica claims nothing more.
+                    if *stop.borrow() {
+                        return;
+                    }
+                    match store
+                        .claim_event(app.replica(), &event, ids::now_ms())
+                        .await
+                    {
+                        Ok(true) => deliver(&app, &store, event).await,
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::warn!(error = store::error_kind(&e), "cannot claim an event");
+                            break;
+                        }
+                    }
                 }
                 if full {
                     wait = Duration::ZERO;
-                } else if let Ok(Some(next)) = store.next_event_due().await {
+                } else if let Ok(Some(next)) = store.next_event_due(ids::now_ms()).await {
                     let until = u64::try_from(next - ids::now_ms()).unwrap_or(0);
                     wait = wait.min(Duration::from_millis(until));
                 }
@@ -132,9 +148,10 @@ async fn deliver(app: &App, store: &store::Store, event: OutboxEvent) {
         .unwrap_or_default();
     let Some(hook) = hook else {
         tracing::warn!(event = %event.id, %host, "event for a webhook no longer configured: dropped");
-        if let Err(e) = store.remove_event(&event.id, &event.webhook).await {
-            tracing::warn!(error = store::error_kind(&e), "cannot drop an event");
-        }
+        app.persist("dropping an event", || {
+            store.remove_event(&event.id, &event.webhook)
+        })
+        .await;
         return;
     };
     let timestamp = ids::now_ms().div_euclid(1000);
@@ -157,12 +174,17 @@ async fn deliver(app: &App, store: &store::Store, event: OutboxEvent) {
         Err(_) => None,
     };
     let attempts = event.attempts + 1;
-    let result = if status.is_some_and(|s| (200..300).contains(&s)) {
-        tracing::info!(event = %event.id, %host, attempts, "event delivered");
-        store.remove_event(&event.id, &event.webhook).await
-    } else if attempts >= i64::from(app.settings().timing.event_attempts) {
-        tracing::warn!(event = %event.id, %host, attempts, status = status.unwrap_or(0), "event not delivered: given up");
-        store.remove_event(&event.id, &event.webhook).await
+    let delivered = status.is_some_and(|s| (200..300).contains(&s));
+    if delivered || attempts >= i64::from(app.settings().timing.event_attempts) {
+        if delivered {
+            tracing::info!(event = %event.id, %host, attempts, "event delivered");
+        } else {
+            tracing::warn!(event = %event.id, %host, attempts, status = status.unwrap_or(0), "event not delivered: given up");
+        }
+        app.persist("removing a delivered event", || {
+            store.remove_event(&event.id, &event.webhook)
+        })
+        .await;
     } else {
         let timing = &app.settings().timing;
         let delay = backoff(
@@ -172,15 +194,10 @@ async fn deliver(app: &App, store: &store::Store, event: OutboxEvent) {
         );
         tracing::info!(event = %event.id, %host, attempts, status = status.unwrap_or(0), retry_in_ms = delay.as_millis() as u64, "event delivery failed");
         let next = ids::now_ms() + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX / 2);
-        store
-            .retry_event(&event.id, &event.webhook, attempts, next)
-            .await
-    };
-    if let Err(e) = result {
-        tracing::warn!(
-            error = store::error_kind(&e),
-            "cannot update the event outbox"
-        );
+        app.persist("rescheduling an event", || {
+            store.retry_event(&event.id, &event.webhook, attempts, next)
+        })
+        .await;
     }
 }
 

@@ -71,9 +71,12 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// A day in milliseconds.
+pub const DAY_MS: i64 = 86_400_000;
+
 /// The UTC day (days since the epoch) of a time in milliseconds.
 pub fn utc_day(ms: i64) -> i64 {
-    ms.div_euclid(86_400_000)
+    ms.div_euclid(DAY_MS)
 }
 
 /// RFC 3339 in UTC, to the second: `2026-10-16T09:14:03Z`.

@@ -25,6 +25,7 @@ pub mod limits;
 pub mod pages;
 pub mod pending;
 pub mod prompt;
+pub mod replicas;
 pub mod retry;
 pub mod server;
 pub mod store;

@@ -114,6 +114,7 @@ mod native {
         }
         tracing::info!(
             %listen,
+            replica = %app.replica(),
             timeout_ms = app.settings().timeout.as_millis() as u64,
             max_concurrent = app.settings().max_concurrent,
             filter_token = if filter_token { "required" } else { "none" },
@@ -122,7 +123,7 @@ mod native {
         serve(listener, Arc::clone(&app), shutdown_signal())
             .await
             .map_err(|e| format!("server failed: {e}"))?;
-        app.stop();
+        app.leave().await;
         tracing::info!("livecheck-judge stopped");
         Ok(())
     }
@@ -148,6 +149,8 @@ mod native {
             _ = ctrl_c => {},
             _ = term => {},
         }
-        tracing::info!("shutting down: finishing the judge calls in flight");
+        tracing::info!(
+            "shutting down: finishing the judge calls in flight, then handing this replica's work to the others"
+        );
     }
 }

@@ -6,7 +6,7 @@
 //! Logs name the stage, kind, judge model, backend, outcome, failure and token counts of each call;
 //! never a judged text, a rule, a condition, a tool's name or arguments, a reason, a body or a key.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -33,7 +33,7 @@ use crate::prompt::{self, Kind, Prompt};
 use crate::store::{self, Store};
 use crate::tool_prompt;
 use crate::verdict::{Failure, Reply};
-use crate::{api, auth, events, ids, limits, pages, pending};
+use crate::{api, auth, events, ids, limits, pages, pending, replicas};
 
 /// The running service's state, shared by every request.
 pub struct App {
@@ -42,12 +42,19 @@ pub struct App {
     permits: Semaphore,
     /// The results store; `None` for a judge-only app ([`App::new`]).
     store: Option<Store>,
-    /// The turn's key of each pending background check, by (turn id, check name): memory only.
-    keys: Mutex<HashMap<(String, String), TurnKey>>,
+    /// This process's id among the replicas sharing the store (`rep_…`, new at every start).
+    replica: String,
+    /// The turn's key of each pending background check whose key this replica holds, by (turn id,
+    /// check name), with when it was kept: memory only.
+    keys: Mutex<HashMap<(String, String), (TurnKey, Instant)>>,
+    /// Background judgments at once: at most half the judge's slots, so blocking checks keep theirs.
+    background_slots: Arc<Semaphore>,
+    /// The background workers, awaited when the replica leaves.
+    workers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     events_wake: Notify,
     pending_wake: Notify,
     stop: watch::Sender<bool>,
-    /// The operator pages' login sessions: memory only.
+    /// The operator pages' login sessions (kept in the store, shared by every replica).
     sessions: pages::Sessions,
     /// What full queues refused since start.
     dropped: limits::Dropped,
@@ -78,9 +85,11 @@ impl App {
         Self::build(settings, None)
     }
 
-    /// The whole service: opens the results store (migrating it), then starts the workers that
-    /// judge pending background checks, deliver events and sweep old results (once now, then
-    /// every `timing.sweep_every`). [`App::stop`] ends them.
+    /// The whole service: opens the results store (migrating it), joins the replicas sharing it,
+    /// then starts the workers that keep this replica's lease, judge pending background checks,
+    /// deliver events and sweep old results (once now, then every `timing.sweep_every`).
+    /// [`App::leave`] ends them and hands this replica's work to the others; [`App::stop`] only
+    /// ends them, as a crash would.
     pub async fn start(settings: Settings) -> Result<Arc<Self>, StartError> {
         let queues = store::QueueLimits {
             pending_checks: settings.limits.max_pending_checks,
@@ -91,9 +100,14 @@ impl App {
             .map_err(StartError::Store)?
             .with_queue_limits(queues);
         let app = Self::build(settings, Some(store)).map_err(StartError::Client)?;
-        tokio::spawn(pending::judge_loop(Arc::clone(&app)));
-        tokio::spawn(events::deliver_loop(Arc::clone(&app)));
-        tokio::spawn(sweep_loop(Arc::clone(&app)));
+        replicas::join(&app).await.map_err(StartError::Store)?;
+        let workers = vec![
+            tokio::spawn(replicas::lease_loop(Arc::clone(&app))),
+            tokio::spawn(pending::judge_loop(Arc::clone(&app))),
+            tokio::spawn(events::deliver_loop(Arc::clone(&app))),
+            tokio::spawn(sweep_loop(Arc::clone(&app))),
+        ];
+        *app.workers.lock().unwrap_or_else(PoisonError::into_inner) = workers;
         Ok(app)
     }
 
@@ -107,10 +121,13 @@ impl App {
             .build()?;
         Ok(Arc::new(Self {
             permits: Semaphore::new(settings.max_concurrent),
+            background_slots: Arc::new(Semaphore::new(background_slots(&settings))),
             settings,
             client,
             store,
+            replica: ids::time_ordered("rep_"),
             keys: Mutex::default(),
+            workers: Mutex::default(),
             events_wake: Notify::new(),
             pending_wake: Notify::new(),
             stop: watch::Sender::new(false),
@@ -131,11 +148,73 @@ impl App {
         &self.dropped
     }
 
-    /// Stops the background workers (the HTTP server stops with its own shutdown signal).
+    /// Stops the background workers (the HTTP server stops with its own shutdown signal). The
+    /// replica's claims and keys stay where they are until its lease runs out, as after a crash:
+    /// a clean stop is [`App::leave`].
     pub fn stop(&self) {
         self.stop.send_replace(true);
     }
 
+    /// A clean stop: the workers end, the background checks being judged finish (within the judge
+    /// timeout), then this replica releases what it claimed and leaves the store's replicas, so the
+    /// others take its work at once. The checks whose key only it held are judged without it.
+    pub async fn leave(&self) {
+        self.stop();
+        let workers =
+            std::mem::take(&mut *self.workers.lock().unwrap_or_else(PoisonError::into_inner));
+        // One deadline for all of it: a judge call and an event delivery in flight each end within
+        // their own timeouts (10 s + 10 s by default, inside Kubernetes' 30 s grace period).
+        let deadline =
+            tokio::time::Instant::now() + self.settings.timeout + events::DELIVERY_TIMEOUT;
+        for worker in workers {
+            let _ = timeout_at(deadline, worker).await;
+        }
+        let all = u32::try_from(background_slots(&self.settings)).unwrap_or(u32::MAX);
+        let _ = timeout_at(deadline, self.background_slots.acquire_many(all)).await;
+        if let Some(store) = &self.store {
+            match store.leave(&self.replica).await {
+                Ok(()) => tracing::info!(replica = %self.replica, "left the replicas: claims released"),
+                Err(e) => tracing::warn!(
+                    error = store::error_kind(&e),
+                    "cannot release this replica's claims: the others take them when its lease runs out"
+                ),
+            }
+        }
+    }
+
+    /// This process's id among the replicas sharing the store.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    pub(crate) fn background_slots(&self) -> &Arc<Semaphore> {
+        &self.background_slots
+    }
+
+    /// Runs a store write until it succeeds (tried again every `timing.poll_every`) or the app
+    /// stops (`None`). For writes that record work done outside the store (a verdict, a delivery):
+    /// failing them would have the work done again.
+    pub(crate) async fn persist<T, F, Fut>(&self, what: &'static str, mut write: F) -> Option<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, store::StoreError>>,
+    {
+        let mut stop = self.stopped();
+        loop {
+            match write().await {
+                Ok(done) => return Some(done),
+                Err(e) => tracing::warn!(
+                    error = store::error_kind(&e),
+                    what,
+                    "results store unavailable: trying again"
+                ),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.settings.timing.poll_every) => {}
+                _ = stop.changed() => return None,
+            }
+        }
+    }
     pub(crate) fn stopped(&self) -> watch::Receiver<bool> {
         self.stop.subscribe()
     }
@@ -168,7 +247,19 @@ impl App {
         self.keys
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert((turn_id.to_owned(), check.to_owned()), key);
+            .insert(
+                (turn_id.to_owned(), check.to_owned()),
+                (key, Instant::now()),
+            );
+    }
+
+    /// Keeps only the keys of `held` (the checks whose key the store says this replica holds) and
+    /// those kept within `recent` (their report may not be committed yet).
+    pub(crate) fn retain_turn_keys(&self, held: &HashSet<(String, String)>, recent: Duration) {
+        self.keys
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|id, (_, kept)| held.contains(id) || kept.elapsed() < recent);
     }
 
     pub(crate) fn forget_turn_key(&self, turn_id: &str, check: &str) {
@@ -183,7 +274,7 @@ impl App {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&(turn_id.to_owned(), check.to_owned()))
-            .cloned()
+            .map(|(key, _)| key.clone())
     }
 
     /// Decides one judged check. Never fails: whatever goes wrong is an `errored` verdict.
@@ -277,6 +368,11 @@ impl App {
             }
         }
     }
+}
+
+/// Background judgments at once: half the judge's slots.
+fn background_slots(settings: &Settings) -> usize {
+    (settings.max_concurrent / 2).max(1)
 }
 
 fn outcome_name(outcome: Outcome) -> &'static str {

@@ -4,6 +4,10 @@
 //! they appear, and what the pages show of stored results (rates, failures with links to their
 //! turns, alert state) and never (a judge's own sentence, a tool's name). The content test runs on
 //! SQLite and on PostgreSQL.
+//!
+//! Sessions live in the results store: kept as the SHA-256 of their id only, bounded, ended on
+//! logout (on SQLite and on PostgreSQL); shared by two sidecars on one database (a login on one, a
+//! logout on the other); refused when the store cannot say (503), and impossible without a store.
 
 #![allow(
     clippy::unwrap_used,
@@ -15,7 +19,9 @@
 mod common;
 
 use common::results::*;
-use livecheck_judge::pages::CONTENT_SECURITY_POLICY;
+use livecheck_judge::pages::{Sessions, CONTENT_SECURITY_POLICY};
+use livecheck_judge::store::sessions::MAX_SESSIONS;
+use livecheck_judge::store::Store;
 use livecheck_wire::Outcome::{Errored, Failed, Passed};
 use livecheck_wire::{CheckResult, Stage};
 
@@ -60,8 +66,12 @@ impl Page {
 
 impl Browser {
     fn new(sidecar: &Sidecar) -> Self {
+        Self::at(&sidecar.url)
+    }
+
+    fn at(base: &str) -> Self {
         Self {
-            base: sidecar.url.clone(),
+            base: base.to_owned(),
             client: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
@@ -152,7 +162,16 @@ impl Browser {
         self.post_form("/ui/login", &[("token", TOKEN), ("csrf", &csrf)])
             .await
     }
+
+    fn cookie(&self, name: &str) -> Option<String> {
+        self.cookies
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    }
 }
+
+const SESSION: &str = "__Host-livecheck-session";
 
 fn urlencode(value: &str) -> String {
     value
@@ -580,4 +599,209 @@ async fn pages_show_rates_failures_and_alerts_but_never_a_judges_sentence(db: Db
         assert!(!page.body.contains("QUOTED-MARKER"), "{}", page.body);
     }
     sidecar.stop().await;
+}
+
+on_both!(
+    a_session_is_kept_as_the_sha256_of_its_id_and_ends_on_close,
+    sessions_are_bounded_and_those_ended_or_closest_to_expiry_go,
+);
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+async fn a_session_is_kept_as_the_sha256_of_its_id_and_ends_on_close(db: Db) {
+    let store = Store::open(&db.url).await.unwrap();
+    let sessions = Sessions::default();
+    let before = livecheck_judge::ids::now_ms();
+    let (id, csrf) = sessions.open(&store).await.unwrap().unwrap();
+    assert!(id.len() == 64 && id.bytes().all(|c| c.is_ascii_hexdigit()));
+    assert_ne!(csrf, id);
+    assert_eq!(
+        sessions.csrf(&store, &id).await.unwrap(),
+        Some(csrf.clone())
+    );
+    assert_eq!(sessions.csrf(&store, &id[..63]).await.unwrap(), None);
+    assert_eq!(sessions.csrf(&store, &sha256_hex(&id)).await.unwrap(), None);
+
+    // The database holds the id's SHA-256 and never the id (the cookie's value).
+    let rows = db
+        .rows("SELECT digest, csrf, expires_at FROM sessions")
+        .await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0][..2], [sha256_hex(&id), csrf]);
+    assert!(!rows[0].iter().any(|v| v.contains(&id)));
+    let expires: i64 = rows[0][2]
+        .trim_start_matches("Some(")
+        .trim_end_matches(')')
+        .parse()
+        .unwrap();
+    let twelve_hours = 12 * 3600 * 1000;
+    assert!(
+        (before + twelve_hours..=livecheck_judge::ids::now_ms() + twelve_hours).contains(&expires)
+    );
+
+    sessions.close(&store, &id).await.unwrap();
+    assert_eq!(sessions.csrf(&store, &id).await.unwrap(), None);
+    assert!(db.rows("SELECT digest FROM sessions").await.is_empty());
+    store.close().await;
+}
+
+async fn sessions_are_bounded_and_those_ended_or_closest_to_expiry_go(db: Db) {
+    let store = Store::open(&db.url).await.unwrap();
+    let now = livecheck_judge::ids::now_ms();
+    let live = |digest: &'static str, at: i64| {
+        let store = store.clone();
+        async move { store.session_csrf(digest, at).await.unwrap().is_some() }
+    };
+
+    // A session ends at its expiry, and the next login deletes it.
+    store.open_session("ends", "c", now + 5, now).await.unwrap();
+    assert!(live("ends", now + 4).await);
+    assert!(!live("ends", now + 5).await);
+    store
+        .open_session("longest", "c", now + 9_000_000, now + 10)
+        .await
+        .unwrap();
+    assert_eq!(db.rows("SELECT digest FROM sessions").await, [["longest"]]);
+
+    // Full: a login drops the session closest to expiry, not the oldest.
+    for i in 0..MAX_SESSIONS - 1 {
+        let digest = format!("s{i}");
+        store
+            .open_session(&digest, "c", now + 1_000 + i, now + 10)
+            .await
+            .unwrap();
+    }
+    let count = || async { db.rows("SELECT COUNT(*) FROM sessions").await };
+    assert_eq!(count().await, [[format!("Some({MAX_SESSIONS})")]]);
+    store
+        .open_session("newest", "c", now + 2_000_000, now + 10)
+        .await
+        .unwrap();
+    assert_eq!(count().await, [[format!("Some({MAX_SESSIONS})")]]);
+    assert!(!live("s0", now + 10).await);
+    for kept in ["s1", "longest", "newest"] {
+        assert!(live(kept, now + 10).await, "{kept}");
+    }
+    store.close().await;
+}
+
+/// A sidecar with the operator token on `db`, as one replica of several.
+async fn replica(db: &Db) -> Sidecar {
+    Sidecar::start(db, &with_token()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_from_one_replica_is_known_to_the_other_and_a_logout_on_either_ends_it() {
+    let db = Db::postgres().await;
+    let (one, two) = (replica(&db).await, replica(&db).await);
+
+    // The login form from one replica is accepted by the other (its cookie is the whole state).
+    let mut on_one = Browser::new(&one);
+    let mut on_two = Browser::new(&two);
+    let csrf = on_two.get("/ui/login").await.field("csrf");
+    on_one.cookies = on_two.cookies.clone();
+    let done = on_one
+        .post_form("/ui/login", &[("token", TOKEN), ("csrf", &csrf)])
+        .await;
+    assert_eq!((done.status, done.location()), (303, "/ui/agents"));
+    let id = on_one.cookie(SESSION).unwrap();
+
+    // The other replica knows the session, with the same CSRF token for its forms.
+    on_two.cookies = on_one.cookies.clone();
+    let page = on_two.get("/ui/agents").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let logout_csrf = page.field("csrf");
+    assert_eq!(on_one.get("/ui/agents").await.field("csrf"), logout_csrf);
+
+    // Logged out on the second, the first refuses the cookie too.
+    let out = on_two
+        .post_form("/ui/logout", &[("csrf", &logout_csrf)])
+        .await;
+    assert_eq!((out.status, out.location()), (303, "/ui/login"));
+    on_one.cookies = vec![(SESSION.to_owned(), id.clone())];
+    let refused = on_one.get("/ui/agents").await;
+    assert_eq!((refused.status, refused.location()), (303, "/ui/login"));
+    assert!(db.rows("SELECT digest FROM sessions").await.is_empty());
+    one.stop().await;
+    two.stop().await;
+
+    // A restart logs no one out: a new replica knows a session made before it started.
+    let three = replica(&db).await;
+    let mut b = Browser::new(&three);
+    assert_eq!(b.log_in().await.status, 303);
+    three.stop().await;
+    let four = replica(&db).await;
+    let mut after = Browser::new(&four);
+    after.cookies = b.cookies.clone();
+    assert_eq!(after.get("/ui/agents").await.status, 200);
+    four.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_store_cannot_say_a_session_is_live_no_one_gets_in() {
+    let db = Db::sqlite().await;
+    let sidecar = Sidecar::start(&db, &with_token()).await;
+    let mut b = Browser::new(&sidecar);
+    assert_eq!(b.log_in().await.status, 303);
+    let logout_csrf = b.get("/ui/agents").await.field("csrf");
+    let mut fresh = Browser::new(&sidecar);
+    let login_csrf = fresh.get("/ui/login").await.field("csrf");
+    sidecar.app.store().unwrap().close().await;
+
+    // Let in, the login form would send the browser on to the pages (303): it answers 503.
+    let form = b.get("/ui/login").await;
+    assert_eq!(form.status, 503, "{}", form.body);
+    assert!(form.body.contains("The results store is unavailable."));
+    let page = b.get("/ui/agents").await;
+    assert_eq!(page.status, 503, "{}", page.body);
+    assert!(!page.body.contains("/ui/logout"), "{}", page.body);
+    let out = b.post_form("/ui/logout", &[("csrf", &logout_csrf)]).await;
+    assert_eq!(out.status, 503);
+    let login = fresh
+        .post_form("/ui/login", &[("token", TOKEN), ("csrf", &login_csrf)])
+        .await;
+    assert_eq!(login.status, 503);
+    assert!(!login.set_cookies().iter().any(|c| c.contains("session=")));
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_without_a_store_has_no_login_but_takes_the_bearer_token() {
+    let config = "[api]\ntoken_env = \"LC_TEST_TOKEN\"\n[[backends]]\napi = \"openai\"\n\
+                  base_url = \"http://127.0.0.1:9\"\nmodels = [\"*\"]\n";
+    let judge = common::Judge::start_with_env(config, &|var: &str| {
+        (var == "LC_TEST_TOKEN").then(|| TOKEN.to_owned())
+    })
+    .await;
+    let mut b = Browser::at(&judge.url);
+    let form = b.get("/ui/login").await;
+    assert_eq!(form.status, 503);
+    assert!(
+        form.body.contains("without a results store"),
+        "{}",
+        form.body
+    );
+    assert!(form.set_cookies().is_empty());
+    let login = b
+        .post_form("/ui/login", &[("token", TOKEN), ("csrf", "x")])
+        .await;
+    assert_eq!(login.status, 503);
+    assert!(login.set_cookies().is_empty());
+    b.cookies = vec![(SESSION.to_owned(), "ab".repeat(32))];
+    assert_eq!(b.get("/ui/agents").await.status, 503);
+    let bearer = b.get_with_token("/ui/agents", TOKEN).await;
+    assert_eq!(bearer.status, 503);
+    assert!(bearer.body.contains("without a results store"));
+    assert_eq!(
+        b.get_with_token("/ui/agents", "op-token-7f3a9d")
+            .await
+            .status,
+        401
+    );
 }

@@ -4,7 +4,8 @@
 #
 #   postgres.sh start DIR    initdb + start in DIR; prints the server's URL
 #   postgres.sh stop DIR     stops it (immediate)
-#   postgres.sh restart DIR  stops it (fast) and starts it again on its port (the soak's restart)
+#   postgres.sh restart DIR [DOWN]  stops it (fast) and starts it again on its port, after DOWN seconds
+#                            (default 0: at once; the soak's and the replicas' chaos restart)
 #   postgres.sh run CMD...   starts one in a temp dir, runs CMD with LIVECHECK_TEST_POSTGRES_URL set,
 #                            stops it and removes the dir afterwards, whatever CMD's exit
 set -euo pipefail
@@ -39,9 +40,10 @@ start() {
         || { cat "$dir/initdb.log" >&2; return 1; }
     for _ in 1 2 3; do
         port=$(free_port)
+        # Kept for a restart after an outage (pg_ctl restart reuses them by itself).
+        echo "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >"$dir/options"
         if as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 \
-            -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
-            start >/dev/null; then
+            -o "$(cat "$dir/options")" start >/dev/null; then
             echo "postgres://livecheck@127.0.0.1:$port/postgres"
             return
         fi
@@ -59,16 +61,22 @@ stop() {
 }
 
 restart() {
-    local dir=$1 bin
+    local dir=$1 down=${2:-0} bin
     bin=$(bin_dir)
-    # pg_ctl restart starts the server with the options it was started with (postmaster.opts).
-    as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m fast -w -t 30 restart >/dev/null
+    if [ "$down" = 0 ]; then
+        # pg_ctl restart starts the server with the options it was started with (postmaster.opts).
+        as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m fast -w -t 30 restart >/dev/null
+        return
+    fi
+    as_pg "$bin/pg_ctl" -D "$dir/data" -m fast -w -t 30 stop >/dev/null
+    sleep "$down"
+    as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 -o "$(cat "$dir/options")" start >/dev/null
 }
 
 case "${1:-}" in
     start) start "$2" ;;
     stop) stop "$2" ;;
-    restart) restart "$2" ;;
+    restart) restart "$2" "${3:-0}" ;;
     run)
         shift
         dir=$(mktemp -d /tmp/livecheck-pg.XXXXXX)

@@ -1035,7 +1035,8 @@ async fn a_database_of_the_first_release_is_migrated_with_every_row(db: Db) {
         [
             ["Some(1)", "results"],
             ["Some(2)", "tool_calls"],
-            ["Some(3)", "alert_rules"]
+            ["Some(3)", "alert_rules"],
+            ["Some(4)", "replicas"]
         ]
     );
     // Every row kept, as it was, with no tool and call 0.
@@ -1098,7 +1099,7 @@ async fn a_database_of_the_first_release_is_migrated_with_every_row(db: Db) {
         db.rows("SELECT version FROM livecheck_migrations")
             .await
             .len(),
-        3
+        4
     );
     restarted.stop().await;
 }

@@ -30,11 +30,9 @@ import dataclasses
 import datetime
 import hashlib
 import hmac
-import http.server
 import json
 import re
 import secrets
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -47,6 +45,7 @@ import pytest
 
 from envoy_process import Envoy, JudgeSidecar, envoy_for_judge
 from judge_backend_double import FAIL_MARKER
+from webhook_receiver_double import Delivery, WebhookReceiver
 from upstream_double import Answer
 
 TOKEN = "op-" + secrets.token_hex(16)
@@ -90,50 +89,6 @@ CONFIG = {
 
 
 # --- the webhook receiver ------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Delivery:
-    headers: dict  # lower-cased names
-    body: bytes
-
-
-class WebhookReceiver:
-    """A loopback http.server in a thread: records every POST and answers 204."""
-
-    def __init__(self) -> None:
-        self.deliveries: list[Delivery] = []
-        self._lock = threading.Lock()
-        receiver = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802
-                length = int(self.headers.get("content-length", "0") or 0)
-                body = self.rfile.read(length) if length else b""
-                with receiver._lock:
-                    receiver.deliveries.append(Delivery({k.lower(): v for k, v in self.headers.items()}, body))
-                self.send_response(204)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/hooks/livecheck"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="webhook-receiver", daemon=True)
-        self._thread.start()
-
-    def seen(self) -> list[Delivery]:
-        with self._lock:
-            return list(self.deliveries)
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 def signature_ok(delivery: Delivery, key: bytes) -> bool:

@@ -1,5 +1,7 @@
 //! `GET /ui/login` (the form), `POST /ui/login` (the token in, a session cookie out) and
-//! `POST /ui/logout`. A wrong token gets one sentence, whatever was wrong with it.
+//! `POST /ui/logout`. A wrong token gets one sentence, whatever was wrong with it. Sessions live in
+//! the results store ([`session`]): without a store there is no login, and when the store fails the
+//! answer is 503, never a way in.
 
 use std::sync::Arc;
 
@@ -17,11 +19,15 @@ use super::session::{
 use super::{message, page};
 use crate::auth;
 use crate::server::App;
+use crate::store::{self, StoreError};
 
 const OFF: &str = "The operator pages are off: no operator token is configured ([api] token_env).";
 const FORGED: &str =
     "This form did not come from this page or has expired. Open the page again and retry.";
 const NO_RANDOMNESS: &str = "No session can be started: the system has no randomness to give.";
+const NO_STORE: &str =
+    "This sidecar runs without a results store: the pages and their login need one.";
+const STORE_DOWN: &str = "The results store is unavailable.";
 
 #[derive(Deserialize)]
 pub struct LoginForm {
@@ -35,10 +41,10 @@ pub struct LogoutForm {
 }
 
 pub async fn form(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    match session::operator(app.settings().api_token.as_ref(), app.sessions(), &headers) {
+    match operator(&app, &headers).await {
         Ok(_) => Redirect::to("/ui/agents").into_response(),
-        Err(Refusal::Off) => message(StatusCode::SERVICE_UNAVAILABLE, "Log in", OFF),
-        Err(_) => login_page(StatusCode::OK, None),
+        Err(refusal @ (Refusal::Off | Refusal::NoStore | Refusal::StoreDown)) => refused(refusal),
+        Err(Refusal::WrongToken | Refusal::LogIn) => login_page(StatusCode::OK, None),
     }
 }
 
@@ -75,6 +81,9 @@ pub async fn submit(
     let Some(token) = app.settings().api_token.as_ref() else {
         return message(StatusCode::SERVICE_UNAVAILABLE, "Log in", OFF);
     };
+    let Some(store) = app.store() else {
+        return message(StatusCode::SERVICE_UNAVAILABLE, "Log in", NO_STORE);
+    };
     let Ok(Form(form)) = form else {
         return message(StatusCode::BAD_REQUEST, "Log in", FORGED);
     };
@@ -87,15 +96,17 @@ pub async fn submit(
         tracing::warn!("refused a login: not the operator token");
         return login_page(StatusCode::UNAUTHORIZED, Some("That token is not valid."));
     }
-    let Some((id, _csrf)) = app.sessions().open() else {
-        return message(StatusCode::INTERNAL_SERVER_ERROR, "Log in", NO_RANDOMNESS);
+    let (id, _csrf) = match app.sessions().open(store).await {
+        Ok(Some(session)) => session,
+        Ok(None) => return message(StatusCode::INTERNAL_SERVER_ERROR, "Log in", NO_RANDOMNESS),
+        Err(e) => return store_down("Log in", "a login", &e),
     };
     tracing::info!("operator logged in to the pages");
     let mut response = Redirect::to("/ui/agents").into_response();
     let h = response.headers_mut();
     h.append(
         header::SET_COOKIE,
-        session::set_cookie(SESSION_COOKIE, Some(&id), SESSION_LIFETIME),
+        session::set_cookie(SESSION_COOKIE, Some(&id), app.sessions().lifetime()),
     );
     h.append(
         header::SET_COOKIE,
@@ -109,15 +120,27 @@ pub async fn logout(
     headers: HeaderMap,
     form: Result<Form<LogoutForm>, FormRejection>,
 ) -> Response {
+    let Some(store) = app.store() else {
+        return message(StatusCode::SERVICE_UNAVAILABLE, "Log out", NO_STORE);
+    };
     let id = session::cookie(&headers, SESSION_COOKIE).unwrap_or_default();
-    let live = app.sessions().csrf(id);
-    let genuine = session::same_origin(&headers)
-        && matches!((&live, &form), (Some(csrf), Ok(Form(f))) if session::same(csrf, &f.csrf));
+    let live = if session::same_origin(&headers) {
+        match app.sessions().csrf(store, id).await {
+            Ok(live) => live,
+            Err(e) => return store_down("Log out", "a logout", &e),
+        }
+    } else {
+        None
+    };
+    let genuine =
+        matches!((&live, &form), (Some(csrf), Ok(Form(f))) if session::same(csrf, &f.csrf));
     if !genuine {
         tracing::warn!("refused a logout form: not from this page");
         return message(StatusCode::FORBIDDEN, "Log out", FORGED);
     }
-    app.sessions().close(id);
+    if let Err(e) = app.sessions().close(store, id).await {
+        return store_down("Log out", "a logout", &e);
+    }
     let mut response = Redirect::to("/ui/login").into_response();
     response.headers_mut().append(
         header::SET_COOKIE,
@@ -143,11 +166,32 @@ pub fn refused(refusal: Refusal) -> Response {
             response
         }
         Refusal::LogIn => Redirect::to("/ui/login").into_response(),
+        Refusal::NoStore => message(StatusCode::SERVICE_UNAVAILABLE, "Operator pages", NO_STORE),
+        Refusal::StoreDown => message(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Operator pages",
+            STORE_DOWN,
+        ),
     }
 }
 
+/// The answer when the store failed while a form was handled: nothing changed.
+fn store_down(title: &str, what: &str, e: &StoreError) -> Response {
+    tracing::warn!(
+        error = store::error_kind(e),
+        "refused {what}: the results store is unavailable"
+    );
+    message(StatusCode::SERVICE_UNAVAILABLE, title, STORE_DOWN)
+}
+
+async fn operator(app: &App, headers: &HeaderMap) -> Result<Access, Refusal> {
+    let token = app.settings().api_token.as_ref();
+    session::operator(token, app.sessions(), app.store(), headers).await
+}
+
 /// The operator's access, or the response that refuses the request.
-pub fn guard(app: &App, headers: &HeaderMap) -> Result<Access, Box<Response>> {
-    session::operator(app.settings().api_token.as_ref(), app.sessions(), headers)
+pub async fn guard(app: &App, headers: &HeaderMap) -> Result<Access, Box<Response>> {
+    operator(app, headers)
+        .await
         .map_err(|r| Box::new(refused(r)))
 }

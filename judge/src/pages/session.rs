@@ -1,8 +1,11 @@
 //! Who may see the pages: the operator token (`[api] token_env`) as `Authorization: Bearer`, or a
 //! session from the login form. The session cookie holds a random 256-bit id and nothing else; the
-//! sidecar keeps only its SHA-256 with the session's CSRF token and expiry, in memory (a restart
-//! logs everyone out; sessions are not shared between replicas). The token itself is never in a
-//! cookie, a page or a URL.
+//! results store keeps only its SHA-256 with the session's CSRF token and expiry
+//! ([`crate::store::sessions`]), so every replica on the database knows a login made on any of them,
+//! a logout on any ends it everywhere, and a restart logs no one out. A sidecar without a store (a
+//! judge-only app) has no sessions: only the bearer token gets in, and its pages say there is no
+//! store. When the store cannot say whether a session is live, the request is refused (503), never
+//! let in. The token itself is never in a cookie, a page or a URL.
 //!
 //! Forgery: every form that changes something (login, logout) is a POST that must come from this
 //! origin (`Origin` / `Sec-Fetch-Site`, when the browser sends them) and carry a CSRF token: the
@@ -11,9 +14,7 @@
 //! Path=/` with the `__Host-` prefix; browsers keep `Secure` cookies from `http://127.0.0.1` and
 //! `http://localhost` (secure contexts), and anywhere else the pages must be served over HTTPS.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::{header, HeaderMap, HeaderValue};
 use sha2::{Digest, Sha256};
@@ -21,6 +22,8 @@ use subtle::ConstantTimeEq;
 
 use crate::auth;
 use crate::config::Secret;
+use crate::ids;
+use crate::store::{self, Store, StoreError};
 
 pub const SESSION_COOKIE: &str = "__Host-livecheck-session";
 pub const LOGIN_COOKIE: &str = "__Host-livecheck-login";
@@ -28,19 +31,20 @@ pub const LOGIN_COOKIE: &str = "__Host-livecheck-login";
 pub const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 /// How long a login form may wait before it is sent.
 pub const LOGIN_LIFETIME: Duration = Duration::from_secs(600);
-/// Sessions kept at most; past that the one closest to expiry goes.
-const MAX_SESSIONS: usize = 256;
 
-/// Live sessions by the SHA-256 of their id.
-#[derive(Default)]
+/// The pages' login sessions: what one is (a random id, of which the results store sees only the
+/// SHA-256, a CSRF token, a lifetime). The store keeps them, shared by the replicas; nothing of a
+/// session is kept here.
 pub struct Sessions {
-    live: Mutex<HashMap<[u8; 32], Session>>,
+    lifetime: Duration,
 }
 
-#[derive(Clone)]
-struct Session {
-    csrf: String,
-    expires: Instant,
+impl Default for Sessions {
+    fn default() -> Self {
+        Self {
+            lifetime: SESSION_LIFETIME,
+        }
+    }
 }
 
 /// How a request was let in.
@@ -61,6 +65,10 @@ pub enum Refusal {
     WrongToken,
     /// Neither a token nor a live session: log in.
     LogIn,
+    /// No bearer token, and no store to keep sessions in (a judge-only app): no login possible.
+    NoStore,
+    /// The store could not say whether the session is live.
+    StoreDown,
 }
 
 /// 32 random bytes as hex, or `None` when the OS has no randomness to give (then no session).
@@ -70,8 +78,12 @@ pub fn random_token() -> Option<String> {
     Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-fn digest(id: &str) -> [u8; 32] {
-    Sha256::digest(id.as_bytes()).into()
+/// What the store keeps of a session id: its SHA-256, as hex.
+pub fn digest(id: &str) -> String {
+    Sha256::digest(id.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Whether two tokens are equal, in constant time for equal lengths.
@@ -80,47 +92,33 @@ pub fn same(a: &str, b: &str) -> bool {
 }
 
 impl Sessions {
-    /// A new session: (its id for the cookie, its CSRF token); `None` without randomness.
-    pub fn open(&self) -> Option<(String, String)> {
-        let id = random_token()?;
-        let csrf = random_token()?;
-        let now = Instant::now();
-        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        live.retain(|_, s| s.expires > now);
-        if live.len() >= MAX_SESSIONS {
-            if let Some(oldest) = live.iter().min_by_key(|(_, s)| s.expires).map(|(k, _)| *k) {
-                live.remove(&oldest);
-            }
-        }
-        live.insert(
-            digest(&id),
-            Session {
-                csrf: csrf.clone(),
-                expires: now + SESSION_LIFETIME,
-            },
-        );
-        Some((id, csrf))
+    /// How long a session lasts from login (the cookie's `Max-Age` too).
+    pub fn lifetime(&self) -> Duration {
+        self.lifetime
+    }
+
+    /// A new session, kept in `store` for its lifetime: (its id for the cookie, its CSRF token);
+    /// `None` without randomness.
+    pub async fn open(&self, store: &Store) -> Result<Option<(String, String)>, StoreError> {
+        let (Some(id), Some(csrf)) = (random_token(), random_token()) else {
+            return Ok(None);
+        };
+        let now = ids::now_ms();
+        let lifetime = i64::try_from(self.lifetime.as_millis()).unwrap_or(i64::MAX);
+        store
+            .open_session(&digest(&id), &csrf, now.saturating_add(lifetime), now)
+            .await?;
+        Ok(Some((id, csrf)))
     }
 
     /// The CSRF token of a live session.
-    pub fn csrf(&self, id: &str) -> Option<String> {
-        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        let key = digest(id);
-        match live.get(&key) {
-            Some(s) if s.expires > Instant::now() => Some(s.csrf.clone()),
-            Some(_) => {
-                live.remove(&key);
-                None
-            }
-            None => None,
-        }
+    pub async fn csrf(&self, store: &Store, id: &str) -> Result<Option<String>, StoreError> {
+        store.session_csrf(&digest(id), ids::now_ms()).await
     }
 
-    pub fn close(&self, id: &str) {
-        self.live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&digest(id));
+    /// Ends a session, on every replica.
+    pub async fn close(&self, store: &Store, id: &str) -> Result<(), StoreError> {
+        store.close_session(&digest(id)).await
     }
 }
 
@@ -150,10 +148,11 @@ pub fn set_cookie(name: &str, value: Option<&str>, lifetime: Duration) -> Header
 }
 
 /// Whether a request is the operator's: the bearer token when one is sent (a wrong one is refused,
-/// even with a session), else a live session.
-pub fn operator(
+/// even with a session), else a live session in `store`.
+pub async fn operator(
     token: Option<&Secret>,
     sessions: &Sessions,
+    store: Option<&Store>,
     headers: &HeaderMap,
 ) -> Result<Access, Refusal> {
     let Some(token) = token else {
@@ -166,10 +165,23 @@ pub fn operator(
             Err(Refusal::WrongToken)
         };
     }
-    cookie(headers, SESSION_COOKIE)
-        .and_then(|id| sessions.csrf(id))
-        .map(|csrf| Access::Session { csrf })
-        .ok_or(Refusal::LogIn)
+    let Some(store) = store else {
+        return Err(Refusal::NoStore);
+    };
+    let Some(id) = cookie(headers, SESSION_COOKIE) else {
+        return Err(Refusal::LogIn);
+    };
+    match sessions.csrf(store, id).await {
+        Ok(Some(csrf)) => Ok(Access::Session { csrf }),
+        Ok(None) => Err(Refusal::LogIn),
+        Err(e) => {
+            tracing::warn!(
+                error = store::error_kind(&e),
+                "refused a page: the results store cannot say whether its session is live"
+            );
+            Err(Refusal::StoreDown)
+        }
+    }
 }
 
 /// Whether a form POST comes from this origin, as far as the browser says: `Sec-Fetch-Site` must
@@ -207,26 +219,17 @@ mod tests {
     }
 
     #[test]
-    fn a_session_is_found_by_its_id_only_and_ends_on_close() {
-        let sessions = Sessions::default();
-        let (id, csrf) = sessions.open().unwrap();
+    fn the_store_sees_a_sessions_id_only_as_its_sha256() {
+        let id = random_token().unwrap();
         assert_eq!(id.len(), 64);
-        assert_eq!(sessions.csrf(&id), Some(csrf.clone()));
-        assert_ne!(csrf, id);
-        assert_eq!(sessions.csrf(&id[..63]), None);
-        sessions.close(&id);
-        assert_eq!(sessions.csrf(&id), None);
-    }
-
-    #[test]
-    fn sessions_are_bounded() {
-        let sessions = Sessions::default();
-        let first = sessions.open().unwrap().0;
-        for _ in 0..MAX_SESSIONS {
-            sessions.open().unwrap();
-        }
-        assert_eq!(sessions.csrf(&first), None);
-        assert_eq!(sessions.live.lock().unwrap().len(), MAX_SESSIONS);
+        assert_ne!(random_token().unwrap(), id);
+        let kept = digest(&id);
+        assert_eq!(kept.len(), 64);
+        assert_ne!(kept, id);
+        assert_eq!(
+            digest("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]

@@ -81,12 +81,12 @@ impl Window {
 type Params = Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>;
 
 /// The operator's access, the store and the window, or the page that refuses.
-fn open(
+async fn open(
     app: &App,
     headers: &HeaderMap,
     query: Params,
 ) -> Result<(Access, Store, Window), Box<Response>> {
-    let access = guard(app, headers)?;
+    let access = guard(app, headers).await?;
     let Some(store) = app.store().cloned() else {
         return Err(Box::new(message(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -213,7 +213,7 @@ fn last_fired(alert: &store::AlertView) -> String {
 }
 
 pub async fn agents(State(app): State<Arc<App>>, headers: HeaderMap, query: Params) -> Response {
-    let (access, store, window) = match open(&app, &headers, query) {
+    let (access, store, window) = match open(&app, &headers, query).await {
         Ok(o) => o,
         Err(r) => return *r,
     };
@@ -272,7 +272,7 @@ pub async fn agent(
     Path(agent): Path<String>,
     query: Params,
 ) -> Response {
-    let (access, store, window) = match open(&app, &headers, query) {
+    let (access, store, window) = match open(&app, &headers, query).await {
         Ok(o) => o,
         Err(r) => return *r,
     };
@@ -370,7 +370,7 @@ pub async fn check(
     Path((agent, check)): Path<(String, String)>,
     query: Params,
 ) -> Response {
-    let (access, store, window) = match open(&app, &headers, query) {
+    let (access, store, window) = match open(&app, &headers, query).await {
         Ok(o) => o,
         Err(r) => return *r,
     };
@@ -482,7 +482,7 @@ pub async fn turn(
     Path(id): Path<String>,
     query: Params,
 ) -> Response {
-    let (access, store, _) = match open(&app, &headers, query) {
+    let (access, store, _) = match open(&app, &headers, query).await {
         Ok(o) => o,
         Err(r) => return *r,
     };

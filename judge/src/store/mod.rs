@@ -7,8 +7,10 @@
 //! PostgreSQL that row lock makes a report and a background result of the same turn wait for each
 //! other, so `seq` stays the order decided; SQLite writes through one connection anyway.
 
+mod claims;
 mod migrate;
 mod overview;
+pub mod sessions;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
@@ -138,6 +140,9 @@ pub struct Ingested {
     pub alerts: Vec<AlertCheck>,
     /// Background checks of the report still to judge (new, or pending from an earlier delivery).
     pub pending: Vec<String>,
+    /// Of those, the ones whose turn's key this replica holds now (it came with this report): only
+    /// this replica judges them while it is alive.
+    pub held: Vec<String>,
     /// Background checks stored `errored` ([`QUEUE_FULL_REASON`]): the pending queue was full.
     pub refused_checks: usize,
     /// Webhook deliveries not queued: the outbox was full.
@@ -198,6 +203,30 @@ pub struct PendingCheck {
     /// The `JudgeRequest` as JSON (holds the judged text).
     pub request: String,
     pub alert: Option<Alert>,
+    /// Where the turn's key is.
+    pub key: KeyHolder,
+}
+
+/// Where a pending check's turn's key is, as the replica that claims the check sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyHolder {
+    /// In this replica's memory.
+    Here,
+    /// The report came without one.
+    NoneCame,
+    /// With a replica that is gone: the key is lost.
+    Gone,
+}
+
+/// A check's alert rule as stored (two nullable columns).
+fn alert_from(rate: Option<f64>, over: Option<i64>) -> Option<Alert> {
+    match (rate, over) {
+        (Some(failure_rate), Some(over)) => Some(Alert {
+            failure_rate,
+            over_last: u32::try_from(over).unwrap_or(u32::MAX),
+        }),
+        _ => None,
+    }
 }
 
 /// An event waiting for delivery to one webhook.
@@ -213,6 +242,8 @@ pub struct OutboxEvent {
 #[derive(Debug, Default)]
 pub struct StoredBackground {
     pub stored: bool,
+    /// The check was no longer this replica's (taken over, or its turn erased): nothing stored.
+    pub claim_lost: bool,
     pub events: usize,
     pub alert: Option<AlertCheck>,
     /// Webhook deliveries not queued: the outbox was full.
@@ -333,16 +364,19 @@ impl Store {
     }
 
     /// Stores a report in one transaction: its turn, every result not stored before (with its
-    /// events), and its background checks not judged yet as pending checks.
+    /// events), and its background checks not judged yet as pending checks. `key_holder`: the
+    /// replica that keeps the key the report came with in memory, if one came.
     pub async fn ingest(
         &self,
         report: &TurnReport,
         webhooks: &[String],
         now_ms: i64,
+        key_holder: Option<&str>,
     ) -> Result<Ingested, StoreError> {
         let mut tx = self.pool.begin().await?;
         let mut room = Room::new(self.queues);
-        let mut out = ingest_in(&mut tx, &[report], webhooks, now_ms, &mut room).await?;
+        let mut out =
+            ingest_in(&mut tx, &[report], webhooks, now_ms, key_holder, &mut room).await?;
         tx.commit().await?;
         out.pop().ok_or(StoreError::RowNotFound)
     }
@@ -354,18 +388,22 @@ impl Store {
         reports: &[&TurnReport],
         webhooks: &[String],
         now_ms: i64,
+        key_holder: Option<&str>,
     ) -> Result<Vec<Ingested>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let mut room = Room::new(self.queues);
-        let out = ingest_in(&mut tx, reports, webhooks, now_ms, &mut room).await?;
+        let out = ingest_in(&mut tx, reports, webhooks, now_ms, key_holder, &mut room).await?;
         tx.commit().await?;
         Ok(out)
     }
 
     /// Stores a judged background check's result (mode `background`, attempt 1) and deletes the
-    /// pending check with its text. A turn erased meanwhile stores nothing.
+    /// pending check with its text, if replica `me` still holds its claim: a replica taken for dead
+    /// while it judged stores nothing (the one that took the check over stores its own verdict). A
+    /// turn erased meanwhile stores nothing either.
     pub async fn store_background(
         &self,
+        me: &str,
         turn_id: &str,
         result: &CheckResult,
         webhooks: &[String],
@@ -377,7 +415,21 @@ impl Store {
             .execute(&mut *tx)
             .await?
             .rows_affected();
+        let claimed = sqlx::query(
+            "DELETE FROM pending_checks WHERE turn_id = $1 AND name = $2 AND claimed_by = $3",
+        )
+        .bind(turn_id)
+        .bind(&result.name)
+        .bind(me)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
         let mut out = StoredBackground::default();
+        if claimed == 0 {
+            out.claim_lost = true;
+            tx.rollback().await?;
+            return Ok(out);
+        }
         let mut room = Room::new(self.queues);
         if touched == 1 {
             let StoredTurn {
@@ -403,11 +455,6 @@ impl Store {
                 }
             }
         }
-        sqlx::query("DELETE FROM pending_checks WHERE turn_id = $1 AND name = $2")
-            .bind(turn_id)
-            .bind(&result.name)
-            .execute(&mut *tx)
-            .await?;
         tx.commit().await?;
         self.forget_deleted().await?;
         Ok(out)
@@ -433,35 +480,6 @@ impl Store {
             .execute(&self.pool)
             .await?;
         self.forget_deleted().await
-    }
-
-    /// The oldest pending background checks.
-    pub async fn pending(&self, limit: i64) -> Result<Vec<PendingCheck>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT turn_id, name, request, alert_rate, alert_over FROM pending_checks \
-             ORDER BY created_at, turn_id, name LIMIT $1",
-        )
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let rate: Option<f64> = row.try_get(3)?;
-                let over: Option<i64> = row.try_get(4)?;
-                Ok(PendingCheck {
-                    turn_id: row.try_get(0)?,
-                    name: row.try_get(1)?,
-                    request: row.try_get(2)?,
-                    alert: match (rate, over) {
-                        (Some(failure_rate), Some(over)) => Some(Alert {
-                            failure_rate,
-                            over_last: u32::try_from(over).unwrap_or(u32::MAX),
-                        }),
-                        _ => None,
-                    },
-                })
-            })
-            .collect()
     }
 
     /// A turn by the filter's id (`lc_…`), else by the upstream's response id.
@@ -644,39 +662,6 @@ impl Store {
         Ok(turns)
     }
 
-    /// Events due for delivery.
-    pub async fn due_events(
-        &self,
-        now_ms: i64,
-        limit: i64,
-    ) -> Result<Vec<OutboxEvent>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, webhook, body, attempts FROM event_outbox WHERE next_attempt_at <= $1 \
-             ORDER BY next_attempt_at, created_at, id LIMIT $2",
-        )
-        .bind(now_ms)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(OutboxEvent {
-                    id: row.try_get(0)?,
-                    webhook: row.try_get(1)?,
-                    body: row.try_get(2)?,
-                    attempts: row.try_get(3)?,
-                })
-            })
-            .collect()
-    }
-
-    /// When the next event is due, if any.
-    pub async fn next_event_due(&self) -> Result<Option<i64>, StoreError> {
-        sqlx::query_scalar("SELECT MIN(next_attempt_at) FROM event_outbox")
-            .fetch_one(&self.pool)
-            .await
-    }
-
     /// An event delivered (or given up on): gone from the outbox.
     pub async fn remove_event(&self, id: &str, webhook: &str) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM event_outbox WHERE id = $1 AND webhook = $2")
@@ -687,7 +672,7 @@ impl Store {
             .map(|_| ())
     }
 
-    /// An event whose delivery failed: tried again at `next_ms`.
+    /// An event whose delivery failed: tried again at `next_ms`, by whichever replica claims it then.
     pub async fn retry_event(
         &self,
         id: &str,
@@ -696,7 +681,8 @@ impl Store {
         next_ms: i64,
     ) -> Result<(), StoreError> {
         sqlx::query(
-            "UPDATE event_outbox SET attempts = $1, next_attempt_at = $2 WHERE id = $3 AND webhook = $4",
+            "UPDATE event_outbox SET attempts = $1, next_attempt_at = $2, claimed_by = NULL \
+             WHERE id = $3 AND webhook = $4",
         )
         .bind(attempts)
         .bind(next_ms)
@@ -731,6 +717,7 @@ async fn ingest_in(
     reports: &[&TurnReport],
     webhooks: &[String],
     now_ms: i64,
+    key_holder: Option<&str>,
     room: &mut Room,
 ) -> Result<Vec<Ingested>, StoreError> {
     upsert_turns(tx, reports, now_ms).await?;
@@ -784,7 +771,7 @@ async fn ingest_in(
             .get_mut(report.turn_id.as_str())
             .ok_or(StoreError::RowNotFound)?;
         background_in(
-            tx, report, turn, version, seq, webhooks, now_ms, room, &mut out,
+            tx, report, turn, version, seq, webhooks, now_ms, key_holder, room, &mut out,
         )
         .await?;
         out.dropped_events = room.dropped_events - dropped_before;
@@ -804,6 +791,7 @@ async fn background_in(
     seq: &mut i64,
     webhooks: &[String],
     now_ms: i64,
+    key_holder: Option<&str>,
     room: &mut Room,
     out: &mut Ingested,
 ) -> Result<(), StoreError> {
@@ -825,9 +813,9 @@ async fn background_in(
         }
         let request =
             serde_json::to_string(&check.judge).map_err(|e| StoreError::Encode(Box::new(e)))?;
-        sqlx::query(
-            "INSERT INTO pending_checks (turn_id, name, request, alert_rate, alert_over, created_at) \
-             VALUES ($1, $2, $3, CASE WHEN $7 = 1 THEN $4 END, $5, $6) ON CONFLICT (turn_id, name) DO NOTHING",
+        let inserted = sqlx::query(
+            "INSERT INTO pending_checks (turn_id, name, request, alert_rate, alert_over, created_at, key_holder) \
+             VALUES ($1, $2, $3, CASE WHEN $7 = 1 THEN $4 END, $5, $6, $8) ON CONFLICT (turn_id, name) DO NOTHING",
         )
         .bind(&turn.turn_id)
         .bind(&check.name)
@@ -836,8 +824,20 @@ async fn background_in(
         .bind(check.alert.map(|a| i64::from(a.over_last)))
         .bind(now_ms)
         .bind(i64::from(check.alert.is_some()))
+        .bind(key_holder)
         .execute(&mut **tx)
-        .await?;
+        .await?
+        .rows_affected();
+        let held = match key_holder {
+            None => false,
+            Some(_) if inserted == 1 => true,
+            // Sent again (the first answer was lost): the key is this replica's now unless a live
+            // one holds it or is judging the check.
+            Some(me) => claims::take_key(tx, me, &turn.turn_id, &check.name, now_ms).await?,
+        };
+        if held {
+            out.held.push(check.name.clone());
+        }
         out.pending.push(check.name.clone());
     }
     Ok(())

@@ -53,6 +53,8 @@ pub enum Answer {
     Raw(&'static str),
     /// Wait, then answer a passed verdict (for a tool-call check: the condition does not hold).
     Slow(Duration),
+    /// Wait, then answer this verdict object (a judge model that takes its time).
+    VerdictAfter(Duration, Value),
     /// A 307 to this URL.
     Redirect(String),
 }
@@ -217,6 +219,10 @@ async fn respond(state: &DoubleState, headers: HeaderMap, body: Bytes) -> Respon
     };
     match (state.decide)(&body) {
         Answer::Verdict(v) => reply(as_content(v)),
+        Answer::VerdictAfter(delay, v) => {
+            tokio::time::sleep(delay).await;
+            reply(as_content(v))
+        }
         Answer::Content(c) => reply(c),
         Answer::Slow(delay) => {
             tokio::time::sleep(delay).await;

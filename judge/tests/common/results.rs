@@ -209,12 +209,26 @@ pub struct Extras {
     pub limits: Option<String>,
 }
 
-/// The whole sidecar (store, workers, HTTP) in process, with short worker intervals.
+/// The whole sidecar (store, workers, HTTP) in process, with short worker intervals. Its HTTP
+/// API is reached through [`Http`] (`sidecar.url`, `sidecar.all_checks(…)`).
 pub struct Sidecar {
     pub app: Arc<App>,
+    http: Http,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl std::ops::Deref for Sidecar {
+    type Target = Http;
+
+    fn deref(&self) -> &Http {
+        &self.http
+    }
+}
+
+/// A sidecar's HTTP API as its callers reach it: one in this process, or a process of its own.
+pub struct Http {
     pub url: String,
     client: reqwest::Client,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 pub fn backend_config(double: &BackendDouble, fallback: bool) -> String {
@@ -230,56 +244,77 @@ pub fn backend_config(double: &BackendDouble, fallback: bool) -> String {
     )
 }
 
-impl Sidecar {
-    pub async fn start(db: &Db, extras: &Extras) -> Self {
-        let mut config = format!("timeout_ms = 3000\n[store]\nurl = \"{}\"\n", db.url);
-        if extras.token {
-            config.push_str("[api]\ntoken_env = \"LC_TEST_TOKEN\"\n");
+/// The config file of a sidecar with `extras`, its store given by the `[store]` table's lines.
+pub fn config_toml(store: &str, extras: &Extras) -> String {
+    let mut config = format!("timeout_ms = 3000\n[store]\n{store}");
+    if extras.token {
+        config.push_str("[api]\ntoken_env = \"LC_TEST_TOKEN\"\n");
+    }
+    if extras.filter_token {
+        config.push_str("[filter]\ntoken_env = \"LC_TEST_FILTER_TOKEN\"\n");
+    }
+    if let Some(base_url) = &extras.upstream {
+        config.push_str(&format!(
+            "[[upstreams]]\nauthority = \"api.example.com\"\nbase_url = \"{base_url}\"\n"
+        ));
+    }
+    if extras.slack.is_some() || extras.smtp_port.is_some() {
+        config.push_str("[alerts]\n");
+        if extras.slack.is_some() {
+            config.push_str("slack_webhook_url_env = \"LC_TEST_SLACK\"\n");
         }
-        if extras.filter_token {
-            config.push_str("[filter]\ntoken_env = \"LC_TEST_FILTER_TOKEN\"\n");
-        }
-        if let Some(base_url) = &extras.upstream {
+        if let Some(port) = extras.smtp_port {
             config.push_str(&format!(
-                "[[upstreams]]\nauthority = \"api.example.com\"\nbase_url = \"{base_url}\"\n"
-            ));
-        }
-        if extras.slack.is_some() || extras.smtp_port.is_some() {
-            config.push_str("[alerts]\n");
-            if extras.slack.is_some() {
-                config.push_str("slack_webhook_url_env = \"LC_TEST_SLACK\"\n");
-            }
-            if let Some(port) = extras.smtp_port {
-                config.push_str(&format!(
                     "[alerts.smtp]\nhost = \"127.0.0.1\"\nport = {port}\ntls = \"none\"\nfrom = \"livecheck@example.test\"\nto = [\"ops@example.test\", \"oncall@example.test\"]\n"
                 ));
-            }
         }
-        for url in &extras.webhooks {
-            config.push_str(&format!(
-                "[[webhooks]]\nurl = \"{url}\"\nsecret_env = \"LC_TEST_HOOK_SECRET\"\n"
-            ));
-        }
-        config.push_str(extras.backend.as_deref().unwrap_or(
-            "[[backends]]\napi = \"openai\"\nbase_url = \"http://127.0.0.1:9\"\nmodels = [\"*\"]\n",
+    }
+    for url in &extras.webhooks {
+        config.push_str(&format!(
+            "[[webhooks]]\nurl = \"{url}\"\nsecret_env = \"LC_TEST_HOOK_SECRET\"\n"
         ));
-        if let Some(limits) = &extras.limits {
-            config.push_str(&format!("[limits]\n{limits}\n"));
-        }
-        let extras = extras.clone();
-        let env = move |var: &str| match var {
-            "LC_TEST_TOKEN" => Some(TOKEN.to_owned()),
-            "LC_TEST_FILTER_TOKEN" => Some(FILTER_TOKEN.to_owned()),
-            "LC_TEST_SLACK" => extras.slack.clone(),
-            "LC_TEST_HOOK_SECRET" => Some(HOOK_SECRET.to_owned()),
-            "LC_TEST_FALLBACK" => extras.fallback_key.clone(),
-            _ => None,
+    }
+    config.push_str(extras.backend.as_deref().unwrap_or(
+        "[[backends]]\napi = \"openai\"\nbase_url = \"http://127.0.0.1:9\"\nmodels = [\"*\"]\n",
+    ));
+    if let Some(limits) = &extras.limits {
+        config.push_str(&format!("[limits]\n{limits}\n"));
+    }
+    config
+}
+
+/// The environment [`config_toml`]'s `*_env` settings name, with their values.
+pub fn config_env(extras: &Extras) -> Vec<(&'static str, String)> {
+    let mut vars = vec![
+        ("LC_TEST_TOKEN", TOKEN.to_owned()),
+        ("LC_TEST_FILTER_TOKEN", FILTER_TOKEN.to_owned()),
+        ("LC_TEST_HOOK_SECRET", HOOK_SECRET.to_owned()),
+    ];
+    if let Some(slack) = &extras.slack {
+        vars.push(("LC_TEST_SLACK", slack.clone()));
+    }
+    if let Some(key) = &extras.fallback_key {
+        vars.push(("LC_TEST_FALLBACK", key.clone()));
+    }
+    vars
+}
+
+impl Sidecar {
+    pub async fn start(db: &Db, extras: &Extras) -> Self {
+        let config = config_toml(&format!("url = \"{}\"\n", db.url), extras);
+        let vars = config_env(extras);
+        let env = move |var: &str| {
+            vars.iter()
+                .find(|(name, _)| *name == var)
+                .map(|(_, value)| value.clone())
         };
         let mut settings = Settings::from_toml(&config, &env).unwrap();
         settings.timing.poll_every = Duration::from_millis(100);
         settings.timing.event_retry_base = Duration::from_millis(100);
         settings.timing.event_retry_max = Duration::from_millis(400);
         settings.timing.alert_retry = Duration::from_millis(100);
+        // A stopped sidecar's work goes to the next one a second later, not 15.
+        settings.timing.replica_lease = Duration::from_secs(1);
         let app = App::start(settings).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -289,8 +324,7 @@ impl Sidecar {
         }));
         Self {
             app,
-            url,
-            client: reqwest::Client::new(),
+            http: Http::new(url),
             shutdown: Some(tx),
         }
     }
@@ -303,6 +337,15 @@ impl Sidecar {
         }
         if let Some(store) = self.app.store() {
             store.close().await;
+        }
+    }
+}
+
+impl Http {
+    pub fn new(url: String) -> Self {
+        Self {
+            url,
+            client: reqwest::Client::new(),
         }
     }
 
@@ -443,8 +486,14 @@ pub fn background(name: &str, judge: livecheck_wire::JudgeRequest) -> Background
 }
 
 /// Waits until `done` holds (at most 10 s).
-pub async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    for _ in 0..200 {
+pub async fn wait_until(what: &str, done: impl AsyncFnMut() -> bool) {
+    wait_within(Duration::from_secs(10), what, done).await
+}
+
+/// Waits until `done` holds, at most `within`.
+pub async fn wait_within(within: Duration, what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
         if done().await {
             return;
         }
@@ -464,15 +513,22 @@ pub struct Recorder {
 
 impl Recorder {
     pub async fn start() -> Self {
+        Self::answering_after(Duration::ZERO).await
+    }
+
+    /// A receiver that records each POST when it arrives and answers it `delay` later, as a
+    /// receiver doing its own work would.
+    pub async fn answering_after(delay: Duration) -> Self {
         let seen: Received = Arc::default();
         let app = Router::new()
             .route(
                 "/hook",
                 post(
-                    |State(seen): State<Received>, headers: HeaderMap, body: Bytes| async move {
+                    move |State(seen): State<Received>, headers: HeaderMap, body: Bytes| async move {
                         seen.lock()
                             .unwrap()
                             .push((headers, String::from_utf8_lossy(&body).into_owned()));
+                        tokio::time::sleep(delay).await;
                         StatusCode::OK
                     },
                 ),
