@@ -218,7 +218,8 @@ pub(super) async fn take_key(
 }
 
 /// Sets a pending check's `column` (`claimed_by` or `key_holder`, never input) to `me` when `me`
-/// may claim the check now; true when it did.
+/// may claim the check now, or has claimed it already (a report sent again to the replica judging
+/// its check keeps that replica the key's holder); true when it did.
 async fn set_if_claimable<'e>(
     executor: impl sqlx::Executor<'e, Database = sqlx::Any>,
     column: &str,
@@ -228,7 +229,8 @@ async fn set_if_claimable<'e>(
     now_ms: i64,
 ) -> Result<bool, StoreError> {
     let sql = format!(
-        "UPDATE pending_checks SET {column} = $1 WHERE turn_id = $3 AND name = $4 AND {} AND {}",
+        "UPDATE pending_checks SET {column} = $1 WHERE turn_id = $3 AND name = $4 \
+         AND (claimed_by = $1 OR {}) AND {}",
         free("$2"),
         judgeable_by("$1", "$2"),
     );
