@@ -2,7 +2,7 @@
 killed and PostgreSQL restarts (issue 52). Loopback only, bounded in time; not part of `make test`.
 
 Real parts: three release `livecheck-judge` processes (tests/e2e/envoy_process.py's JudgeSidecar; another
-build from LIVECHECK_BIN_DIR) on a throwaway PostgreSQL server (benches/fault_runs.py). Doubles, scripted
+build from LIVECHECK_BIN_DIR) on a throwaway PostgreSQL server (tests/e2e/postgres_server.py). Doubles, scripted
 stand-ins: the JUDGE BACKEND DOUBLE (tests/e2e/judge_backend_double.py) for the judge model, answering after
 CHAOS_JUDGE_DELAY (0.5) s; a WEBHOOK RECEIVER DOUBLE (tests/e2e/webhook_receiver_double.py) for the events,
 answering after CHAOS_HOOK_DELAY (0.2) s, and another for Slack.
@@ -52,7 +52,8 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 from envoy_process import JudgeSidecar  # noqa: E402
 from judge_backend_double import FAIL_MARKER, JudgeBackendDouble  # noqa: E402
-from fault_runs import Postgres, finish, stop_all  # noqa: E402
+from fault_runs import finish, stop_all  # noqa: E402
+from postgres_server import Postgres  # noqa: E402
 from webhook_receiver_double import WebhookReceiver  # noqa: E402
 
 QUICK = os.environ.get("CHAOS_QUICK") == "1"
@@ -211,10 +212,6 @@ def replica_id(sidecar: JudgeSidecar) -> str:
     return ids[-1]
 
 
-def count(pg: Postgres, table: str) -> int:
-    return int(pg.query(f"SELECT count(*) FROM {table}")[0][0])
-
-
 @dataclasses.dataclass
 class Held:
     """What the killed replica held at its death, by the database."""
@@ -257,7 +254,7 @@ def kill_and_restart(victim: JudgeSidecar, pg: Postgres, timeline: list, t0: flo
         listed = ", ".join(f"'{c}'" for c in checks)
         deadline = killed_at + 90
         while time.monotonic() < deadline:
-            if count(pg, f"pending_checks WHERE turn_id IN ({listed})") == 0:
+            if pg.count(f"pending_checks WHERE turn_id IN ({listed})") == 0:
                 held.taken_over_s = time.monotonic() - killed_at
                 timeline.append(f"{time.monotonic() - t0:6.1f} s  its checks all judged, "
                                 f"{held.taken_over_s:.1f} s after the kill")
@@ -286,7 +283,7 @@ def drain(pg: Postgres, timeline: list, t0: float) -> None:
     quiet = 0
     while time.monotonic() < deadline and quiet < 2:
         try:
-            left = count(pg, "pending_checks") + count(pg, "event_outbox")
+            left = pg.count("pending_checks") + pg.count("event_outbox")
         except subprocess.CalledProcessError:
             left = -1
         quiet = quiet + 1 if left == 0 else 0

@@ -35,7 +35,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from typing import Optional
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -43,7 +42,8 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 from envoy_process import Envoy, JudgeSidecar, render_config, wasm_path  # noqa: E402
 from judge_backend_double import JudgeBackendDouble  # noqa: E402
-from fault_runs import Postgres, finish, stop_all  # noqa: E402
+from fault_runs import finish, stop_all  # noqa: E402
+from postgres_server import Postgres  # noqa: E402
 
 SECONDS = float(os.environ.get("SOAK_SECONDS", "600"))
 CALLERS = int(os.environ.get("SOAK_CALLERS", "1000"))

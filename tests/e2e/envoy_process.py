@@ -94,21 +94,24 @@ def _dep_info_sources(dep_info: pathlib.Path) -> Optional[list[pathlib.Path]]:
     return [pathlib.Path(p) for p in out if p and "/.git/" not in p]
 
 
-def _cluster(name: str, port: int) -> dict:
+def _cluster(name: str, port: int | list[int]) -> dict:
+    """A static loopback cluster; several ports are its endpoints, balanced round robin (Envoy's default)."""
+    ports = port if isinstance(port, list) else [port]
     return {
         "name": name,
         "type": "STATIC",
         "connect_timeout": "1s",
         "load_assignment": {
             "cluster_name": name,
-            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}],
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": p}}}}
+                                            for p in ports]}],
         },
     }
 
 
-def _point_clusters(clusters: list[dict], ports: dict[str, int]) -> None:
-    """Each named cluster on its loopback port: one the config already has (e.g. `livecheck-judge`) is
-    re-pointed in place, any other is added."""
+def _point_clusters(clusters: list[dict], ports: dict[str, int | list[int]]) -> None:
+    """Each named cluster on its loopback port (or ports): one the config already has (e.g.
+    `livecheck-judge`) is re-pointed in place, any other is added."""
     for name, port in ports.items():
         existing = next((i for i, c in enumerate(clusters) if c["name"] == name), None)
         if existing is None:
@@ -126,7 +129,7 @@ def render_config(
     allow_on_headers_stop_iteration: Optional[bool] = None,
     failure_policy: str = "FAIL_RELOAD",
     buffer_limit: Optional[int] = None,
-    extra_clusters: Optional[dict[str, int]] = None,
+    extra_clusters: Optional[dict[str, int | list[int]]] = None,
     one_request_per_connection: bool = False,
     extra_routes: Optional[dict[str, str]] = None,
     environment: Optional[dict[str, str]] = None,
@@ -140,7 +143,8 @@ def render_config(
     framed cut is about to close. HTTP/2 callers fail on such a listener.
 
     `plugin_configuration` replaces the shipped plugin configuration (None keeps envoy/livecheck.yaml's).
-    `extra_clusters` adds loopback clusters by name, or re-points one the config already has.
+    `extra_clusters` adds loopback clusters by name, or re-points one the config already has (a list of
+    ports: that many endpoints, round robin, e.g. sidecar replicas).
     `extra_routes` maps a path prefix to a cluster (e.g. an MCP server's, added with `extra_clusters`):
     each becomes a copy of the shipped catch-all route (its timeout, its request headers) matching that
     prefix, placed before the catch-all, so the filter sees those requests as it sees every other.
