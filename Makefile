@@ -64,13 +64,13 @@ wasm-unit: toolchain
 	CARGO_TARGET_WASM32_WASIP1_RUNNER="node --no-warnings --no-turbo-fast-api-calls $(abspath scripts/wasi-run.mjs)" \
 	  cargo test --locked --target wasm32-wasip1 -p livecheck --lib -- --nocapture
 
-# The plugin configuration's JSON Schema, from the config types (src/config/raw.rs); tests/schema.rs
+# The plugin configuration's JSON Schema, from the config types (src/config/raw.rs); cli/tests/schema.rs
 # fails while the checked-in copy differs.
 .PHONY: schema
 schema:
-	cargo run --locked --quiet -p livecheck --bin livecheck -- schema > schema/livecheck-config.schema.json.new
+	cargo run --locked --quiet -p livecheck-cli -- schema > schema/livecheck-config.schema.json.new
 	mv schema/livecheck-config.schema.json.new schema/livecheck-config.schema.json
-	cargo run --locked --quiet -p livecheck --bin livecheck -- schema cases > schema/livecheck-cases.schema.json.new
+	cargo run --locked --quiet -p livecheck-cli -- schema cases > schema/livecheck-cases.schema.json.new
 	mv schema/livecheck-cases.schema.json.new schema/livecheck-cases.schema.json
 
 # The example policies' own cases (examples/tests/), run by `livecheck test` through the built .wasm
@@ -252,7 +252,7 @@ bench: wasm venv $(OHA) $(BENCH_VENV)/.installed
 	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib
 	touch $(WASM_DIR)/noop_filter.wasm
 	cargo build --release --locked -p upstream-double -p livecheck-judge
-	cargo build --locked -p livecheck --bin livecheck
+	cargo build --locked -p livecheck-cli
 	cargo bench --locked --profile bench-native --bench rule_cost
 	$(MAKE) --no-print-directory bench-stream-cost
 	$(BENCH_VENV)/bin/python benches/compare.py

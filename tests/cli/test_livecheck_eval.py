@@ -71,7 +71,7 @@ def evaluate(tmp_path: pathlib.Path, *extra: str) -> subprocess.CompletedProcess
                 body_chunks=[json.dumps(chat_answer(text))], chunked=False)
             for turn_id, text in ANSWERS.items()})
         done = subprocess.run(
-            [str(cargo_binary("livecheck", "livecheck")), "eval", str(policy), "--version", "1",
+            [str(cargo_binary("livecheck-cli", "livecheck")), "eval", str(policy), "--version", "1",
              "--against", "2", str(suite), "--wasm", str(wasm_path("livecheck.wasm")),
              "--upstream", f"http://127.0.0.1:{double.port}", *extra],
             capture_output=True, text=True, timeout=120)

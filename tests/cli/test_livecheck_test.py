@@ -37,7 +37,7 @@ def run(*args: str, env: Optional[dict[str, str]] = None) -> subprocess.Complete
     """`livecheck test ARGS --wasm livecheck.wasm`; `env` replaces the LIVECHECK_JUDGE_* variables."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("LIVECHECK_JUDGE_")}
     environment.update(env or {})
-    return subprocess.run([str(cargo_binary("livecheck", "livecheck")), "test", *args,
+    return subprocess.run([str(cargo_binary("livecheck-cli", "livecheck")), "test", *args,
                            "--wasm", str(wasm_path("livecheck.wasm"))],
                           capture_output=True, text=True, timeout=120, env=environment)
 

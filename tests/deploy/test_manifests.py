@@ -106,7 +106,7 @@ def crd_problems(objects: list[dict]) -> list[list[str]]:
 
 
 def lint_problems(policy: dict) -> list[str]:
-    result = subprocess.run([str(cargo_binary("livecheck", "livecheck")), "lint", "-"], input=json.dumps(policy),
+    result = subprocess.run([str(cargo_binary("livecheck-cli", "livecheck")), "lint", "-"], input=json.dumps(policy),
                             capture_output=True, text=True, timeout=60)
     return [] if result.returncode == 0 else [line for line in result.stdout.splitlines() if line]
 

@@ -1,5 +1,5 @@
 """Every configuration in examples/ passes `livecheck lint` (the binary operators run in their CI, built
-here with `cargo build --locked -p livecheck --bin livecheck`), and examples/every-kind.json keeps
+here with `cargo build --locked -p livecheck-cli`), and examples/every-kind.json keeps
 showing every check kind and mode."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ EXAMPLES = sorted((REPO / "examples").glob("*.json"))
 
 @pytest.fixture(scope="module")
 def livecheck_bin():
-    return cargo_binary("livecheck", "livecheck")
+    return cargo_binary("livecheck-cli", "livecheck")
 
 
 def test_there_are_examples():

@@ -28,7 +28,7 @@ TOOLS = json.loads((REPO / "examples" / "tools.json").read_text())
 
 @pytest.fixture(scope="module")
 def lint():
-    livecheck = cargo_binary("livecheck", "livecheck")
+    livecheck = cargo_binary("livecheck-cli", "livecheck")
 
     def run(config: Any) -> subprocess.CompletedProcess:
         text = config if isinstance(config, str) else json.dumps(config)

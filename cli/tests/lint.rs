@@ -27,7 +27,7 @@ fn lint(config: &str) -> (i32, String) {
 
 #[test]
 fn the_seed_example_lints_clean() {
-    let (code, out) = lint(include_str!("../examples/seed.json"));
+    let (code, out) = lint(include_str!("../../examples/seed.json"));
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("ok (1 agent(s), 1 version(s), 3 check(s))"),
@@ -86,7 +86,7 @@ fn help_prints_the_usage_of_every_command_and_succeeds() {
 
 #[test]
 fn tool_checks_lint_with_the_rest_one_line_per_problem() {
-    let (code, out) = lint(include_str!("../examples/tools.json"));
+    let (code, out) = lint(include_str!("../../examples/tools.json"));
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("1 check(s), 4 tool check(s))"), "{out}");
     let config = r#"{"agents": {"mail": {"published": "1", "versions": {"1": {

@@ -7,9 +7,9 @@ use std::process::Command;
 
 use livecheck::config::Policy;
 
-const CHECKED_IN: &str = include_str!("../schema/livecheck-config.schema.json");
-const CASES_CHECKED_IN: &str = include_str!("../schema/livecheck-cases.schema.json");
-const SEED: &str = include_str!("../examples/seed.json");
+const CHECKED_IN: &str = include_str!("../../schema/livecheck-config.schema.json");
+const CASES_CHECKED_IN: &str = include_str!("../../schema/livecheck-cases.schema.json");
+const SEED: &str = include_str!("../../examples/seed.json");
 
 fn generated(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_livecheck"))
@@ -26,7 +26,7 @@ fn the_checked_in_case_file_schema_is_what_the_case_types_generate() {
     assert!(
         generated(&["cases"]) == CASES_CHECKED_IN,
         "schema/livecheck-cases.schema.json differs from what `livecheck test`'s case types \
-         (src/bin/livecheck/cases.rs) generate: regenerate it with `make schema` and commit it"
+         (cli/src/cases.rs) generate: regenerate it with `make schema` and commit it"
     );
 }
 
@@ -36,7 +36,7 @@ fn the_checked_in_schema_is_what_the_config_types_generate() {
         generated(&[]) == CHECKED_IN,
         "schema/livecheck-config.schema.json differs from what the config types (src/config/raw.rs) \
          generate: regenerate it with `make schema` \
-         (cargo run --bin livecheck -- schema > schema/livecheck-config.schema.json) and commit it"
+         (cargo run -p livecheck-cli -- schema > schema/livecheck-config.schema.json) and commit it"
     );
 }
 

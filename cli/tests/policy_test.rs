@@ -5,13 +5,15 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The repository's root, where the filter's package (whose `.wasm` the CLI runs) and the examples live.
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
 fn wasm() -> PathBuf {
-    livecheck_harness::fresh_wasm(Path::new(env!("CARGO_MANIFEST_DIR")), "livecheck")
-        .unwrap_or_else(|e| panic!("{e}"))
+    livecheck_harness::fresh_wasm(Path::new(ROOT), "livecheck").unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn root(path: &str) -> String {
-    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+    format!("{ROOT}/{path}")
 }
 
 /// Runs `livecheck test POLICY CASES --wasm <fresh .wasm> EXTRA...`: (exit code, stdout, stderr).
