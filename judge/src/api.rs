@@ -30,10 +30,10 @@ use livecheck_wire::{Alert, ReportBatch, TurnReport, RESULTS_BATCH_PATH, RESULTS
 use serde_json::{json, Value};
 
 use crate::alerts;
+use crate::app::App;
 use crate::auth;
 use crate::backend::TurnKey;
 use crate::ids::{self, DAY_MS};
-use crate::server::App;
 use crate::store::{self, Store};
 
 const DEFAULT_LIMIT: i64 = 20;
