@@ -16,6 +16,7 @@
 
 pub mod alerts;
 pub mod api;
+pub mod api_error;
 pub mod app;
 pub mod auth;
 pub mod backend;

@@ -17,10 +17,14 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use livecheck_wire::{JudgeRequest, ToolCheckRequest, JUDGE_PATH, RETRY_PATH, TOOL_CHECK_PATH};
+use livecheck_wire::{
+    JudgeRequest, JudgeVerdict, RetryAnswer, RetryRequest, ToolCheckRequest, JUDGE_PATH,
+    RETRY_PATH, TOOL_CHECK_PATH,
+};
 use serde_json::json;
 use tokio::net::TcpListener;
 
+use crate::api_error::ApiError;
 use crate::app::App;
 use crate::backend::TurnKey;
 use crate::config::Settings;
@@ -128,39 +132,42 @@ pub async fn serve(
         .await
 }
 
-async fn post_judge(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let req: JudgeRequest = match parse(&body) {
-        Ok(r) => r,
-        Err(response) => return *response,
-    };
+async fn post_judge(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<JudgeVerdict>, ApiError> {
+    let req: JudgeRequest = parse(&body)?;
     let key = TurnKey::from_headers(&headers);
-    Json(app.judge(&req, &key).await).into_response()
+    Ok(Json(app.judge(&req, &key).await))
 }
 
 /// A tool-call check: the turn's key arrives as the callout's own `authorization` / `x-api-key`.
-async fn post_tool_check(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let req: ToolCheckRequest = match parse(&body) {
-        Ok(r) => r,
-        Err(response) => return *response,
-    };
+async fn post_tool_check(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<JudgeVerdict>, ApiError> {
+    let req: ToolCheckRequest = parse(&body)?;
     let key = TurnKey::from_headers(&headers);
-    Json(app.tool_check(&req, &key).await).into_response()
+    Ok(Json(app.tool_check(&req, &key).await))
 }
 
 /// Recovery: asks the model again through the upstream configured for the turn's authority.
-async fn post_retry(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let req: livecheck_wire::RetryRequest = match parse(&body) {
-        Ok(r) => r,
-        Err(response) => return *response,
-    };
+async fn post_retry(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<RetryAnswer>, ApiError> {
+    let req: RetryRequest = parse(&body)?;
     let max = app.settings().limits.max_retry_answer_bytes;
     let answer =
         crate::retry::ask_again(app.client(), &app.settings().upstreams, &req, &headers, max).await;
-    Json(answer).into_response()
+    Ok(Json(answer))
 }
 
 /// A request body, or the 400 that says what is wrong with it without quoting it.
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Box<Response>> {
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     match serde_json::from_slice(body) {
         Ok(r) => Ok(r),
         Err(e) => {
@@ -178,14 +185,11 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Box<Response>
                 column = e.column(),
                 "bad judge request"
             );
-            let error = format!(
+            Err(ApiError::BadRequest(format!(
                 "the body is {what} (line {}, column {})",
                 e.line(),
                 e.column()
-            );
-            Err(Box::new(
-                (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response(),
-            ))
+            )))
         }
     }
 }
