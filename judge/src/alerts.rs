@@ -13,9 +13,9 @@ use lettre::transport::smtp::authentication::Credentials;
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use serde_json::json;
 
+use crate::app::App;
 use crate::config::{AlertSettings, SmtpSettings, SmtpTls};
 use crate::ids;
-use crate::server::App;
 use crate::store::{self, AlertCheck, Store};
 
 const SEND_TIMEOUT: Duration = Duration::from_secs(15);

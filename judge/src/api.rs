@@ -20,8 +20,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -30,10 +29,11 @@ use livecheck_wire::{Alert, ReportBatch, TurnReport, RESULTS_BATCH_PATH, RESULTS
 use serde_json::{json, Value};
 
 use crate::alerts;
+use crate::api_error::ApiError;
+use crate::app::App;
 use crate::auth;
 use crate::backend::TurnKey;
 use crate::ids::{self, DAY_MS};
-use crate::server::App;
 use crate::store::{self, Store};
 
 const DEFAULT_LIMIT: i64 = 20;
@@ -56,66 +56,33 @@ pub fn operator_routes() -> Router<Arc<App>> {
         .route("/people/{person}/checks", delete(delete_person))
 }
 
-fn error(status: StatusCode, message: &str) -> Response {
-    (status, Json(json!({ "error": message }))).into_response()
-}
-
-fn store_down(e: &store::StoreError, what: &'static str) -> Response {
-    tracing::warn!(
-        error = store::error_kind(e),
-        what,
-        "results store unavailable"
-    );
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "the results store is unavailable",
-    )
-}
-
-fn no_store() -> Response {
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "this sidecar runs without a results store",
-    )
-}
-
-async fn post_results(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let Some(store) = app.store().cloned() else {
-        return no_store();
-    };
-    let report: TurnReport = match parse_report(&body) {
-        Ok(r) => r,
-        Err(problem) => {
+async fn post_results(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let store = app.store().cloned().ok_or(ApiError::NoStore)?;
+    let report: TurnReport = parse_report(&body)
+        .and_then(|report| validate(&report).map(|()| report))
+        .map_err(|problem| {
             tracing::warn!(problem = %problem, "bad turn report");
-            return error(StatusCode::BAD_REQUEST, &problem);
-        }
-    };
-    if let Err(problem) = validate(&report) {
-        tracing::warn!(problem = %problem, "bad turn report");
-        return error(StatusCode::BAD_REQUEST, &problem);
-    }
+            ApiError::BadRequest(problem)
+        })?;
     let key = TurnKey::from_headers(&headers);
-    match ingest(&app, &store, &report, &key).await {
-        Ok(stored) => Json(json!({ "stored": stored })).into_response(),
-        Err(down) => down,
-    }
+    let stored = ingest(&app, &store, &report, &key).await?;
+    Ok(Json(json!({ "stored": stored })))
 }
 
 async fn post_results_batch(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    let Some(store) = app.store().cloned() else {
-        return no_store();
-    };
-    let batch: ReportBatch = match parse_report(&body) {
-        Ok(b) => b,
-        Err(problem) => {
-            tracing::warn!(problem = %problem, "bad batch of turn reports");
-            return error(StatusCode::BAD_REQUEST, &problem);
-        }
-    };
+) -> Result<Json<Value>, ApiError> {
+    let store = app.store().cloned().ok_or(ApiError::NoStore)?;
+    let batch: ReportBatch = parse_report(&body).map_err(|problem| {
+        tracing::warn!(problem = %problem, "bad batch of turn reports");
+        ApiError::BadRequest(problem)
+    })?;
     let key = TurnKey::from_headers(&headers);
     let mut valid = Vec::with_capacity(batch.reports.len());
     for (i, report) in batch.reports.iter().enumerate() {
@@ -132,7 +99,7 @@ async fn post_results_batch(
     for report in &valid {
         remember_keys(&app, report, &key);
     }
-    let ingested = match store
+    let ingested = store
         .ingest_many(
             &valid,
             &app.webhook_urls(),
@@ -140,15 +107,12 @@ async fn post_results_batch(
             key_holder(&app, &key),
         )
         .await
-    {
-        Ok(i) => i,
-        Err(e) => {
+        .map_err(|e| {
             for report in &valid {
                 forget_keys(&app, report);
             }
-            return store_down(&e, "storing a batch of turn reports");
-        }
-    };
+            ApiError::store("storing a batch of turn reports")(e)
+        })?;
     let mut stored = 0;
     for (report, ingested) in valid.iter().zip(ingested) {
         stored += ingested.stored;
@@ -161,7 +125,7 @@ async fn post_results_batch(
         stored,
         "batch of turn reports stored"
     );
-    Json(json!({ "stored": stored, "skipped": skipped })).into_response()
+    Ok(Json(json!({ "stored": stored, "skipped": skipped })))
 }
 
 /// This replica, as the holder of the turn's key, when the report came with one.
@@ -187,15 +151,15 @@ fn forget_keys(app: &Arc<App>, report: &TurnReport) {
 }
 
 /// Stores one valid report and starts what follows from it (events, background checks, alerts);
-/// the results stored now, or the answer to give when the store is down.
+/// the results stored now.
 async fn ingest(
     app: &Arc<App>,
     store: &Store,
     report: &TurnReport,
     key: &TurnKey,
-) -> Result<usize, Response> {
+) -> Result<usize, ApiError> {
     remember_keys(app, report, key);
-    let ingested = match store
+    let ingested = store
         .ingest(
             report,
             &app.webhook_urls(),
@@ -203,13 +167,10 @@ async fn ingest(
             key_holder(app, key),
         )
         .await
-    {
-        Ok(i) => i,
-        Err(e) => {
+        .map_err(|e| {
             forget_keys(app, report);
-            return Err(store_down(&e, "storing a turn report"));
-        }
-    };
+            ApiError::store("storing a turn report")(e)
+        })?;
     let stored = ingested.stored;
     after_ingest(app, store, report, ingested, true).await;
     Ok(stored)
@@ -400,36 +361,25 @@ fn validate(report: &TurnReport) -> Result<(), String> {
 
 /// The operator token check: 503 when none is configured (never an open API), 401 without the
 /// right one (compared as [`auth::same_token`] does).
-fn authorize(app: &App, headers: &HeaderMap) -> Result<Store, Box<Response>> {
-    let Some(token) = &app.settings().api_token else {
-        return Err(Box::new(error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no operator token configured",
-        )));
-    };
+fn authorize(app: &App, headers: &HeaderMap) -> Result<Store, ApiError> {
+    let token = app
+        .settings()
+        .api_token
+        .as_ref()
+        .ok_or(ApiError::NoOperatorToken)?;
     let given = auth::bearer(headers).unwrap_or_default();
     if !auth::same_token(token, given.as_bytes()) {
-        return Err(Box::new(
-            (
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, "Bearer")],
-                Json(json!({"error": "a valid operator token is needed"})),
-            )
-                .into_response(),
-        ));
+        return Err(ApiError::NeedsOperatorToken);
     }
-    app.store().cloned().ok_or_else(|| Box::new(no_store()))
+    app.store().cloned().ok_or(ApiError::NoStore)
 }
 
 type Params = Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>;
 
-fn params(query: Params) -> Result<HashMap<String, String>, Box<Response>> {
-    query.map(|Query(q)| q).map_err(|_| {
-        Box::new(error(
-            StatusCode::BAD_REQUEST,
-            "the query string is not valid",
-        ))
-    })
+fn params(query: Params) -> Result<HashMap<String, String>, ApiError> {
+    query
+        .map(|Query(q)| q)
+        .map_err(|_| ApiError::BadRequest("the query string is not valid".into()))
 }
 
 fn cursor_encode(seq: i64) -> String {
@@ -447,37 +397,32 @@ async fn get_checks(
     headers: HeaderMap,
     Path(id): Path<String>,
     query: Params,
-) -> Response {
-    let (store, query) = match authorize(&app, &headers).and_then(|s| Ok((s, params(query)?))) {
-        Ok(both) => both,
-        Err(r) => return *r,
-    };
+) -> Result<Json<Value>, ApiError> {
+    let store = authorize(&app, &headers)?;
+    let query = params(query)?;
     let limit = match query.get("limit").map(|l| l.parse::<i64>()) {
         None => DEFAULT_LIMIT,
         Some(Ok(n)) if (1..=MAX_LIMIT).contains(&n) => n,
         Some(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "limit must be a whole number from 1 to 100",
-            )
+            return Err(ApiError::BadRequest(
+                "limit must be a whole number from 1 to 100".into(),
+            ))
         }
     };
     let after = match query.get("cursor").filter(|c| !c.is_empty()) {
         None => 0,
-        Some(c) => match cursor_decode(c) {
-            Some(seq) => seq,
-            None => return error(StatusCode::BAD_REQUEST, "cursor is not one this API gave"),
-        },
+        Some(c) => cursor_decode(c)
+            .ok_or_else(|| ApiError::BadRequest("cursor is not one this API gave".into()))?,
     };
-    let turn = match store.find_turn(&id).await {
-        Ok(Some(t)) => t,
-        Ok(None) => return error(StatusCode::NOT_FOUND, "no stored turn has this id"),
-        Err(e) => return store_down(&e, "reading a turn"),
-    };
-    let mut rows = match store.results_page(&turn.turn_id, after, limit + 1).await {
-        Ok(rows) => rows,
-        Err(e) => return store_down(&e, "reading a turn's results"),
-    };
+    let turn = store
+        .find_turn(&id)
+        .await
+        .map_err(ApiError::store("reading a turn"))?
+        .ok_or(ApiError::NotFound("no stored turn has this id"))?;
+    let mut rows = store
+        .results_page(&turn.turn_id, after, limit + 1)
+        .await
+        .map_err(ApiError::store("reading a turn's results"))?;
     let more = i64::try_from(rows.len()).unwrap_or(i64::MAX) > limit;
     rows.truncate(usize::try_from(limit).unwrap_or(0));
     let next_cursor = match rows.last() {
@@ -515,7 +460,7 @@ async fn get_checks(
             item
         })
         .collect();
-    Json(json!({ "items": items, "next_cursor": next_cursor })).into_response()
+    Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
 }
 
 async fn get_summary(
@@ -523,54 +468,48 @@ async fn get_summary(
     headers: HeaderMap,
     Path(agent): Path<String>,
     query: Params,
-) -> Response {
-    let (store, query) = match authorize(&app, &headers).and_then(|s| Ok((s, params(query)?))) {
-        Ok(both) => both,
-        Err(r) => return *r,
-    };
+) -> Result<Json<Value>, ApiError> {
+    let store = authorize(&app, &headers)?;
+    let query = params(query)?;
     let now = ids::now_ms();
     let since = match query.get("since") {
         None => (now - DEFAULT_SINCE_DAYS * DAY_MS).div_euclid(1000) * 1000,
-        Some(text) => match ids::parse_rfc3339(text) {
-            Some(ms) => ms,
-            None => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "since must be an RFC 3339 time such as 2026-10-09T00:00:00Z",
-                )
-            }
-        },
+        Some(text) => ids::parse_rfc3339(text).ok_or_else(|| {
+            ApiError::BadRequest(
+                "since must be an RFC 3339 time such as 2026-10-09T00:00:00Z".into(),
+            )
+        })?,
     };
     if since < now - MAX_SINCE_DAYS * DAY_MS {
-        return error(StatusCode::BAD_REQUEST, "since may be at most 90 days back");
+        return Err(ApiError::BadRequest(
+            "since may be at most 90 days back".into(),
+        ));
     }
-    let counts = match store.summary(&agent, since).await {
-        Ok(c) => c,
-        Err(e) => return store_down(&e, "summing an agent's results"),
-    };
+    let counts = store
+        .summary(&agent, since)
+        .await
+        .map_err(ApiError::store("summing an agent's results"))?;
     let items: Vec<Value> = counts
         .iter()
         .map(|c| json!({"name": c.name, "passed": c.passed, "failed": c.failed, "errored": c.errored}))
         .collect();
-    Json(json!({ "since": ids::rfc3339(since), "items": items })).into_response()
+    Ok(Json(
+        json!({ "since": ids::rfc3339(since), "items": items }),
+    ))
 }
 
 async fn delete_person(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     Path(person): Path<String>,
-) -> Response {
-    let store = match authorize(&app, &headers) {
-        Ok(s) => s,
-        Err(r) => return *r,
-    };
-    match store.erase_person(&person).await {
-        Ok(turns) => {
-            tracing::info!(turns, "erased a person's turns");
-            StatusCode::NO_CONTENT.into_response()
-        }
-        Err(e) => store_down(&e, "erasing a person's turns"),
-    }
+) -> Result<StatusCode, ApiError> {
+    let store = authorize(&app, &headers)?;
+    let turns = store
+        .erase_person(&person)
+        .await
+        .map_err(ApiError::store("erasing a person's turns"))?;
+    tracing::info!(turns, "erased a person's turns");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[cfg(test)]

@@ -197,6 +197,8 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 8 << 20;
 pub const DEFAULT_MAX_BACKEND_ANSWER_BYTES: usize = 1 << 20;
 pub const DEFAULT_MAX_RETRY_ANSWER_BYTES: usize = 4 << 20;
 pub const DEFAULT_MAX_PENDING_CHECKS: u64 = 10_000;
+/// One webhook event delivery attempt's time limit.
+pub const EVENT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_QUEUED_EVENTS: u64 = 100_000;
 /// The smallest byte limit accepted: a judge request or a verdict needs more than this.
 const MIN_BYTES_LIMIT: usize = 1024;

@@ -2,9 +2,7 @@
 //! the result, delivered at least once by [`deliver_loop`], signed the Standard Webhooks way
 //! (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256 of
 //! "{id}.{timestamp}.{body}">`) so a receiver can check the sender and refuse replays by the timestamp.
-//! An event names the check, its stage, kind and outcome and the turn's response id, and for a
-//! tool-call check the tool's name and which call of the answer it was; never a text, a tool call's
-//! arguments or a reason. Logs name the event id and the webhook's host, never the body or the secret.
+//! What an event says: [`crate::event_body`]. Logs name the event id and the webhook's host, never the body or the secret.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,51 +10,14 @@ use std::time::Duration;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
-use livecheck_wire::CheckResult;
-use serde_json::json;
 use sha2::Sha256;
 
-use crate::config::{Secret, Webhook};
+use crate::app::App;
+use crate::config::{Secret, Webhook, EVENT_DELIVERY_TIMEOUT};
 use crate::ids;
-use crate::server::App;
 use crate::store::{self, OutboxEvent};
 
-pub const EVENT_TYPE: &str = "response.check_failed";
-/// One delivery attempt's time limit.
-pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 const BATCH: i64 = 50;
-
-/// The event's JSON.
-pub fn check_failed_body(
-    id: &str,
-    created_at_ms: i64,
-    result: &CheckResult,
-    response_id: &str,
-) -> String {
-    let mut data = json!({
-        "name": result.name,
-        "stage": store::stage_str(result.stage),
-        "kind": result.kind,
-        "outcome": store::outcome_str(result.outcome),
-        "response_id": response_id,
-    });
-    // Tool-call checks only: absent otherwise, so other events read as they always did.
-    if let Some(fields) = data.as_object_mut() {
-        if let Some(tool) = &result.tool {
-            fields.insert("tool".into(), json!(tool));
-        }
-        if let Some(call) = result.call {
-            fields.insert("call".into(), json!(call));
-        }
-    }
-    json!({
-        "type": EVENT_TYPE,
-        "id": id,
-        "created_at": ids::rfc3339(created_at_ms),
-        "data": data,
-    })
-    .to_string()
-}
 
 /// The signing key: a `whsec_` secret is base64 after the prefix (Standard Webhooks), anything else
 /// is used as it is.
@@ -158,7 +119,7 @@ async fn deliver(app: &App, store: &store::Store, event: OutboxEvent) {
     let sent = app
         .client()
         .post(hook.url.clone())
-        .timeout(DELIVERY_TIMEOUT)
+        .timeout(EVENT_DELIVERY_TIMEOUT)
         .header("content-type", "application/json")
         .header("webhook-id", &event.id)
         .header("webhook-timestamp", timestamp.to_string())
@@ -214,36 +175,6 @@ mod tests {
             signature(&secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body),
             "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
         );
-    }
-
-    #[test]
-    fn a_tool_call_event_names_the_tool_and_call_and_other_events_do_not_change() {
-        let mut result = CheckResult {
-            name: "no-billing-mail".into(),
-            stage: livecheck_wire::Stage::Output,
-            kind: "tool_check".into(),
-            mode: livecheck_wire::Mode::Block,
-            attempt: 1,
-            outcome: livecheck_wire::Outcome::Failed,
-            score: None,
-            reason: "REASON-TEXT".into(),
-            judge_model: Some("judge-model".into()),
-            passed_on_error: false,
-            tool: Some("send_email".into()),
-            call: Some(2),
-            created_at_ms: 0,
-            alert: None,
-        };
-        let body: serde_json::Value =
-            serde_json::from_str(&check_failed_body("evt_1", 0, &result, "resp_1")).unwrap();
-        assert_eq!(
-            body["data"],
-            json!({"name": "no-billing-mail", "stage": "output", "kind": "tool_check",
-                   "outcome": "failed", "response_id": "resp_1", "tool": "send_email", "call": 2})
-        );
-        (result.tool, result.call) = (None, None);
-        let body = check_failed_body("evt_1", 0, &result, "resp_1");
-        assert!(!body.contains("tool\"") && !body.contains("call") && !body.contains("REASON"));
     }
 
     #[test]

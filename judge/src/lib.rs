@@ -16,9 +16,12 @@
 
 pub mod alerts;
 pub mod api;
+pub mod api_error;
+pub mod app;
 pub mod auth;
 pub mod backend;
 pub mod config;
+pub mod event_body;
 pub mod events;
 pub mod ids;
 pub mod limits;
@@ -32,5 +35,6 @@ pub mod store;
 pub mod tool_prompt;
 pub mod verdict;
 
+pub use app::App;
 pub use config::{ConfigError, Settings};
-pub use server::{router, serve, App, StartError};
+pub use server::{router, serve, StartError};

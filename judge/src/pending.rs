@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use livecheck_wire::{CheckResult, JudgeRequest, JudgeVerdict, Mode, Outcome};
 
 use crate::alerts;
+use crate::app::App;
 use crate::backend::TurnKey;
 use crate::ids;
-use crate::server::App;
 use crate::store::{self, KeyHolder, PendingCheck, Store};
 
 pub const NO_KEY_REASON: &str = "The judge had no key for this check: the sidecar replica that \
@@ -187,7 +187,7 @@ async fn judge_one(app: &Arc<App>, store: &Store, check: PendingCheck) {
     app.dropped().note(0, stored.dropped_events);
     tracing::info!(
         check = %check.name,
-        outcome = store::outcome_str(result.outcome),
+        outcome = result.outcome.as_str(),
         stored = stored.stored,
         "background check recorded"
     );

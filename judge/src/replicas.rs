@@ -8,8 +8,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use crate::app::App;
 use crate::ids;
-use crate::server::App;
 use crate::store::{self, StoreError};
 
 /// Registers this replica as alive for one lease; before it claims anything.

@@ -14,6 +14,16 @@ pub enum Stage {
     Output,
 }
 
+impl Stage {
+    /// The name on the wire (as serde writes it), for stored rows, events and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Input => "input",
+            Self::Output => "output",
+        }
+    }
+}
+
 /// One judged check to decide.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -65,6 +75,17 @@ pub enum Outcome {
     Passed,
     Failed,
     Errored,
+}
+
+impl Outcome {
+    /// The name on the wire (as serde writes it), for stored rows, events and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Passed => "passed",
+            Self::Failed => "failed",
+            Self::Errored => "errored",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,6 +150,16 @@ pub const TURN_ID_HEADER: &str = "x-core-response-id";
 pub enum Mode {
     Block,
     Background,
+}
+
+impl Mode {
+    /// The name on the wire (as serde writes it), for stored rows, events and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Block => "block",
+            Self::Background => "background",
+        }
+    }
 }
 
 /// A check's `alert`, carried with its results so the sidecar applies the rule the operator wrote.
@@ -343,5 +374,19 @@ mod tests {
             (v.outcome, v.score, v.usage),
             (Outcome::Errored, None, Usage::default())
         );
+    }
+
+    #[test]
+    fn each_name_is_the_one_serde_writes() {
+        let name = |v: serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+        for stage in [Stage::Input, Stage::Output] {
+            assert_eq!(stage.as_str(), name(serde_json::json!(stage)));
+        }
+        for outcome in [Outcome::Passed, Outcome::Failed, Outcome::Errored] {
+            assert_eq!(outcome.as_str(), name(serde_json::json!(outcome)));
+        }
+        for mode in [Mode::Block, Mode::Background] {
+            assert_eq!(mode.as_str(), name(serde_json::json!(mode)));
+        }
     }
 }

@@ -17,8 +17,8 @@ use super::session::{
     self, Access, Refusal, LOGIN_COOKIE, LOGIN_LIFETIME, SESSION_COOKIE, SESSION_LIFETIME,
 };
 use super::{message, page};
+use crate::app::App;
 use crate::auth;
-use crate::server::App;
 use crate::store::{self, StoreError};
 
 const OFF: &str = "The operator pages are off: no operator token is configured ([api] token_env).";

@@ -23,7 +23,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::server::App;
+use crate::app::App;
 use html::Html;
 use session::Access;
 

@@ -14,8 +14,8 @@ use super::html::{href, Html};
 use super::login::guard;
 use super::session::Access;
 use super::{message, page, reason};
+use crate::app::App;
 use crate::ids;
-use crate::server::App;
 use crate::store::{self, Store};
 
 /// Results that did not pass listed on a check's page at most.

@@ -15,11 +15,11 @@ pub mod sessions;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
-use livecheck_wire::{Alert, BackgroundCheck, CheckResult, Mode, Outcome, Stage, TurnReport};
+use livecheck_wire::{Alert, BackgroundCheck, CheckResult, Mode, Outcome, TurnReport};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyPool, Row, Transaction};
 
-use crate::events;
+use crate::event_body;
 use crate::ids;
 
 pub use overview::{AgentCounts, AlertView, Bucket, FailedResult};
@@ -248,28 +248,6 @@ pub struct StoredBackground {
     pub alert: Option<AlertCheck>,
     /// Webhook deliveries not queued: the outbox was full.
     pub dropped_events: usize,
-}
-
-pub fn stage_str(stage: Stage) -> &'static str {
-    match stage {
-        Stage::Input => "input",
-        Stage::Output => "output",
-    }
-}
-
-pub fn mode_str(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Block => "block",
-        Mode::Background => "background",
-    }
-}
-
-pub fn outcome_str(outcome: Outcome) -> &'static str {
-    match outcome {
-        Outcome::Passed => "passed",
-        Outcome::Failed => "failed",
-        Outcome::Errored => "errored",
-    }
 }
 
 /// A short name for a store error, for logs: a database error's message can quote values.
@@ -1108,11 +1086,11 @@ async fn insert_results(
                 .bind(&row.turn.agent)
                 .bind(row.version)
                 .bind(&result.name)
-                .bind(stage_str(result.stage))
+                .bind(result.stage.as_str())
                 .bind(&result.kind)
-                .bind(mode_str(result.mode))
+                .bind(result.mode.as_str())
                 .bind(i64::from(result.attempt))
-                .bind(outcome_str(result.outcome))
+                .bind(result.outcome.as_str())
                 .bind(i64::from(result.score.is_some()))
                 .bind(result.score.unwrap_or_default())
                 .bind(&result.reason)
@@ -1172,7 +1150,7 @@ async fn queue_event(
         return Ok(0);
     }
     let id = ids::time_ordered("evt_");
-    let body = events::check_failed_body(&id, now_ms, result, turn.public_id());
+    let body = event_body::check_failed_body(&id, now_ms, result, turn.public_id());
     for webhook in webhooks {
         sqlx::query(
             "INSERT INTO event_outbox (id, webhook, turn_id, body, attempts, next_attempt_at, created_at) \
