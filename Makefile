@@ -15,7 +15,7 @@ export LIVECHECK_WASM_DIR := $(abspath $(WASM_DIR))
 .PHONY: ui-tests chromium
 .PHONY: image judge-static image-tools image-check image-tests
 
-test: fmt-check clippy native-tests wasm-unit envoy-validate deploy-validate image-tests policy-tests cli-tests harness-package-check e2e ui-tests
+test: fmt-check structure clippy native-tests wasm-unit envoy-validate deploy-validate image-tests policy-tests cli-tests harness-package-check e2e ui-tests
 	@echo "make test: all green"
 
 # rust-toolchain.toml pins the toolchain and its targets; `rustup show` installs whatever is missing.
@@ -25,6 +25,15 @@ toolchain:
 
 fmt-check: toolchain
 	cargo fmt --all --check
+
+# The house rules of issue 53, checked on every run: no import circle among a crate's modules
+# (scripts/import_cycles.py, Tarjan over `crate::`/`super::` paths) and no hand-written room over 800
+# non-blank lines outside its tests (scripts/room_sizes.py).
+RUST_SRC_DIRS = src judge/src harness/src cli/src wire/src
+.PHONY: structure
+structure:
+	python3 scripts/import_cycles.py --check $(RUST_SRC_DIRS)
+	python3 scripts/room_sizes.py --check $(RUST_SRC_DIRS)
 
 clippy: toolchain
 	cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -2,7 +2,8 @@
 """The import circles of a Rust crate's modules: which module files name which others
 (`use crate::a::b`, `crate::a::f(..)` paths, `super::x`), and the strongly connected components
 of that graph with more than one module (Tarjan). Module = a file under the crate's src (mod.rs
-counts as its folder). Usage: import_cycles.py SRC_DIR [SRC_DIR...]"""
+counts as its folder). Usage: import_cycles.py [--check] SRC_DIR [SRC_DIR...]; with --check it exits 1
+when any crate has a circle (`make structure`, part of `make test`)."""
 import pathlib
 import re
 import sys
@@ -87,10 +88,18 @@ def sccs(graph):
     return [c for c in out if len(c) > 1]
 
 
-for src in sys.argv[1:]:
-    src = pathlib.Path(src)
-    graph = edges(src)
-    circles = sccs(graph)
-    print(f"{src}: {len(graph)} modules, {len(circles)} circles")
-    for c in sorted(circles, key=len, reverse=True):
-        print("  " + " <-> ".join(sorted("::".join(m) or "crate" for m in c)))
+def main(args: list) -> int:
+    check = "--check" in args
+    found = 0
+    for src in (pathlib.Path(a) for a in args if a != "--check"):
+        graph = edges(src)
+        circles = sccs(graph)
+        found += len(circles)
+        print(f"{src}: {len(graph)} modules, {len(circles)} circles")
+        for c in sorted(circles, key=len, reverse=True):
+            print("  " + " <-> ".join(sorted("::".join(m) or "crate" for m in c)))
+    return 1 if check and found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
