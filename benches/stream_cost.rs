@@ -14,8 +14,8 @@
 //!
 //! `make bench-stream-cost`, or `cargo bench --profile bench-native --bench stream_cost` (the
 //! release profile's `panic = "abort"` does not link the bench); for where the time goes, run the
-//! binary it built under callgrind (ARCHITECTURE.md, "A text chunk of the last one's shape is read
-//! without parsing").
+//! binary it built under callgrind (bench/optimisation-log-streaming.md, "A text chunk of the last
+//! one's shape is read without parsing").
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

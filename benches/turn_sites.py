@@ -1,7 +1,7 @@
 """What code a checked turn runs, function by function (`make bench-sites`; not part of `make bench`).
 
 Why: `make bench-perf` found that livecheck slows Envoy's own code by the distinct branches a turn
-runs (ARCHITECTURE.md, "Where the gap is"), so a change is judged by the code it keeps off a turn's
+runs (docs/design/011-measuring-cost.md; bench/optimisation-log-turn.md, "Where the gap is"), so a change is judged by the code it keeps off a turn's
 path, not only by its time.
 
 Method: `src/turn/mod.rs`'s ignored test `v8_profile::chat_4k_turns` (the 4 KiB Chat turns of

@@ -13,7 +13,7 @@
 //!   16-entry table (`i8x16.swizzle`), and the byte is in the set when the two masks share a bit:
 //!   the same few instructions for any set, exact for any set whose high halves fall into at most
 //!   eight classes. In V8 four ranges cost ~16-20 instructions per 16 bytes (an unsigned compare is
-//!   two), the tables ~10 (see ARCHITECTURE.md, "What a turn costs inside V8").
+//!   two), the tables ~10 (see docs/design/012-needle-search.md).
 //!
 //! Both may hit a block that holds no byte of the set (when the set is too scattered to be held
 //! exactly), never miss one that does: a hit is confirmed byte by byte.

@@ -47,7 +47,7 @@ pub fn ascii_len(bytes: &[u8]) -> usize {
 
 /// Whether every byte of a 32-byte stride is ASCII, in WebAssembly's SIMD: the two halves ORed,
 /// their high bits read at once (`i8x16.bitmask`). In V8 the `u64` stride took ~44 µs a MiB (the
-/// input text of a 1 MiB question folded), this ~half (ARCHITECTURE.md).
+/// input text of a 1 MiB question folded), this ~half (bench/optimisation-log-turn.md).
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 #[inline]
 fn stride_is_ascii(stride: &[u8; 32]) -> bool {

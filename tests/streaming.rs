@@ -500,7 +500,7 @@ fn a_compressed_stream_is_refused_as_errored_in_the_callers_shape() {
 /// write cut into 16 KiB body callbacks, all held open mid-answer; prints the VM's memory grown per
 /// stream at 2,000 and 20,000 tokens. It gives about what the Envoy run gives for the wasm VM
 /// (7.10 / 7.10 KiB at c2ea18f, 7.23 / 8.58 at 0679448, 6.46 / 6.72 once the rewriter's queue kept
-/// no spare room between chunks; ARCHITECTURE.md) in seconds, for any build:
+/// no spare room between chunks; docs/design/018-flat-stream-memory.md) in seconds, for any build:
 /// `LIVECHECK_WASM_DIR=<dir of a livecheck.wasm> cargo test --release --test streaming
 /// memory_per_held_stream_probe -- --ignored --nocapture` (`PROBE_STREAMS`, default 1,000).
 /// A probe, not a test: ignored in `make test`. No substitute for the Envoy run either: there the

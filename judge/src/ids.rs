@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Ids made later sort later, so a table's index on them grows at its end: a random id lands on a
 /// random page of the index, and SQLite writes every page a transaction touched to its log
 /// (`make bench-ingest`: a report's results with random ids cost ~1.4x the CPU, with random turn
-/// ids too ~2x; see ARCHITECTURE.md).
+/// ids too ~2x; see docs/design/017-sidecar-store-ingest.md).
 ///
 /// The 96 bits after the time are two SplitMix64 outputs of a per-thread counter that starts at a
 /// random point: the OS is asked once per thread, not once per id (a `getrandom` system call per

@@ -1,7 +1,7 @@
 //! The store's schema under several replicas (issue 52): replicas starting at once on a fresh
 //! PostgreSQL database all come up and apply each migration once, and a database that a newer
 //! sidecar migrated further (a rolling upgrade, or a rollback) still opens and works here.
-//! docs/design/replica-schema.md says why.
+//! docs/design/024-replica-schema.md says why.
 
 #![allow(
     clippy::unwrap_used,

@@ -14,7 +14,7 @@
 //! Why: a turn reads two bodies, and serde_json's generic deserializer (two instantiations, its
 //! visitor, its error paths) was ~2.6 µs of a ~12.5 µs turn under V8 and ~1,000 distinct x86
 //! instructions of the ~10,000 a turn runs natively (callgrind): code that crowds the branch
-//! predictors Envoy's own code shares (ARCHITECTURE.md, "Where the gap is").
+//! predictors Envoy's own code shares (docs/design/011-measuring-cost.md).
 
 use std::borrow::Cow;
 use std::marker::PhantomData;

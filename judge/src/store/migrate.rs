@@ -8,7 +8,7 @@
 //! closed afterwards: whatever happens (an error, a cancelled start), its lock ends with it and never
 //! stays on a pooled connection. SQLite: one sidecar, no lock.
 //!
-//! From migration 4 on every migration is additive (docs/design/replica-schema.md): an older replica
+//! From migration 4 on every migration is additive (docs/design/024-replica-schema.md): an older replica
 //! keeps running on the newer schema during a rolling upgrade, so a database recording versions this
 //! sidecar does not know is opened as it is.
 
