@@ -46,11 +46,8 @@ mod tests {
     use livecheck_wire::Api;
     use serde_json::json;
 
+    use super::super::tests::rules;
     use super::super::{instruction, retry_body};
-
-    fn rules() -> Vec<String> {
-        vec!["Never swear.".into(), "Stay\non topic.".into()]
-    }
 
     #[test]
     fn anthropic_system_blocks_get_one_more_block() {

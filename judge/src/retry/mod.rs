@@ -317,7 +317,7 @@ async fn send(
 mod tests {
     use super::*;
 
-    fn rules() -> Vec<String> {
+    pub(super) fn rules() -> Vec<String> {
         vec!["Never swear.".into(), "Stay\non topic.".into()]
     }
 
