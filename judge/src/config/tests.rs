@@ -1,3 +1,6 @@
+//! The config's tests: each part's rules and defaults through `Settings::from_toml` / `from_json` /
+//! `load`, as an operator meets them; in a file of their own, beside the rooms they test.
+
 use super::*;
 
 fn no_env(_: &str) -> Option<String> {
