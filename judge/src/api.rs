@@ -16,6 +16,7 @@
 //! Errors are `{"error": "…"}` and never quote the request.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -66,7 +67,7 @@ async fn post_results(
         .and_then(|report| validate(&report).map(|()| report))
         .map_err(|problem| {
             tracing::warn!(problem = %problem, "bad turn report");
-            ApiError::BadRequest(problem)
+            ApiError::from(problem)
         })?;
     let key = TurnKey::from_headers(&headers);
     let stored = ingest(&app, &store, &report, &key).await?;
@@ -81,7 +82,7 @@ async fn post_results_batch(
     let store = app.store().cloned().ok_or(ApiError::NoStore)?;
     let batch: ReportBatch = parse_report(&body).map_err(|problem| {
         tracing::warn!(problem = %problem, "bad batch of turn reports");
-        ApiError::BadRequest(problem)
+        ApiError::from(problem)
     })?;
     let key = TurnKey::from_headers(&headers);
     let mut valid = Vec::with_capacity(batch.reports.len());
@@ -224,10 +225,43 @@ async fn after_ingest(
     }
 }
 
+/// What is wrong with a report: where, and which rule it breaks; never the body's text. It is the
+/// 400 answer's message as it is, and the log line's `problem`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadReport(String);
+
+impl fmt::Display for BadReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadReport {}
+
+impl std::ops::Deref for BadReport {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<&str> for BadReport {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl From<BadReport> for ApiError {
+    fn from(problem: BadReport) -> Self {
+        Self::BadRequest(problem.0)
+    }
+}
+
 /// The report, or a short problem naming the field; never quoting the body. Read once plainly:
 /// tracking the path costs every field of every report (~3% of the sidecar's CPU storing batches),
 /// and is needed only to name where a refused body went wrong, so a refused body is read again.
-fn parse_report<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+fn parse_report<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, BadReport> {
     if let Ok(report) = serde_json::from_slice(body) {
         return Ok(report);
     }
@@ -274,35 +308,35 @@ fn parse_report<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String
             None if path.is_empty() => "the report".to_owned(),
             None => path,
         };
-        format!("{at}: {what}")
+        BadReport(format!("{at}: {what}"))
     })
 }
 
-fn text_field(at: &str, value: &str, max: usize) -> Result<(), String> {
+fn text_field(at: &str, value: &str, max: usize) -> Result<(), BadReport> {
     if value.trim().is_empty() {
-        return Err(format!("{at}: must not be empty"));
+        return Err(BadReport(format!("{at}: must not be empty")));
     }
     if value.chars().count() > max || value.chars().any(char::is_control) {
-        return Err(format!(
+        return Err(BadReport(format!(
             "{at}: must be at most {max} characters without control characters"
-        ));
+        )));
     }
     Ok(())
 }
 
-fn alert_field(at: &str, alert: Option<Alert>) -> Result<(), String> {
+fn alert_field(at: &str, alert: Option<Alert>) -> Result<(), BadReport> {
     match alert {
-        Some(a) if !(a.failure_rate > 0.0 && a.failure_rate <= 1.0) => Err(format!(
+        Some(a) if !(a.failure_rate > 0.0 && a.failure_rate <= 1.0) => Err(BadReport(format!(
             "{at}.alert.failure_rate: must be above 0 and at most 1"
-        )),
-        Some(a) if !(1..=1000).contains(&a.over_last) => {
-            Err(format!("{at}.alert.over_last: must be from 1 to 1000"))
-        }
+        ))),
+        Some(a) if !(1..=1000).contains(&a.over_last) => Err(BadReport(format!(
+            "{at}.alert.over_last: must be from 1 to 1000"
+        ))),
         _ => Ok(()),
     }
 }
 
-fn validate(report: &TurnReport) -> Result<(), String> {
+fn validate(report: &TurnReport) -> Result<(), BadReport> {
     text_field("turn_id", &report.turn_id, 128)?;
     if let Some(id) = &report.response_id {
         text_field("response_id", id, 256)?;
@@ -313,23 +347,25 @@ fn validate(report: &TurnReport) -> Result<(), String> {
         text_field("person", person, 256)?;
     }
     if report.results.len() > 1000 {
-        return Err("results: at most 1000 per turn".to_owned());
+        return Err(BadReport("results: at most 1000 per turn".to_owned()));
     }
     if report.background.len() > 100 {
-        return Err("background: at most 100 per turn".to_owned());
+        return Err(BadReport("background: at most 100 per turn".to_owned()));
     }
     for (i, r) in report.results.iter().enumerate() {
         let at = format!("results[{i}]");
         text_field(&format!("{at}.name"), &r.name, 200)?;
         text_field(&format!("{at}.kind"), &r.kind, 64)?;
         if !(1..=10).contains(&r.attempt) {
-            return Err(format!("{at}.attempt: must be from 1 to 10"));
+            return Err(BadReport(format!("{at}.attempt: must be from 1 to 10")));
         }
         if r.score.is_some_and(|s| !(0.0..=1.0).contains(&s)) {
-            return Err(format!("{at}.score: must be from 0 to 1"));
+            return Err(BadReport(format!("{at}.score: must be from 0 to 1")));
         }
         if r.reason.chars().count() > 4000 {
-            return Err(format!("{at}.reason: must be at most 4000 characters"));
+            return Err(BadReport(format!(
+                "{at}.reason: must be at most 4000 characters"
+            )));
         }
         if let Some(model) = &r.judge_model {
             text_field(&format!("{at}.judge_model"), model, 200)?;
@@ -338,10 +374,10 @@ fn validate(report: &TurnReport) -> Result<(), String> {
             text_field(&format!("{at}.tool"), tool, 256)?;
         }
         if r.call == Some(0) {
-            return Err(format!("{at}.call: must be 1 or more"));
+            return Err(BadReport(format!("{at}.call: must be 1 or more")));
         }
         if i64::try_from(r.created_at_ms).is_err() {
-            return Err(format!("{at}.created_at_ms: out of range"));
+            return Err(BadReport(format!("{at}.created_at_ms: out of range")));
         }
         alert_field(&at, r.alert)?;
     }

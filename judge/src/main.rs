@@ -18,12 +18,14 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(not(target_family = "wasm"))]
 mod native {
+    use std::fmt;
+    use std::net::SocketAddr;
     use std::path::PathBuf;
     use std::process::ExitCode;
     use std::sync::Arc;
 
     use livecheck_judge::config::CONFIG_ENV;
-    use livecheck_judge::{serve, App, Settings};
+    use livecheck_judge::{serve, App, Settings, StartError};
     use tracing_subscriber::EnvFilter;
 
     const USAGE: &str = "usage: livecheck-judge [--config PATH]";
@@ -75,33 +77,72 @@ mod native {
         }
     }
 
-    fn config_path(mut args: impl Iterator<Item = String>) -> Result<PathBuf, String> {
+    /// Why the command line names no config file: each says one sentence.
+    #[derive(Debug)]
+    enum Usage {
+        /// `--config` is last, without its path.
+        NoPath,
+        /// `-h` / `--help`.
+        Help,
+        Unknown(String),
+        /// Neither `--config` nor the env var.
+        NoConfig,
+    }
+
+    impl fmt::Display for Usage {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            match self {
+                Self::NoPath => f.write_str("--config needs a path"),
+                Self::Help => write!(f, "reads PATH, else ${CONFIG_ENV}"),
+                Self::Unknown(other) => write!(f, "unknown argument {other:?}"),
+                Self::NoConfig => write!(f, "no config: pass --config PATH or set {CONFIG_ENV}"),
+            }
+        }
+    }
+
+    fn config_path(mut args: impl Iterator<Item = String>) -> Result<PathBuf, Usage> {
         let mut path = None;
         while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--config" => match args.next() {
                     Some(p) => path = Some(PathBuf::from(p)),
-                    None => return Err("--config needs a path".into()),
+                    None => return Err(Usage::NoPath),
                 },
                 other => match other.strip_prefix("--config=") {
                     Some(p) => path = Some(PathBuf::from(p)),
-                    None if other == "-h" || other == "--help" => {
-                        return Err(format!("reads PATH, else ${CONFIG_ENV}"))
-                    }
-                    None => return Err(format!("unknown argument {other:?}")),
+                    None if other == "-h" || other == "--help" => return Err(Usage::Help),
+                    None => return Err(Usage::Unknown(other.to_owned())),
                 },
             }
         }
         path.or_else(|| std::env::var_os(CONFIG_ENV).map(PathBuf::from))
-            .ok_or_else(|| format!("no config: pass --config PATH or set {CONFIG_ENV}"))
+            .ok_or(Usage::NoConfig)
     }
 
-    async fn run(settings: Settings) -> Result<(), String> {
+    /// Why the service stopped with a failure.
+    #[derive(Debug)]
+    enum RunError {
+        Start(StartError),
+        Listen(SocketAddr, std::io::Error),
+        Serve(std::io::Error),
+    }
+
+    impl fmt::Display for RunError {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            match self {
+                Self::Start(e) => write!(f, "{e}"),
+                Self::Listen(listen, e) => write!(f, "cannot listen on {listen}: {e}"),
+                Self::Serve(e) => write!(f, "server failed: {e}"),
+            }
+        }
+    }
+
+    async fn run(settings: Settings) -> Result<(), RunError> {
         let listen = settings.listen;
-        let app = App::start(settings).await.map_err(|e| e.to_string())?;
+        let app = App::start(settings).await.map_err(RunError::Start)?;
         let listener = tokio::net::TcpListener::bind(listen)
             .await
-            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+            .map_err(|e| RunError::Listen(listen, e))?;
         // The bound address, so a config asking for port 0 says which port it got.
         let listen = listener.local_addr().unwrap_or(listen);
         // The config allows no token on loopback only.
@@ -122,7 +163,7 @@ mod native {
         );
         serve(listener, Arc::clone(&app), shutdown_signal())
             .await
-            .map_err(|e| format!("server failed: {e}"))?;
+            .map_err(RunError::Serve)?;
         app.leave().await;
         tracing::info!("livecheck-judge stopped");
         Ok(())

@@ -12,22 +12,18 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use serde::Deserialize;
 
+use super::error::{PageError, NO_STORE, OFF};
 use super::html::Html;
+use super::page;
 use super::session::{
     self, Access, Refusal, LOGIN_COOKIE, LOGIN_LIFETIME, SESSION_COOKIE, SESSION_LIFETIME,
 };
-use super::{message, page};
 use crate::app::App;
 use crate::auth;
-use crate::store::{self, StoreError};
 
-const OFF: &str = "The operator pages are off: no operator token is configured ([api] token_env).";
 const FORGED: &str =
     "This form did not come from this page or has expired. Open the page again and retry.";
 const NO_RANDOMNESS: &str = "No session can be started: the system has no randomness to give.";
-const NO_STORE: &str =
-    "This sidecar runs without a results store: the pages and their login need one.";
-const STORE_DOWN: &str = "The results store is unavailable.";
 
 #[derive(Deserialize)]
 pub struct LoginForm {
@@ -40,18 +36,24 @@ pub struct LogoutForm {
     csrf: String,
 }
 
-pub async fn form(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+pub async fn form(State(app): State<Arc<App>>, headers: HeaderMap) -> Result<Response, PageError> {
     match operator(&app, &headers).await {
-        Ok(_) => Redirect::to("/ui/agents").into_response(),
-        Err(refusal @ (Refusal::Off | Refusal::NoStore | Refusal::StoreDown)) => refused(refusal),
+        Ok(_) => Ok(Redirect::to("/ui/agents").into_response()),
+        Err(refusal @ (Refusal::Off | Refusal::NoStore | Refusal::StoreDown)) => {
+            Err(PageError::Refused(refusal))
+        }
         Err(Refusal::WrongToken | Refusal::LogIn) => login_page(StatusCode::OK, None),
     }
 }
 
 /// The form with a fresh login cookie; `problem` above it when the last try failed.
-fn login_page(status: StatusCode, problem: Option<&'static str>) -> Response {
+fn login_page(status: StatusCode, problem: Option<&'static str>) -> Result<Response, PageError> {
     let Some(nonce) = session::random_token() else {
-        return message(StatusCode::INTERNAL_SERVER_ERROR, "Log in", NO_RANDOMNESS);
+        return Err(PageError::Message(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Log in",
+            NO_RANDOMNESS,
+        ));
     };
     let mut body = Html::new();
     if let Some(problem) = problem {
@@ -70,36 +72,59 @@ fn login_page(status: StatusCode, problem: Option<&'static str>) -> Response {
         header::SET_COOKIE,
         session::set_cookie(LOGIN_COOKIE, Some(&nonce), LOGIN_LIFETIME),
     );
-    response
+    Ok(response)
 }
 
 pub async fn submit(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, FormRejection>,
-) -> Response {
+) -> Result<Response, PageError> {
     let Some(token) = app.settings().api_token.as_ref() else {
-        return message(StatusCode::SERVICE_UNAVAILABLE, "Log in", OFF);
+        return Err(PageError::Message(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Log in",
+            OFF,
+        ));
     };
     let Some(store) = app.store() else {
-        return message(StatusCode::SERVICE_UNAVAILABLE, "Log in", NO_STORE);
+        return Err(PageError::Message(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Log in",
+            NO_STORE,
+        ));
     };
     let Ok(Form(form)) = form else {
-        return message(StatusCode::BAD_REQUEST, "Log in", FORGED);
+        return Err(PageError::Message(
+            StatusCode::BAD_REQUEST,
+            "Log in",
+            FORGED,
+        ));
     };
     let cookie = session::cookie(&headers, LOGIN_COOKIE).unwrap_or_default();
     if !session::same_origin(&headers) || cookie.is_empty() || !session::same(cookie, &form.csrf) {
         tracing::warn!("refused a login form: not from this page");
-        return message(StatusCode::FORBIDDEN, "Log in", FORGED);
+        return Err(PageError::Message(StatusCode::FORBIDDEN, "Log in", FORGED));
     }
     if !auth::same_token(token, form.token.as_bytes()) {
         tracing::warn!("refused a login: not the operator token");
         return login_page(StatusCode::UNAUTHORIZED, Some("That token is not valid."));
     }
-    let (id, _csrf) = match app.sessions().open(store).await {
-        Ok(Some(session)) => session,
-        Ok(None) => return message(StatusCode::INTERNAL_SERVER_ERROR, "Log in", NO_RANDOMNESS),
-        Err(e) => return store_down("Log in", "a login", &e),
+    let opened = app
+        .sessions()
+        .open(store)
+        .await
+        .map_err(|error| PageError::FormStoreDown {
+            title: "Log in",
+            what: "a login",
+            error,
+        })?;
+    let Some((id, _csrf)) = opened else {
+        return Err(PageError::Message(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Log in",
+            NO_RANDOMNESS,
+        ));
     };
     tracing::info!("operator logged in to the pages");
     let mut response = Redirect::to("/ui/agents").into_response();
@@ -112,23 +137,29 @@ pub async fn submit(
         header::SET_COOKIE,
         session::set_cookie(LOGIN_COOKIE, None, LOGIN_LIFETIME),
     );
-    response
+    Ok(response)
 }
 
 pub async fn logout(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     form: Result<Form<LogoutForm>, FormRejection>,
-) -> Response {
+) -> Result<Response, PageError> {
     let Some(store) = app.store() else {
-        return message(StatusCode::SERVICE_UNAVAILABLE, "Log out", NO_STORE);
+        return Err(PageError::Message(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Log out",
+            NO_STORE,
+        ));
+    };
+    let store_down = |error| PageError::FormStoreDown {
+        title: "Log out",
+        what: "a logout",
+        error,
     };
     let id = session::cookie(&headers, SESSION_COOKIE).unwrap_or_default();
     let live = if session::same_origin(&headers) {
-        match app.sessions().csrf(store, id).await {
-            Ok(live) => live,
-            Err(e) => return store_down("Log out", "a logout", &e),
-        }
+        app.sessions().csrf(store, id).await.map_err(store_down)?
     } else {
         None
     };
@@ -136,52 +167,15 @@ pub async fn logout(
         matches!((&live, &form), (Some(csrf), Ok(Form(f))) if session::same(csrf, &f.csrf));
     if !genuine {
         tracing::warn!("refused a logout form: not from this page");
-        return message(StatusCode::FORBIDDEN, "Log out", FORGED);
+        return Err(PageError::Message(StatusCode::FORBIDDEN, "Log out", FORGED));
     }
-    if let Err(e) = app.sessions().close(store, id).await {
-        return store_down("Log out", "a logout", &e);
-    }
+    app.sessions().close(store, id).await.map_err(store_down)?;
     let mut response = Redirect::to("/ui/login").into_response();
     response.headers_mut().append(
         header::SET_COOKIE,
         session::set_cookie(SESSION_COOKIE, None, SESSION_LIFETIME),
     );
-    response
-}
-
-/// The answer to a request that is not the operator's.
-pub fn refused(refusal: Refusal) -> Response {
-    match refusal {
-        Refusal::Off => message(StatusCode::SERVICE_UNAVAILABLE, "Operator pages", OFF),
-        Refusal::WrongToken => {
-            let mut response = message(
-                StatusCode::UNAUTHORIZED,
-                "Operator pages",
-                "That token is not valid.",
-            );
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer"),
-            );
-            response
-        }
-        Refusal::LogIn => Redirect::to("/ui/login").into_response(),
-        Refusal::NoStore => message(StatusCode::SERVICE_UNAVAILABLE, "Operator pages", NO_STORE),
-        Refusal::StoreDown => message(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "Operator pages",
-            STORE_DOWN,
-        ),
-    }
-}
-
-/// The answer when the store failed while a form was handled: nothing changed.
-fn store_down(title: &str, what: &str, e: &StoreError) -> Response {
-    tracing::warn!(
-        error = store::error_kind(e),
-        "refused {what}: the results store is unavailable"
-    );
-    message(StatusCode::SERVICE_UNAVAILABLE, title, STORE_DOWN)
+    Ok(response)
 }
 
 async fn operator(app: &App, headers: &HeaderMap) -> Result<Access, Refusal> {
@@ -189,9 +183,7 @@ async fn operator(app: &App, headers: &HeaderMap) -> Result<Access, Refusal> {
     session::operator(token, app.sessions(), app.store(), headers).await
 }
 
-/// The operator's access, or the response that refuses the request.
-pub async fn guard(app: &App, headers: &HeaderMap) -> Result<Access, Box<Response>> {
-    operator(app, headers)
-        .await
-        .map_err(|r| Box::new(refused(r)))
+/// The operator's access, or the refusal.
+pub async fn guard(app: &App, headers: &HeaderMap) -> Result<Access, PageError> {
+    operator(app, headers).await.map_err(PageError::Refused)
 }

@@ -6,9 +6,11 @@
 //! it is one of the fixed sentences ([`reason`]); a judge's own sentence may quote the turn and is
 //! never shown, nor a tool's name (the model writes it). Names come from the reports (the filter's
 //! configuration) and are escaped like every other value ([`html`]). Every response carries a
-//! Content-Security-Policy without any script and with styles from `/ui/style.css` only.
+//! Content-Security-Policy without any script and with styles from `/ui/style.css` only. A handler
+//! that refuses returns an [`error::PageError`], whose one `IntoResponse` renders the error page.
 
 mod chart;
+mod error;
 mod html;
 mod login;
 mod reason;

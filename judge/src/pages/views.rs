@@ -10,10 +10,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
 use super::chart::{self, Bar, Size};
+use super::error::PageError;
 use super::html::{href, Html};
 use super::login::guard;
 use super::session::Access;
-use super::{message, page, reason};
+use super::{page, reason};
 use crate::app::App;
 use crate::ids;
 use crate::store::{self, Store};
@@ -80,43 +81,31 @@ impl Window {
 
 type Params = Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>;
 
-/// The operator's access, the store and the window, or the page that refuses.
+/// The operator's access, the store and the window, or the refusal.
 async fn open(
     app: &App,
     headers: &HeaderMap,
     query: Params,
-) -> Result<(Access, Store, Window), Box<Response>> {
+) -> Result<(Access, Store, Window), PageError> {
     let access = guard(app, headers).await?;
     let Some(store) = app.store().cloned() else {
-        return Err(Box::new(message(
+        return Err(PageError::Message(
             StatusCode::SERVICE_UNAVAILABLE,
             "Operator pages",
             "This sidecar runs without a results store.",
-        )));
+        ));
     };
     let window = query
         .ok()
         .and_then(|Query(q)| Window::parse(q.get("window").map(String::as_str)));
     match window {
         Some(w) => Ok((access, store, w)),
-        None => Err(Box::new(message(
+        None => Err(PageError::Message(
             StatusCode::BAD_REQUEST,
             "Operator pages",
             "The window must be one of 1h, 24h, 7d or 30d.",
-        ))),
+        )),
     }
-}
-
-fn store_down(e: &store::StoreError) -> Response {
-    tracing::warn!(
-        error = store::error_kind(e),
-        "results store unavailable for a page"
-    );
-    message(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "Operator pages",
-        "The results store is unavailable.",
-    )
 }
 
 /// The window chooser: a GET form back to `path`.
@@ -212,15 +201,16 @@ fn last_fired(alert: &store::AlertView) -> String {
         .map_or_else(|| "never".to_owned(), minute)
 }
 
-pub async fn agents(State(app): State<Arc<App>>, headers: HeaderMap, query: Params) -> Response {
-    let (access, store, window) = match open(&app, &headers, query).await {
-        Ok(o) => o,
-        Err(r) => return *r,
-    };
-    let agents = match store.agents(window.since(ids::now_ms())).await {
-        Ok(a) => a,
-        Err(e) => return store_down(&e),
-    };
+pub async fn agents(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    query: Params,
+) -> Result<Response, PageError> {
+    let (access, store, window) = open(&app, &headers, query).await?;
+    let agents = store
+        .agents(window.since(ids::now_ms()))
+        .await
+        .map_err(PageError::StoreDown)?;
     let mut h = Html::new();
     chooser(&mut h, "/ui/agents", window);
     h.raw("<p>Results of ").text(window.label()).raw(".</p>");
@@ -241,7 +231,7 @@ pub async fn agents(State(app): State<Arc<App>>, headers: HeaderMap, query: Para
         }
         h.raw("</tbody></table>");
     }
-    page(StatusCode::OK, "Agents", Some(&access), h)
+    Ok(page(StatusCode::OK, "Agents", Some(&access), h))
 }
 
 /// What an agent's page and its checks' pages read: the window's start, each check's counts, the
@@ -271,20 +261,16 @@ pub async fn agent(
     headers: HeaderMap,
     Path(agent): Path<String>,
     query: Params,
-) -> Response {
-    let (access, store, window) = match open(&app, &headers, query).await {
-        Ok(o) => o,
-        Err(r) => return *r,
-    };
+) -> Result<Response, PageError> {
+    let (access, store, window) = open(&app, &headers, query).await?;
     let Read {
         since,
         checks,
         buckets,
         alerts,
-    } = match Read::agent(&store, &agent, window).await {
-        Ok(r) => r,
-        Err(e) => return store_down(&e),
-    };
+    } = Read::agent(&store, &agent, window)
+        .await
+        .map_err(PageError::StoreDown)?;
     let path = href(&["agents", &agent]);
     let mut h = Html::new();
     chooser(&mut h, &path, window);
@@ -318,7 +304,12 @@ pub async fn agent(
         h.raw("</tbody></table>");
     }
     alerts_table(&mut h, &store, &agent, &alerts).await;
-    page(StatusCode::OK, &format!("Agent {agent}"), Some(&access), h)
+    Ok(page(
+        StatusCode::OK,
+        &format!("Agent {agent}"),
+        Some(&access),
+        h,
+    ))
 }
 
 fn bucket_name(window: Window) -> &'static str {
@@ -369,11 +360,8 @@ pub async fn check(
     headers: HeaderMap,
     Path((agent, check)): Path<(String, String)>,
     query: Params,
-) -> Response {
-    let (access, store, window) = match open(&app, &headers, query).await {
-        Ok(o) => o,
-        Err(r) => return *r,
-    };
+) -> Result<Response, PageError> {
+    let (access, store, window) = open(&app, &headers, query).await?;
     let read = async {
         let read = Read::agent(&store, &agent, window).await?;
         let failures = store
@@ -389,10 +377,7 @@ pub async fn check(
             alerts,
         },
         failures,
-    ) = match read.await {
-        Ok(r) => r,
-        Err(e) => return store_down(&e),
-    };
+    ) = read.await.map_err(PageError::StoreDown)?;
     let counts = summary.iter().find(|c| c.name == check);
     let (passed, failed, errored) = counts.map_or((0, 0, 0), |c| (c.passed, c.failed, c.errored));
     let mut h = Html::new();
@@ -462,7 +447,7 @@ pub async fn check(
         h.raw("</tbody></table>");
     }
     let title = format!("Check {check} of agent {agent}");
-    page(StatusCode::OK, &title, Some(&access), h)
+    Ok(page(StatusCode::OK, &title, Some(&access), h))
 }
 
 fn reason_cell(h: &mut Html, text: &str) {
@@ -481,23 +466,21 @@ pub async fn turn(
     headers: HeaderMap,
     Path(id): Path<String>,
     query: Params,
-) -> Response {
-    let (access, store, _) = match open(&app, &headers, query).await {
-        Ok(o) => o,
-        Err(r) => return *r,
-    };
-    let turn = match store.find_turn(&id).await {
-        Ok(Some(t)) => t,
-        Ok(None) => return message(StatusCode::NOT_FOUND, "Turn", "No stored turn has this id."),
-        Err(e) => return store_down(&e),
-    };
-    let results = match store
+) -> Result<Response, PageError> {
+    let (access, store, _) = open(&app, &headers, query).await?;
+    let turn = store
+        .find_turn(&id)
+        .await
+        .map_err(PageError::StoreDown)?
+        .ok_or(PageError::Message(
+            StatusCode::NOT_FOUND,
+            "Turn",
+            "No stored turn has this id.",
+        ))?;
+    let results = store
         .results_page(&turn.turn_id, 0, TURN_RESULTS_SHOWN)
         .await
-    {
-        Ok(r) => r,
-        Err(e) => return store_down(&e),
-    };
+        .map_err(PageError::StoreDown)?;
     let mut h = Html::new();
     h.raw("<dl class=\"ids\"><dt>Turn id</dt><dd>")
         .text(&turn.turn_id)
@@ -542,12 +525,12 @@ pub async fn turn(
             .raw("</td></tr>");
     }
     h.raw("</tbody></table>");
-    page(
+    Ok(page(
         StatusCode::OK,
         &format!("Turn {}", turn.public_id()),
         Some(&access),
         h,
-    )
+    ))
 }
 
 #[cfg(test)]

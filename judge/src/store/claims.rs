@@ -12,7 +12,10 @@
 
 use sqlx::Row;
 
-use super::{alert_from, KeyHolder, OutboxEvent, PendingCheck, Store, StoreError};
+use super::alerts::alert_from;
+use super::outbox::OutboxEvent;
+use super::pending::{KeyHolder, PendingCheck};
+use super::{Store, StoreError};
 
 /// `column` names a replica that is alive at `$now` (the placeholder named by `now`).
 fn alive(column: &str, now: &str) -> String {

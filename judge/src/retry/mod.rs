@@ -11,13 +11,21 @@
 //! It goes only to the upstream the config names for the turn's authority, with the turn's own
 //! credentials, and comes back as the vendor's answer verbatim or `errored` with a fixed reason.
 //! Logs name the API, upstream, status, outcome and duration; never a body, a rule or a key.
+//!
+//! Each vendor API's rules (its path, where its tools and instructions sit) are in a file of their
+//! own: [`anthropic`], [`chat`], [`responses`]. Here the common part: the failures, the instruction,
+//! the JSON helpers the three share, the target URL and the call upstream.
+
+mod anthropic;
+mod chat;
+mod responses;
 
 use std::time::Instant;
 
 use axum::http::{HeaderMap, HeaderValue};
 use livecheck_wire::{Api, RetryAnswer, RetryOutcome, RetryRequest};
 use reqwest::Url;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::config::{Upstream, Upstreams};
 use crate::limits::{read_capped, Unread};
@@ -121,9 +129,9 @@ pub fn retry_body(
     body.remove("stream_options");
     let instruction = instruction(rules);
     match api {
-        Api::AnthropicMessages => anthropic(&mut body, instruction, keep_tools),
-        Api::ChatCompletions => chat(&mut body, instruction, keep_tools),
-        Api::Responses => responses(&mut body, instruction, keep_tools)?,
+        Api::AnthropicMessages => anthropic::adapt(&mut body, instruction, keep_tools),
+        Api::ChatCompletions => chat::adapt(&mut body, instruction, keep_tools),
+        Api::Responses => responses::adapt(&mut body, instruction, keep_tools)?,
     }
     Ok(Value::Object(body))
 }
@@ -138,115 +146,6 @@ fn objects(list: Option<&Value>) -> impl Iterator<Item = &Map<String, Value>> {
 
 fn type_of(item: &Map<String, Value>) -> &str {
     item.get("type").and_then(Value::as_str).unwrap_or_default()
-}
-
-fn anthropic(body: &mut Map<String, Value>, instruction: String, keep_tools: bool) {
-    // `tool_use`, `tool_result`, and the server and MCP tools' `server_tool_use`,
-    // `web_search_tool_result`, `mcp_tool_use`, `mcp_tool_result`, …
-    let tool_history = objects(body.get("messages"))
-        .flat_map(|m| objects(m.get("content")))
-        .any(|b| {
-            let kind = type_of(b);
-            kind.ends_with("tool_use") || kind.ends_with("tool_result")
-        });
-    if !keep_tools {
-        disable_tools(
-            body,
-            tool_history,
-            &["tools", "mcp_servers"],
-            &["tool_choice"],
-            json!({"type": "none"}),
-        );
-    }
-    match body.get_mut("system") {
-        Some(Value::String(system)) if !system.is_empty() => {
-            system.push_str("\n\n");
-            system.push_str(&instruction);
-        }
-        Some(Value::Array(system)) => system.push(json!({"type": "text", "text": instruction})),
-        _ => {
-            body.insert("system".into(), Value::String(instruction));
-        }
-    }
-}
-
-fn chat(body: &mut Map<String, Value>, instruction: String, keep_tools: bool) {
-    let tool_history = objects(body.get("messages")).any(|m| {
-        let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
-        let calls = m
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .is_some_and(|c| !c.is_empty());
-        let legacy = m.get("function_call").is_some_and(Value::is_object);
-        matches!(role, "tool" | "function") || calls || legacy
-    });
-    if !keep_tools {
-        body.remove("parallel_tool_calls");
-        disable_tools(
-            body,
-            tool_history,
-            &["tools"],
-            &["tool_choice"],
-            json!("none"),
-        );
-        // The deprecated functions: the same, with their own choice.
-        disable_tools(
-            body,
-            tool_history,
-            &["functions"],
-            &["function_call"],
-            json!("none"),
-        );
-    }
-    let message = json!({"role": "system", "content": instruction});
-    match body.get_mut("messages") {
-        Some(Value::Array(messages)) => messages.push(message),
-        _ => {
-            body.insert("messages".into(), json!([message]));
-        }
-    }
-}
-
-fn responses(
-    body: &mut Map<String, Value>,
-    instruction: String,
-    keep_tools: bool,
-) -> Result<(), Failure> {
-    // The original's answer, the rejected one, is already part of a stored conversation.
-    if body.get("conversation").is_some_and(|c| !c.is_null()) {
-        return Err(Failure::StoredConversation);
-    }
-    body.remove("background");
-    if !keep_tools {
-        body.remove("parallel_tool_calls");
-    }
-    let input_history = objects(body.get("input")).any(|item| {
-        let kind = type_of(item);
-        kind.ends_with("_call") || kind.ends_with("_call_output") || kind.starts_with("mcp_")
-    });
-    // An earlier response or a stored prompt may hold tool calls or tools the request cannot show:
-    // keep what there is and choose none.
-    let unseen = ["previous_response_id", "prompt"]
-        .iter()
-        .any(|k| body.get(*k).is_some_and(|v| !v.is_null()));
-    if keep_tools {
-        // Stopped for a denied tool call: the model may call tools again.
-    } else if input_history || unseen {
-        body.insert("tool_choice".into(), json!("none"));
-    } else {
-        disable_tools(body, false, &["tools"], &["tool_choice"], json!("none"));
-        body.remove("max_tool_calls");
-    }
-    match body.get_mut("instructions") {
-        Some(Value::String(text)) if !text.is_empty() => {
-            text.push_str("\n\n");
-            text.push_str(&instruction);
-        }
-        _ => {
-            body.insert("instructions".into(), Value::String(instruction));
-        }
-    }
-    Ok(())
 }
 
 /// Without tool history, drops the tool definitions and choices; with it, keeps the definitions
@@ -275,9 +174,9 @@ fn disable_tools(
 /// The path suffix of each API, as the filter recognises it.
 fn api_suffix(api: Api) -> &'static str {
     match api {
-        Api::AnthropicMessages => "/v1/messages",
-        Api::ChatCompletions => "/v1/chat/completions",
-        Api::Responses => "/v1/responses",
+        Api::AnthropicMessages => anthropic::PATH,
+        Api::ChatCompletions => chat::PATH,
+        Api::Responses => responses::PATH,
     }
 }
 
@@ -418,7 +317,7 @@ async fn send(
 mod tests {
     use super::*;
 
-    fn rules() -> Vec<String> {
+    pub(super) fn rules() -> Vec<String> {
         vec!["Never swear.".into(), "Stay\non topic.".into()]
     }
 
@@ -469,21 +368,6 @@ mod tests {
             assert_eq!(kept["tools"].as_array().unwrap().len(), 1, "{api:?}");
             assert!(kept.get("tool_choice").is_none(), "{api:?}");
         }
-    }
-
-    #[test]
-    fn anthropic_system_blocks_get_one_more_block() {
-        let body = retry_body(
-            Api::AnthropicMessages,
-            r#"{"system": [{"type": "text", "text": "Be kind.", "cache_control": {"type": "ephemeral"}}],
-                "messages": []}"#,
-            &rules(),
-            false,
-        )
-        .unwrap();
-        let system = body["system"].as_array().unwrap();
-        assert_eq!(system.len(), 2);
-        assert_eq!(system[1]["text"], json!(instruction(&rules())));
     }
 
     #[test]

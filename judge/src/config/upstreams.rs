@@ -1,0 +1,149 @@
+//! Where recovery asks the model again (`[[upstreams]]`): a turn's `:authority` to the upstream's
+//! base URL and time limit. Only what the config names: a retry never goes to a host taken from
+//! the callout.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::Url;
+
+use super::file::RawUpstream;
+use super::MAX_TIMEOUT_MS;
+
+/// How long a retry may take when its upstream sets no `timeout_ms`: a whole answer, not a verdict.
+const DEFAULT_RETRY_TIMEOUT_MS: u64 = 60_000;
+
+/// A vendor API the filter's turns go to: where a retry for its authority is sent.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub name: String,
+    /// Without a trailing slash; the turn's `:path` is appended as is.
+    pub base_url: Url,
+    pub timeout: Duration,
+}
+
+/// A turn's `:authority` → the upstream a retry goes to. Only what the config names: a retry is
+/// never sent to a host taken from the callout.
+#[derive(Debug, Clone, Default)]
+pub struct Upstreams {
+    /// Lower-cased authority as written: `host` or `host:port`.
+    by_authority: HashMap<String, Arc<Upstream>>,
+}
+
+impl Upstreams {
+    /// The upstream for an authority, case-insensitively: an entry written with that port first,
+    /// else one written without a port for that host.
+    pub fn for_authority(&self, authority: &str) -> Option<&Upstream> {
+        let authority = authority.trim().to_ascii_lowercase();
+        self.by_authority
+            .get(&authority)
+            .or_else(|| {
+                let (host, port) = split_port(&authority);
+                port.and_then(|_| self.by_authority.get(host))
+            })
+            .map(|u| &**u)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_authority.is_empty()
+    }
+}
+
+/// `host:port` → (`host`, `Some(port)`); a bracketed IPv6 host keeps its brackets.
+fn split_port(authority: &str) -> (&str, Option<&str>) {
+    let after_host = match authority.strip_prefix('[') {
+        Some(rest) => rest.find(']').map_or(authority.len(), |i| i + 2),
+        None => authority.find(':').unwrap_or(authority.len()),
+    };
+    let (host, rest) = authority.split_at(after_host.min(authority.len()));
+    match rest.strip_prefix(':') {
+        Some(port) => (host, Some(port)),
+        None => (host, None),
+    }
+}
+
+fn valid_authority(authority: &str) -> bool {
+    let (host, port) = split_port(authority);
+    let host_ok = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '[' | ']' | ':'));
+    let port_ok = port.is_none_or(|p| !p.is_empty() && p.parse::<u16>().is_ok());
+    let brackets_ok = match host.strip_prefix('[') {
+        Some(inner) => inner.ends_with(']'),
+        None => !host.contains([':', '[', ']']),
+    };
+    host_ok && port_ok && brackets_ok
+}
+
+pub(super) fn compile_upstreams(raw: Vec<RawUpstream>, problems: &mut Vec<String>) -> Upstreams {
+    let mut upstreams = Upstreams::default();
+    // Which upstream claimed each authority first, to name both in a clash.
+    let mut claimed: HashMap<String, String> = HashMap::new();
+    for (i, u) in raw.into_iter().enumerate() {
+        let name = u.name.unwrap_or_else(|| format!("upstreams[{i}]"));
+        let at = format!("upstream {name:?}");
+        let authority = u.authority.trim().to_ascii_lowercase();
+        let mut ok = true;
+        if !valid_authority(&authority) {
+            problems.push(format!(
+                "{at}: authority {:?} is not a host or host:port",
+                u.authority
+            ));
+            ok = false;
+        } else if let Some(first) = claimed.get(&authority) {
+            problems.push(format!(
+                "{at}: authority {:?} is already served by upstream {first:?}",
+                u.authority
+            ));
+            ok = false;
+        }
+        let base_url = match upstream_url(&u.base_url) {
+            Ok(url) => Some(url),
+            Err(why) => {
+                problems.push(format!("{at}: base_url {:?} {why}", u.base_url));
+                None
+            }
+        };
+        let timeout_ms = u.timeout_ms.unwrap_or(DEFAULT_RETRY_TIMEOUT_MS);
+        if !(1..=MAX_TIMEOUT_MS).contains(&timeout_ms) {
+            problems.push(format!(
+                "{at}: timeout_ms must be between 1 and {MAX_TIMEOUT_MS}, not {timeout_ms}"
+            ));
+            ok = false;
+        }
+        let Some(base_url) = base_url.filter(|_| ok) else {
+            continue;
+        };
+        claimed.insert(authority.clone(), name.clone());
+        upstreams.by_authority.insert(
+            authority,
+            Arc::new(Upstream {
+                name,
+                base_url,
+                timeout: Duration::from_millis(timeout_ms),
+            }),
+        );
+    }
+    upstreams
+}
+
+fn upstream_url(base_url: &str) -> Result<Url, &'static str> {
+    let mut url = Url::parse(base_url).map_err(|_| "is not a URL")?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err("must be an http or https URL");
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("must not have a query or fragment");
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("must not carry credentials");
+    }
+    let path = url.path().trim_end_matches('/').to_owned();
+    if path.ends_with("/v1") {
+        return Err("must not end in /v1: the turn's path (/v1/...) is appended to it");
+    }
+    url.set_path(&path);
+    Ok(url)
+}
