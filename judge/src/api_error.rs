@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::store::{self, StoreError};
+use crate::store::{StoreError, StoreFailure};
 
 #[derive(Debug)]
 pub enum ApiError {
@@ -23,13 +23,13 @@ pub enum ApiError {
     /// 503: a judge-only sidecar (no results store).
     NoStore,
     /// 503: the results store failed while doing what the first field says.
-    StoreDown(&'static str, StoreError),
+    StoreDown(&'static str, StoreFailure),
 }
 
 impl ApiError {
     /// The store failed while doing `what`: for `map_err`.
     pub fn store(what: &'static str) -> impl FnOnce(StoreError) -> Self {
-        move |e| Self::StoreDown(what, e)
+        move |e| Self::StoreDown(what, e.into())
     }
 }
 
@@ -51,7 +51,7 @@ impl IntoResponse for ApiError {
             ),
             Self::StoreDown(what, e) => {
                 tracing::warn!(
-                    error = store::error_kind(e),
+                    error = %e,
                     what = *what,
                     "results store unavailable"
                 );

@@ -35,7 +35,7 @@ use crate::{api, auth, events, ids, limits, pages, pending, replicas};
 #[derive(Debug)]
 pub enum StartError {
     Client(reqwest::Error),
-    Store(store::StoreError),
+    Store(store::StoreFailure),
 }
 
 impl std::fmt::Display for StartError {
@@ -43,7 +43,7 @@ impl std::fmt::Display for StartError {
         match self {
             Self::Client(e) => write!(f, "cannot build the HTTP client: {e}"),
             // A database error's message can quote values: name the kind only.
-            Self::Store(e) => write!(f, "cannot open the results store: {}", store::error_kind(e)),
+            Self::Store(e) => write!(f, "cannot open the results store: {e}"),
         }
     }
 }
@@ -63,10 +63,12 @@ impl App {
         };
         let store = Store::open(settings.store.url.expose())
             .await
-            .map_err(StartError::Store)?
+            .map_err(|e| StartError::Store(e.into()))?
             .with_queue_limits(queues);
         let app = Self::build(settings, Some(store)).map_err(StartError::Client)?;
-        replicas::join(&app).await.map_err(StartError::Store)?;
+        replicas::join(&app)
+            .await
+            .map_err(|e| StartError::Store(e.into()))?;
         let workers = vec![
             tokio::spawn(replicas::lease_loop(Arc::clone(&app))),
             tokio::spawn(pending::judge_loop(Arc::clone(&app))),

@@ -57,7 +57,7 @@ mod native {
 
     const MAX_BODY: usize = 64 << 20;
     const LEAK_MARKER: &[u8] = b"leak-the-codename";
-    /// In the instruction `livecheck-judge` adds when it asks again (`judge/src/retry.rs`).
+    /// In the instruction `livecheck-judge` adds when it asks again (`judge/src/retry/mod.rs`).
     const RETRY_MARKER: &[u8] = b"was not shown to the user";
     const ANSWER: &str =
         "Your order left our depot near the station this morning and should arrive \

@@ -1,6 +1,6 @@
 //! The one error of the operator pages' HTML handlers: each refusal's status, page and headers in
 //! one place ([`PageError`]'s `IntoResponse`), so a handler returns `Err(…)` and never builds an
-//! error page itself. A store error is logged by its kind only ([`store::error_kind`]) and answered
+//! error page itself. A store error is logged by its kind only ([`crate::store::StoreFailure`]) and answered
 //! with one fixed sentence.
 
 use axum::http::{header, StatusCode};
@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 
 use super::message;
 use super::session::Refusal;
-use crate::store::{self, StoreError};
+use crate::store::{StoreError, StoreFailure};
 
 pub const OFF: &str =
     "The operator pages are off: no operator token is configured ([api] token_env).";
@@ -23,14 +23,21 @@ pub enum PageError {
     /// The request is not the operator's.
     Refused(Refusal),
     /// The results store failed while a page was read.
-    StoreDown(StoreError),
+    StoreDown(StoreFailure),
     /// The results store failed while the form `what` ("a login") of the page `title` was handled:
     /// nothing changed.
     FormStoreDown {
         title: &'static str,
         what: &'static str,
-        error: StoreError,
+        error: StoreFailure,
     },
+}
+
+impl PageError {
+    /// The store failed while a page was read: for `map_err`.
+    pub fn store_down(e: StoreError) -> Self {
+        Self::StoreDown(e.into())
+    }
 }
 
 impl IntoResponse for PageError {
@@ -40,7 +47,7 @@ impl IntoResponse for PageError {
             Self::Refused(refusal) => refused(refusal),
             Self::StoreDown(e) => {
                 tracing::warn!(
-                    error = store::error_kind(&e),
+                    error = %e,
                     "results store unavailable for a page"
                 );
                 message(
@@ -51,7 +58,7 @@ impl IntoResponse for PageError {
             }
             Self::FormStoreDown { title, what, error } => {
                 tracing::warn!(
-                    error = store::error_kind(&error),
+                    error = %error,
                     "refused {what}: the results store is unavailable"
                 );
                 message(StatusCode::SERVICE_UNAVAILABLE, title, STORE_DOWN)

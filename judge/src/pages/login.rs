@@ -20,6 +20,7 @@ use super::session::{
 };
 use crate::app::App;
 use crate::auth;
+use crate::store::StoreError;
 
 const FORGED: &str =
     "This form did not come from this page or has expired. Open the page again and retry.";
@@ -114,10 +115,10 @@ pub async fn submit(
         .sessions()
         .open(store)
         .await
-        .map_err(|error| PageError::FormStoreDown {
+        .map_err(|error: StoreError| PageError::FormStoreDown {
             title: "Log in",
             what: "a login",
-            error,
+            error: error.into(),
         })?;
     let Some((id, _csrf)) = opened else {
         return Err(PageError::Message(
@@ -152,10 +153,10 @@ pub async fn logout(
             NO_STORE,
         ));
     };
-    let store_down = |error| PageError::FormStoreDown {
+    let store_down = |error: StoreError| PageError::FormStoreDown {
         title: "Log out",
         what: "a logout",
-        error,
+        error: error.into(),
     };
     let id = session::cookie(&headers, SESSION_COOKIE).unwrap_or_default();
     let live = if session::same_origin(&headers) {

@@ -210,7 +210,7 @@ pub async fn agents(
     let agents = store
         .agents(window.since(ids::now_ms()))
         .await
-        .map_err(PageError::StoreDown)?;
+        .map_err(PageError::store_down)?;
     let mut h = Html::new();
     chooser(&mut h, "/ui/agents", window);
     h.raw("<p>Results of ").text(window.label()).raw(".</p>");
@@ -270,7 +270,7 @@ pub async fn agent(
         alerts,
     } = Read::agent(&store, &agent, window)
         .await
-        .map_err(PageError::StoreDown)?;
+        .map_err(PageError::store_down)?;
     let path = href(&["agents", &agent]);
     let mut h = Html::new();
     chooser(&mut h, &path, window);
@@ -377,7 +377,7 @@ pub async fn check(
             alerts,
         },
         failures,
-    ) = read.await.map_err(PageError::StoreDown)?;
+    ) = read.await.map_err(PageError::store_down)?;
     let counts = summary.iter().find(|c| c.name == check);
     let (passed, failed, errored) = counts.map_or((0, 0, 0), |c| (c.passed, c.failed, c.errored));
     let mut h = Html::new();
@@ -471,7 +471,7 @@ pub async fn turn(
     let turn = store
         .find_turn(&id)
         .await
-        .map_err(PageError::StoreDown)?
+        .map_err(PageError::store_down)?
         .ok_or(PageError::Message(
             StatusCode::NOT_FOUND,
             "Turn",
@@ -480,7 +480,7 @@ pub async fn turn(
     let results = store
         .results_page(&turn.turn_id, 0, TURN_RESULTS_SHOWN)
         .await
-        .map_err(PageError::StoreDown)?;
+        .map_err(PageError::store_down)?;
     let mut h = Html::new();
     h.raw("<dl class=\"ids\"><dt>Turn id</dt><dd>")
         .text(&turn.turn_id)

@@ -54,6 +54,30 @@ pub struct Store {
     queues: QueueLimits,
 }
 
+/// A store error as it leaves the store for a log line or an answer: its kind only. A database error's
+/// message can quote values and a connection error its URL, so this is the one place a store error
+/// becomes words; `Debug` prints the kind too, so no derived `Debug` of a caller's error can quote one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct StoreFailure(&'static str);
+
+impl From<StoreError> for StoreFailure {
+    fn from(e: StoreError) -> Self {
+        Self(error_kind(&e))
+    }
+}
+
+impl std::fmt::Display for StoreFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::fmt::Debug for StoreFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StoreFailure({:?})", self.0)
+    }
+}
+
 /// A short name for a store error, for logs: a database error's message can quote values.
 pub fn error_kind(e: &StoreError) -> &'static str {
     match e {
@@ -152,5 +176,23 @@ impl Store {
     /// Closes the pool (tests restart a sidecar on the same database).
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_failure_names_the_kind_and_never_quotes_the_error() {
+        let quoting = StoreError::Configuration("postgres://livecheck:s3cret@db/results".into());
+        let failure = StoreFailure::from(quoting);
+        for shown in [failure.to_string(), format!("{failure:?}")] {
+            assert!(shown.contains("configuration error"), "{shown}");
+            assert!(
+                !shown.contains("s3cret") && !shown.contains("postgres://"),
+                "{shown}"
+            );
+        }
     }
 }
