@@ -106,7 +106,7 @@ fn get_log_level(mut caller: Caller<'_, State>, out: i32) -> i32 {
 }
 
 fn get_current_time(mut caller: Caller<'_, State>, out: i32) -> i32 {
-    let now = crate::host::wall_nanos(&caller.data().world);
+    let now = crate::clock::wall_nanos(&caller.data().world);
     ok_or_fault(Guest::new(&mut caller).write_u64(word(out), now))
 }
 
