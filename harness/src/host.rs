@@ -112,7 +112,7 @@ impl Host {
         let root = self.vm.state().vm.root_id;
         self.vm.state_mut().vm.contexts.insert(root, None);
         let r = i32::from_ne_bytes(root.to_ne_bytes());
-        let trap = |e: String| HarnessError::Trap(e);
+        let trap = HarnessError::from;
         self.vm
             .call(root, "proxy_on_context_create", &[r, 0])
             .map_err(trap)?;
