@@ -75,8 +75,9 @@ impl std::error::Error for LoadError {}
 pub enum TokenError {
     /// The variable is not set and `--judge` asks a live sidecar, which checks it.
     Unset(String),
-    /// The filter would refuse the token (the configuration error it would log).
-    Refused(ConfigError),
+    /// The filter would refuse the token (the configuration error it would log; boxed, as it is
+    /// large beside the other variants).
+    Refused(Box<ConfigError>),
 }
 
 impl fmt::Display for TokenError {

@@ -59,7 +59,7 @@ fn vm_environment(
     // What the filter will do with it, said here with the reason (the filter itself only logs it).
     policy
         .resolve_token(|n| (n == name).then(|| value.clone()))
-        .map_err(TokenError::Refused)?;
+        .map_err(|e| TokenError::Refused(Box::new(e)))?;
     Ok(BTreeMap::from([(name, value)]))
 }
 
