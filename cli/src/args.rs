@@ -1,6 +1,28 @@
 //! Command-line arguments: positionals, `--name VALUE` (or `--name=VALUE`) options and `--flag`s.
 
 use std::collections::BTreeMap;
+use std::fmt;
+
+/// Why the arguments do not parse (the command prints it above its usage).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgsError {
+    /// An option that takes a value is last, with none.
+    NeedsValue(String),
+    /// An option is given twice.
+    GivenTwice(String),
+    /// An option the command does not take (or a flag given a value).
+    Unknown(String),
+}
+
+impl fmt::Display for ArgsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NeedsValue(name) => write!(f, "{name} needs a value"),
+            Self::GivenTwice(name) => write!(f, "{name} is given twice"),
+            Self::Unknown(arg) => write!(f, "unknown option {arg}"),
+        }
+    }
+}
 
 /// Parsed arguments.
 pub struct Args {
@@ -13,7 +35,7 @@ pub struct Args {
 impl Args {
     /// Parses `args`, taking the options in `with_value` and the flags in `flags`; any other
     /// `--name` is an error.
-    pub fn parse(args: &[String], with_value: &[&str], flags: &[&str]) -> Result<Self, String> {
+    pub fn parse(args: &[String], with_value: &[&str], flags: &[&str]) -> Result<Self, ArgsError> {
         let mut out = Self {
             positional: Vec::new(),
             values: BTreeMap::new(),
@@ -35,15 +57,15 @@ impl Args {
                     None => it
                         .next()
                         .cloned()
-                        .ok_or_else(|| format!("{name} needs a value"))?,
+                        .ok_or_else(|| ArgsError::NeedsValue(name.to_owned()))?,
                 };
                 if out.values.insert(name.to_owned(), value).is_some() {
-                    return Err(format!("{name} is given twice"));
+                    return Err(ArgsError::GivenTwice(name.to_owned()));
                 }
             } else if flags.contains(&name) && inline.is_none() {
                 out.flags.push(name.to_owned());
             } else {
-                return Err(format!("unknown option {arg}"));
+                return Err(ArgsError::Unknown(arg.clone()));
             }
         }
         Ok(out)

@@ -3,6 +3,7 @@
 //! `schema/livecheck-cases.schema.json`).
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::Path;
 
 use schemars::JsonSchema;
@@ -340,8 +341,8 @@ impl TurnOutcome {
 
 #[cfg(not(target_family = "wasm"))]
 /// Reads a case file: YAML (`.yaml`, `.yml`) or JSON.
-pub fn read_case_file(path: &Path) -> Result<CaseFile, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
+pub fn read_case_file(path: &Path) -> Result<CaseFile, CaseError> {
+    let text = std::fs::read_to_string(path).map_err(CaseError::Read)?;
     let yaml = matches!(
         path.extension().and_then(|e| e.to_str()),
         Some("yaml" | "yml")
@@ -349,17 +350,17 @@ pub fn read_case_file(path: &Path) -> Result<CaseFile, String> {
     let file: CaseFile = if yaml {
         // YAML merge keys (`<<: *anchor`) extend a scripted map from a shared one.
         let mut value: serde_yaml_ng::Value =
-            serde_yaml_ng::from_str(&text).map_err(|e| e.to_string())?;
-        value.apply_merge().map_err(|e| e.to_string())?;
-        serde_path_to_error::deserialize(value).map_err(|e| e.to_string())?
+            serde_yaml_ng::from_str(&text).map_err(CaseError::Yaml)?;
+        value.apply_merge().map_err(CaseError::Yaml)?;
+        serde_path_to_error::deserialize(value).map_err(CaseError::YamlSchema)?
     } else {
         let de = &mut serde_json::Deserializer::from_str(&text);
-        serde_path_to_error::deserialize(de).map_err(|e| e.to_string())?
+        serde_path_to_error::deserialize(de).map_err(CaseError::Json)?
     };
     let mut seen = std::collections::BTreeSet::new();
     for case in &file.cases {
         if !seen.insert(case.name.as_str()) {
-            return Err(format!("two cases are named {:?}", case.name));
+            return Err(CaseError::DuplicateName(case.name.clone()));
         }
         case.turn.check()?;
     }
@@ -367,8 +368,8 @@ pub fn read_case_file(path: &Path) -> Result<CaseFile, String> {
 }
 
 /// Reads a suite: one JSON object per line (blank lines and `#` lines skipped).
-pub fn read_suite(path: &Path) -> Result<Vec<SuiteLine>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
+pub fn read_suite(path: &Path) -> Result<Vec<SuiteLine>, CaseError> {
+    let text = std::fs::read_to_string(path).map_err(CaseError::Read)?;
     let mut lines = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for (n, line) in text.lines().enumerate() {
@@ -377,19 +378,13 @@ pub fn read_suite(path: &Path) -> Result<Vec<SuiteLine>, String> {
             continue;
         }
         let de = &mut serde_json::Deserializer::from_str(line);
+        let on_line = |e: CaseError| CaseError::Line(n + 1, Box::new(e));
         let parsed: SuiteLine =
-            serde_path_to_error::deserialize(de).map_err(|e| format!("line {}: {e}", n + 1))?;
+            serde_path_to_error::deserialize(de).map_err(|e| on_line(CaseError::Json(e)))?;
         if !seen.insert(parsed.id.clone()) {
-            return Err(format!(
-                "line {}: the id {:?} is used twice",
-                n + 1,
-                parsed.id
-            ));
+            return Err(on_line(CaseError::DuplicateId(parsed.id)));
         }
-        parsed
-            .turn
-            .check()
-            .map_err(|e| format!("line {}: {e}", n + 1))?;
+        parsed.turn.check().map_err(on_line)?;
         lines.push(parsed);
     }
     Ok(lines)
@@ -397,12 +392,50 @@ pub fn read_suite(path: &Path) -> Result<Vec<SuiteLine>, String> {
 
 impl Turn {
     /// What serde cannot say: an answer is one of `body` or `events`.
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), CaseError> {
         if let Some(a) = &self.answer {
             if a.body.is_some() == a.events.is_some() {
-                return Err("an answer has either `body` or `events`".into());
+                return Err(CaseError::AnswerShape);
             }
         }
         Ok(())
     }
 }
+
+/// Why a case file or a suite does not load; the command prints it after the file's name.
+#[derive(Debug)]
+pub enum CaseError {
+    /// The file cannot be read.
+    Read(std::io::Error),
+    /// YAML that does not parse, or whose merge keys do not apply.
+    Yaml(serde_yaml_ng::Error),
+    /// A YAML case file that does not fit the schema (the message names the field).
+    YamlSchema(serde_path_to_error::Error<serde_yaml_ng::Error>),
+    /// JSON that does not parse or does not fit the schema (the message names the field).
+    Json(serde_path_to_error::Error<serde_json::Error>),
+    /// Two cases of a file have this name.
+    DuplicateName(String),
+    /// Two lines of a suite have this id.
+    DuplicateId(String),
+    /// An answer with both or neither of `body` and `events`.
+    AnswerShape,
+    /// A problem on a suite's line (counted from 1).
+    Line(usize, Box<CaseError>),
+}
+
+impl fmt::Display for CaseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Read(e) => write!(f, "cannot read: {e}"),
+            Self::Yaml(e) => write!(f, "{e}"),
+            Self::YamlSchema(e) => write!(f, "{e}"),
+            Self::Json(e) => write!(f, "{e}"),
+            Self::DuplicateName(name) => write!(f, "two cases are named {name:?}"),
+            Self::DuplicateId(id) => write!(f, "the id {id:?} is used twice"),
+            Self::AnswerShape => write!(f, "an answer has either `body` or `events`"),
+            Self::Line(n, e) => write!(f, "line {n}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CaseError {}

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use crate::args::Args;
 use crate::cases::{read_suite, Outcome, SuiteLine, TurnOutcome};
-use crate::drive::{Filter, Happened};
+use crate::drive::{Filter, Happened, TurnError};
 use crate::expect::describe;
 use crate::http::Endpoint;
 
@@ -24,7 +24,7 @@ pub const USAGE: &str = "livecheck eval POLICY.json --version V [--against V2] S
 struct Run {
     version: String,
     /// Per turn id: what happened, or why it could not run.
-    turns: BTreeMap<String, Result<Happened, String>>,
+    turns: BTreeMap<String, Result<Happened, TurnError>>,
 }
 
 /// A check's results over the suite: passed, failed, errored (each turn's last answer).
@@ -71,10 +71,10 @@ impl Run {
         out
     }
 
-    fn errors(&self) -> Vec<(&str, &str)> {
+    fn errors(&self) -> Vec<(&str, &TurnError)> {
         self.turns
             .iter()
-            .filter_map(|(id, r)| r.as_ref().err().map(|e| (id.as_str(), e.as_str())))
+            .filter_map(|(id, r)| r.as_ref().err().map(|e| (id.as_str(), e)))
             .collect()
     }
 }
@@ -94,7 +94,7 @@ pub fn main(args: &[String]) -> ExitCode {
         &["--show-text"],
     ) {
         Ok(a) => a,
-        Err(e) => return usage(&e),
+        Err(e) => return usage(&e.to_string()),
     };
     let format = args.value("--format").unwrap_or_else(|| "text".into());
     if !matches!(format.as_str(), "text" | "json") {
@@ -112,7 +112,7 @@ pub fn main(args: &[String]) -> ExitCode {
         .transpose()
     {
         Ok(u) => u,
-        Err(e) => return usage(&e),
+        Err(e) => return usage(&e.to_string()),
     };
     let fail = |e: String| {
         eprintln!("livecheck eval: {e}");
@@ -124,7 +124,7 @@ pub fn main(args: &[String]) -> ExitCode {
         args.value("--judge").as_deref(),
     ) {
         Ok(f) => f,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e.to_string()),
     };
     let lines = match read_suite(Path::new(suite)) {
         Ok(l) => l,
@@ -166,7 +166,7 @@ fn run(filter: &Filter, lines: &[SuiteLine], version: &str, upstream: Option<&En
 }
 
 /// A turn's outcome in a few words: `withheld by no-iban`.
-fn short(h: &Result<Happened, String>) -> String {
+fn short(h: &Result<Happened, TurnError>) -> String {
     match h {
         Err(_) => "could not run".into(),
         Ok(h) => match (&h.check, h.outcome) {
@@ -274,7 +274,7 @@ fn to_json(suite: &str, lines: &[SuiteLine], runs: &[Run], show_text: bool) -> V
                     (name, json!({"passed": t.passed, "failed": t.failed, "errored": t.errored, "pass_rate": t.rate()}))
                 })
                 .collect();
-            let errors: Vec<Value> = r.errors().iter().map(|(id, e)| json!({"id": id, "error": e})).collect();
+            let errors: Vec<Value> = r.errors().iter().map(|(id, e)| json!({"id": id, "error": e.to_string()})).collect();
             json!({"version": r.version, "checks": checks, "outcomes": r.outcomes(), "errors": errors})
         })
         .collect();

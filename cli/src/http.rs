@@ -1,6 +1,7 @@
 //! A small blocking HTTP/1.1 client for `--judge URL` and `--upstream URL` (plain `http://`: a
 //! sidecar or a model server on loopback or behind a port-forward). One request per connection.
 
+use std::fmt;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -33,21 +34,59 @@ impl Response {
     }
 }
 
+/// Why a URL is not one the client takes, or a request got no answer.
+#[derive(Debug)]
+pub enum HttpError {
+    /// Not an `http://` URL.
+    NotHttp(String),
+    /// An `http://` URL with no host.
+    NoHost(String),
+    /// Connecting, sending or reading failed (`url` is the request's).
+    Io {
+        /// The URL asked.
+        url: String,
+        /// What failed.
+        error: std::io::Error,
+    },
+    /// What came back is not an HTTP answer.
+    NotAnAnswer(String),
+}
+
+impl fmt::Display for HttpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotHttp(url) => write!(f, "{url}: only http:// URLs are supported"),
+            Self::NoHost(url) => write!(f, "{url}: no host"),
+            Self::Io { url, error } => write!(f, "{url}: {error}"),
+            Self::NotAnAnswer(url) => write!(f, "{url}: not an HTTP answer"),
+        }
+    }
+}
+
+impl std::error::Error for HttpError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
 /// How long a request may take in all (a judge model or a real model answering).
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Endpoint {
     /// Parses `http://host:port[/prefix]`.
-    pub fn parse(url: &str) -> Result<Self, String> {
+    pub fn parse(url: &str) -> Result<Self, HttpError> {
         let rest = url
             .strip_prefix("http://")
-            .ok_or_else(|| format!("{url}: only http:// URLs are supported"))?;
+            .ok_or_else(|| HttpError::NotHttp(url.to_owned()))?;
         let (authority, prefix) = match rest.find('/') {
             Some(i) => rest.split_at(i),
             None => (rest, ""),
         };
         if authority.is_empty() {
-            return Err(format!("{url}: no host"));
+            return Err(HttpError::NoHost(url.to_owned()));
         }
         let authority = if authority.contains(':') {
             authority.to_owned()
@@ -66,8 +105,9 @@ impl Endpoint {
         path: &str,
         headers: &[(String, String)],
         body: &[u8],
-    ) -> Result<Response, String> {
-        let fail = |e: std::io::Error| format!("http://{}{path}: {e}", self.authority);
+    ) -> Result<Response, HttpError> {
+        let url = || format!("http://{}{path}", self.authority);
+        let fail = |error: std::io::Error| HttpError::Io { url: url(), error };
         let mut conn = TcpStream::connect(&self.authority).map_err(fail)?;
         conn.set_read_timeout(Some(TIMEOUT)).map_err(fail)?;
         conn.set_write_timeout(Some(TIMEOUT)).map_err(fail)?;
@@ -90,8 +130,7 @@ impl Endpoint {
         conn.write_all(body).map_err(fail)?;
         let mut raw = Vec::new();
         conn.read_to_end(&mut raw).map_err(fail)?;
-        parse_response(&raw)
-            .ok_or_else(|| format!("http://{}{path}: not an HTTP answer", self.authority))
+        parse_response(&raw).ok_or_else(|| HttpError::NotAnAnswer(url()))
     }
 }
 

@@ -3,6 +3,9 @@
 
 use std::fmt::Write;
 
+use crate::cases::CaseError;
+use crate::drive::TurnError;
+
 /// One case's result.
 pub struct CaseResult {
     /// The case's name.
@@ -20,7 +23,7 @@ pub enum CaseVerdict {
     /// These expectations did not hold; then what happened.
     Failed(Vec<String>, String),
     /// The case could not run as written.
-    Error(String),
+    Error(TurnError),
 }
 
 /// One case file's results.
@@ -30,7 +33,7 @@ pub struct FileResult {
     /// Its cases, in order; empty with `error` when the file could not be read.
     pub cases: Vec<CaseResult>,
     /// Why the file could not be read.
-    pub error: Option<String>,
+    pub error: Option<CaseError>,
 }
 
 /// Escapes text for an XML attribute or element (and drops characters XML 1.0 cannot carry).
@@ -93,7 +96,7 @@ pub fn write(files: &[FileResult], wasm: &str) -> String {
                 x,
                 "    <testcase name=\"(case file)\" classname=\"{}\"><error message=\"{}\" type=\"case_file\"/></testcase>",
                 esc(&f.file),
-                esc(e)
+                esc(&e.to_string())
             );
         }
         for c in &f.cases {
@@ -119,7 +122,7 @@ pub fn write(files: &[FileResult], wasm: &str) -> String {
                     let _ = writeln!(
                         x,
                         ">\n      <error message=\"{}\" type=\"case\"/>\n    </testcase>",
-                        esc(e)
+                        esc(&e.to_string())
                     );
                 }
             }

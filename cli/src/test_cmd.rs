@@ -20,7 +20,7 @@ pub const USAGE: &str =
 pub fn main(args: &[String]) -> ExitCode {
     let args = match Args::parse(args, &["--wasm", "--judge", "--format"], &[]) {
         Ok(a) => a,
-        Err(e) => return usage(&e),
+        Err(e) => return usage(&e.to_string()),
     };
     let format = args.value("--format").unwrap_or_else(|| "text".into());
     if !matches!(format.as_str(), "text" | "junit") {

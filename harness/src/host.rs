@@ -1,7 +1,7 @@
 //! The public face of the harness: one VM and its root context, driven like Envoy drives a
 //! worker thread's filter, and queried for what the caller and the upstream received.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use wasmtime::Module;
 
@@ -16,14 +16,6 @@ use crate::vm::{self, Vm};
 
 /// What a side of an unknown stream received: nothing.
 static NOTHING_RECEIVED: Received = Received::EMPTY;
-
-/// Nanoseconds since the epoch of the emulated wall clock.
-pub(crate) fn wall_nanos(world: &World) -> u64 {
-    let wall = world.options.start_time + world.now;
-    wall.duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
 
 /// Compiles a module once, to start many hosts from it cheaply.
 ///
@@ -120,7 +112,7 @@ impl Host {
         let root = self.vm.state().vm.root_id;
         self.vm.state_mut().vm.contexts.insert(root, None);
         let r = i32::from_ne_bytes(root.to_ne_bytes());
-        let trap = |e: String| HarnessError::Trap(e);
+        let trap = HarnessError::from;
         self.vm
             .call(root, "proxy_on_context_create", &[r, 0])
             .map_err(trap)?;

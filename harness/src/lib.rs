@@ -29,6 +29,7 @@ mod abi;
 mod buffers;
 mod callout;
 mod chain;
+mod clock;
 mod error;
 mod headers;
 mod host;

@@ -6,7 +6,12 @@
 
 use wasmtime::{Caller, Extern, Memory};
 
+use crate::abi::status;
 use crate::state::State;
+
+/// What a host call that hands data to the guest returns: a status, or a trap when the guest's
+/// allocator trapped.
+pub(crate) type R = wasmtime::Result<i32>;
 
 /// A host call's view of the guest.
 pub(crate) struct Guest<'a, 'c> {
@@ -115,4 +120,13 @@ impl<'a, 'c> Guest<'a, 'c> {
 /// Guest `i32` arguments are unsigned words.
 pub(crate) fn word(v: i32) -> u32 {
     u32::from_ne_bytes(v.to_ne_bytes())
+}
+
+/// `Ok`, or `InvalidMemoryAccess` when the guest's pointers did not fit its memory.
+pub(crate) fn ok_or_fault(ok: bool) -> i32 {
+    if ok {
+        status::OK
+    } else {
+        status::INVALID_MEMORY_ACCESS
+    }
 }

@@ -1,5 +1,6 @@
 //! One wasm VM: a wasmtime store and instance with the host functions linked.
 
+use std::fmt;
 use std::sync::OnceLock;
 
 use wasmtime::{Engine, Instance, Linker, Module, Store, Val};
@@ -23,6 +24,31 @@ pub(crate) fn engine() -> Result<&'static Engine, HarnessError> {
         .get_or_init(|| Engine::new(&wasmtime::Config::new()).map_err(|e| e.to_string()))
         .as_ref()
         .map_err(|e| HarnessError::Compile(e.clone()))
+}
+
+/// Why a call into the guest did not return.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum CallError {
+    /// The VM failed before (Envoy calls nothing in a failed VM).
+    Failed,
+    /// The guest trapped in this call: the VM has failed now (the message was logged as critical).
+    Trapped(String),
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Failed => write!(f, "the VM has failed"),
+            Self::Trapped(message) => write!(f, "{message}"),
+        }
+    }
+}
+
+impl From<CallError> for HarnessError {
+    /// A start-up callback that did not return.
+    fn from(e: CallError) -> Self {
+        HarnessError::Trap(e.to_string())
+    }
 }
 
 pub(crate) struct Vm {
@@ -68,13 +94,12 @@ impl Vm {
             return Err(HarnessError::AbiVersion);
         }
         if self.has_export("_initialize") {
-            self.call(0, "_initialize", &[])
-                .map_err(HarnessError::Trap)?;
+            self.call(0, "_initialize", &[])?;
             if self.has_export("main") {
-                self.call(0, "main", &[0, 0]).map_err(HarnessError::Trap)?;
+                self.call(0, "main", &[0, 0])?;
             }
         } else if self.has_export("_start") {
-            self.call(0, "_start", &[]).map_err(HarnessError::Trap)?;
+            self.call(0, "_start", &[])?;
         }
         Ok(())
     }
@@ -99,9 +124,9 @@ impl Vm {
         context: u32,
         name: &str,
         args: &[i32],
-    ) -> Result<Option<u64>, String> {
+    ) -> Result<Option<u64>, CallError> {
         if self.state().vm.failed {
-            return Err("the VM has failed".to_owned());
+            return Err(CallError::Failed);
         }
         // A callback's stop request belongs to that callback alone, exported or not.
         self.state_mut().vm.stop_next_iteration = false;
@@ -137,7 +162,7 @@ impl Vm {
                 let state = self.state_mut();
                 state.vm.failed = true;
                 state.world.log(LogLevel::Critical, message.clone());
-                Err(message)
+                Err(CallError::Trapped(message))
             }
         }
     }

@@ -172,7 +172,7 @@ fn clock_time_get(mut caller: Caller<'_, State>, id: i32, _precision: i64, out: 
     let now = {
         let world = &caller.data().world;
         match id {
-            0 => crate::host::wall_nanos(world),
+            0 => crate::clock::wall_nanos(world),
             1 => u64::try_from(world.now.as_nanos()).unwrap_or(u64::MAX),
             _ => return errno::NOTSUP,
         }

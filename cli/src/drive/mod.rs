@@ -19,6 +19,10 @@ use crate::caller::{self, Shown};
 use crate::cases::{Outcome, Retry, Turn, TurnOutcome, Verdict, Verdicts};
 use crate::http::Endpoint;
 
+mod error;
+
+pub use error::{LoadError, TokenError, TurnError};
+
 /// The filter under test: the compiled `.wasm` and the policy it is configured with.
 pub struct Filter {
     module: Module,
@@ -43,23 +47,19 @@ fn vm_environment(
     policy: &mut Policy,
     live_judge: bool,
     env: impl Fn(&str) -> Option<String>,
-) -> Result<BTreeMap<String, String>, String> {
+) -> Result<BTreeMap<String, String>, TokenError> {
     let Some(TokenSource::Env(name)) = policy.judge_token.clone() else {
         return Ok(BTreeMap::new());
     };
     let value = match env(&name) {
         Some(value) => value,
         None if !live_judge => SCRIPTED_TOKEN.to_owned(),
-        None => {
-            return Err(format!(
-                "the policy's judge_token_env names {name}, which is not set: with --judge the sidecar checks the token, so set {name} to the sidecar's [filter] token"
-            ))
-        }
+        None => return Err(TokenError::Unset(name)),
     };
     // What the filter will do with it, said here with the reason (the filter itself only logs it).
     policy
         .resolve_token(|n| (n == name).then(|| value.clone()))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| TokenError::Refused(Box::new(e)))?;
     Ok(BTreeMap::from([(name, value)]))
 }
 
@@ -120,21 +120,35 @@ const MAX_ROUNDS: usize = 1000;
 
 impl Filter {
     /// Compiles `wasm` and checks `policy` loads into it.
-    pub fn load(wasm: &Path, policy: &Path, judge: Option<&str>) -> Result<Self, String> {
-        let bytes = std::fs::read(wasm).map_err(|e| format!("{}: {e}", wasm.display()))?;
-        let policy_bytes =
-            std::fs::read(policy).map_err(|e| format!("{}: {e}", policy.display()))?;
-        let mut compiled = Policy::from_json(&policy_bytes).map_err(|errors| {
-            let lines: Vec<String> = errors
-                .iter()
-                .map(|e| format!("{}: {e}", policy.display()))
-                .collect();
-            lines.join("\n")
+    pub fn load(wasm: &Path, policy: &Path, judge: Option<&str>) -> Result<Self, LoadError> {
+        let in_wasm = || wasm.display().to_string();
+        let in_policy = || policy.display().to_string();
+        let bytes = std::fs::read(wasm).map_err(|error| LoadError::Read {
+            path: in_wasm(),
+            error,
         })?;
-        let module = compile(&bytes).map_err(|e| format!("{}: {e}", wasm.display()))?;
-        let judge = judge.map(Endpoint::parse).transpose()?;
+        let policy_bytes = std::fs::read(policy).map_err(|error| LoadError::Read {
+            path: in_policy(),
+            error,
+        })?;
+        let mut compiled =
+            Policy::from_json(&policy_bytes).map_err(|errors| LoadError::Policy {
+                path: in_policy(),
+                errors,
+            })?;
+        let module = compile(&bytes).map_err(|error| LoadError::Compile {
+            path: in_wasm(),
+            error,
+        })?;
+        let judge = judge
+            .map(Endpoint::parse)
+            .transpose()
+            .map_err(LoadError::Judge)?;
         let environment = vm_environment(&mut compiled, judge.is_some(), |n| std::env::var(n).ok())
-            .map_err(|e| format!("{}: {e}", policy.display()))?;
+            .map_err(|error| LoadError::Token {
+                path: in_policy(),
+                error,
+            })?;
         let mut filter = Self {
             module,
             policy_bytes,
@@ -147,9 +161,10 @@ impl Filter {
             },
             judge,
         };
-        let host = filter
-            .host()
-            .map_err(|e| format!("{}: {e}", policy.display()))?;
+        let host = filter.host().map_err(|error| LoadError::Start {
+            path: in_policy(),
+            error,
+        })?;
         filter.wasm.banner = host
             .logs()
             .iter()
@@ -161,7 +176,7 @@ impl Filter {
     }
 
     /// A fresh host (one Envoy worker) running the policy.
-    fn host(&self) -> Result<Host, String> {
+    fn host(&self) -> Result<Host, TurnError> {
         let host = Host::from_module(
             &self.module,
             Options {
@@ -175,22 +190,20 @@ impl Filter {
         );
         match host {
             Ok(h) => Ok(h),
-            Err(HarnessError::ConfigRejected) => {
-                Err("the filter refused the policy when configured".into())
-            }
-            Err(e) => Err(e.to_string()),
+            Err(HarnessError::ConfigRejected) => Err(TurnError::Refused),
+            Err(e) => Err(TurnError::Harness(e)),
         }
     }
 
     /// The version a turn runs (as the filter selects it).
-    fn version_of(&self, turn: &Turn, version: Option<&str>) -> Result<Rc<Version>, String> {
+    fn version_of(&self, turn: &Turn, version: Option<&str>) -> Result<Rc<Version>, TurnError> {
         self.policy
             .select(
                 turn.agent.as_deref(),
                 version.or(turn.version.as_deref()),
                 turn.headers.get("host").map(String::as_str),
             )
-            .map_err(|e| format!("the policy has no version for this turn: {e:?}"))
+            .map_err(TurnError::NoVersion)
     }
 
     /// Runs one turn. `version` overrides the turn's; `upstream` answers turns without a
@@ -200,7 +213,7 @@ impl Filter {
         turn: &Turn,
         version: Option<&str>,
         upstream: Option<&Endpoint>,
-    ) -> Result<Happened, String> {
+    ) -> Result<Happened, TurnError> {
         let selected = self.version_of(turn, version)?;
         let mut host = self.host()?;
         let mut script = Script::new(turn, &selected, self.judge.as_ref());
@@ -240,7 +253,7 @@ impl Filter {
                 .filter(|(k, _)| k.as_str() != "host")
                 .map(|(k, v)| (k.clone(), v.clone())),
         );
-        let harness = |e: HarnessError| e.to_string();
+        let harness = TurnError::Harness;
         host.send_request_headers(s, &headers, false)
             .map_err(harness)?;
         host.send_request_body(s, &turn.request.bytes(), false)
@@ -267,7 +280,7 @@ impl Filter {
             script.pump(&mut host)?;
         }
         if host.vm_failed() {
-            return Err("the filter's VM failed (a trap) during the turn".into());
+            return Err(TurnError::VmFailed);
         }
         let report = match script.report.take() {
             Some(report) => report,
@@ -282,7 +295,7 @@ impl Filter {
                 results: Vec::new(),
                 background: Vec::new(),
             },
-            None => return Err("the filter sent no report for the turn".into()),
+            None => return Err(TurnError::NoReport),
         };
         Ok(classify(&host, s, turn, &selected, report))
     }
@@ -317,7 +330,7 @@ fn recorded(a: &crate::cases::Answer) -> Answer {
 
 /// Asks a real upstream with what the filter let through, and splits a streamed answer into one
 /// chunk per SSE event.
-fn ask_upstream(host: &Host, s: StreamId, path: &str, up: &Endpoint) -> Result<Answer, String> {
+fn ask_upstream(host: &Host, s: StreamId, path: &str, up: &Endpoint) -> Result<Answer, TurnError> {
     let sent = host.upstream_received(s);
     let headers = sent.headers.clone().unwrap_or_default();
     let r = up.post(path, &headers, &sent.body)?;
@@ -369,8 +382,8 @@ fn send_answer(
     headers: &[(String, String)],
     chunks: &[Vec<u8>],
     script: &mut Script,
-) -> Result<(), String> {
-    let harness = |e: HarnessError| e.to_string();
+) -> Result<(), TurnError> {
+    let harness = TurnError::Harness;
     host.send_response_headers(s, headers, false)
         .map_err(harness)?;
     script.pump(host)?;
@@ -404,7 +417,7 @@ impl<'a> Script<'a> {
     }
 
     /// Answers every callout in flight, and those their answers lead to.
-    fn pump(&mut self, host: &mut Host) -> Result<(), String> {
+    fn pump(&mut self, host: &mut Host) -> Result<(), TurnError> {
         for _ in 0..MAX_ROUNDS {
             let pending = host.pending_callouts();
             if pending.is_empty() {
@@ -414,10 +427,10 @@ impl<'a> Script<'a> {
                 self.answer(host, &c)?;
             }
         }
-        Err("the filter kept making callouts".into())
+        Err(TurnError::EndlessCallouts)
     }
 
-    fn answer(&mut self, host: &mut Host, c: &Callout) -> Result<(), String> {
+    fn answer(&mut self, host: &mut Host, c: &Callout) -> Result<(), TurnError> {
         let path = c.header(":path").unwrap_or_default().to_owned();
         let scripted = match path.as_str() {
             RESULTS_PATH | RESULTS_BATCH_PATH => {
@@ -427,11 +440,7 @@ impl<'a> Script<'a> {
             JUDGE_PATH => self.judge_verdict(&c.body)?,
             TOOL_CHECK_PATH => self.tool_verdict(&c.body)?,
             RETRY_PATH => self.retry(&c.body)?,
-            other => {
-                return Err(format!(
-                    "the filter made a callout to {other}, which no sidecar serves"
-                ))
-            }
+            other => return Err(TurnError::UnservedPath(other.to_owned())),
         };
         let (status, body) = match scripted {
             Some(answer) => answer,
@@ -440,7 +449,7 @@ impl<'a> Script<'a> {
                     Ok(r) => (r.status, r.body),
                     Err(_) => {
                         // A sidecar that cannot be reached: Envoy resets the callout.
-                        return host.fail_callout(c.token).map_err(|e| e.to_string());
+                        return host.fail_callout(c.token).map_err(TurnError::Harness);
                     }
                 },
                 None => return Err(self.unscripted(&path, &c.body)),
@@ -455,17 +464,16 @@ impl<'a> Script<'a> {
             ],
             &body,
         )
-        .map_err(|e| e.to_string())
+        .map_err(TurnError::Harness)
     }
 
-    fn take_report(&mut self, path: &str, body: &[u8]) -> Result<(), String> {
+    fn take_report(&mut self, path: &str, body: &[u8]) -> Result<(), TurnError> {
         let mut reports = if path == RESULTS_BATCH_PATH {
             serde_json::from_slice::<ReportBatch>(body)
-                .map_err(|e| format!("the filter sent a report batch that does not parse: {e}"))?
+                .map_err(unparsable("a report batch"))?
                 .reports
         } else {
-            vec![serde_json::from_slice::<TurnReport>(body)
-                .map_err(|e| format!("the filter sent a report that does not parse: {e}"))?]
+            vec![serde_json::from_slice::<TurnReport>(body).map_err(unparsable("a report"))?]
         };
         if self.report.is_none() && !reports.is_empty() {
             self.report = Some(reports.remove(0));
@@ -496,16 +504,16 @@ impl<'a> Script<'a> {
             .collect()
     }
 
-    fn judge_verdict(&mut self, body: &[u8]) -> Result<Option<(u16, Vec<u8>)>, String> {
-        let req: JudgeRequest = serde_json::from_slice(body)
-            .map_err(|e| format!("the filter sent a judge request that does not parse: {e}"))?;
+    fn judge_verdict(&mut self, body: &[u8]) -> Result<Option<(u16, Vec<u8>)>, TurnError> {
+        let req: JudgeRequest =
+            serde_json::from_slice(body).map_err(unparsable("a judge request"))?;
         let names = self.judged_checks(&req);
         self.scripted(&names, |t| &t.judge, "check")
     }
 
-    fn tool_verdict(&mut self, body: &[u8]) -> Result<Option<(u16, Vec<u8>)>, String> {
-        let req: ToolCheckRequest = serde_json::from_slice(body)
-            .map_err(|e| format!("the filter sent a tool check that does not parse: {e}"))?;
+    fn tool_verdict(&mut self, body: &[u8]) -> Result<Option<(u16, Vec<u8>)>, TurnError> {
+        let req: ToolCheckRequest =
+            serde_json::from_slice(body).map_err(unparsable("a tool check"))?;
         let names: Vec<&'a str> = self
             .version
             .tools
@@ -523,8 +531,8 @@ impl<'a> Script<'a> {
         &mut self,
         names: &[&str],
         table: fn(&Turn) -> &BTreeMap<String, Verdicts>,
-        what: &str,
-    ) -> Result<Option<(u16, Vec<u8>)>, String> {
+        what: &'static str,
+    ) -> Result<Option<(u16, Vec<u8>)>, TurnError> {
         let table = table(self.turn);
         let named: Vec<&str> = names
             .iter()
@@ -534,28 +542,30 @@ impl<'a> Script<'a> {
         let name = match named.as_slice() {
             [] => return Ok(None),
             [one] => *one,
-            [first, ..] => {
-                return Err(format!(
-                    "the {what}s {} send the judge the same question: the case cannot tell their \
-                     verdicts apart (script only {first})",
-                    named.join(", ")
-                ))
+            [_, ..] => {
+                return Err(TurnError::SameQuestion {
+                    what,
+                    named: named.iter().map(|n| (*n).to_owned()).collect(),
+                })
             }
         };
         let n = self.asked.entry(format!("{what}:{name}")).or_insert(0);
-        let verdict = table.get(name).and_then(|v| v.nth(*n)).ok_or_else(|| {
-            format!(
-                "{what} {name} was asked {} times, and the case scripts fewer verdicts",
-                *n + 1
-            )
-        })?;
+        let verdict =
+            table
+                .get(name)
+                .and_then(|v| v.nth(*n))
+                .ok_or_else(|| TurnError::TooFewVerdicts {
+                    what,
+                    name: name.to_owned(),
+                    asked: *n + 1,
+                })?;
         *n += 1;
         Ok(Some(verdict_answer(verdict)))
     }
 
-    fn retry(&mut self, body: &[u8]) -> Result<Option<(u16, Vec<u8>)>, String> {
-        let req: livecheck_wire::RetryRequest = serde_json::from_slice(body)
-            .map_err(|e| format!("the filter sent a retry that does not parse: {e}"))?;
+    fn retry(&mut self, body: &[u8]) -> Result<Option<(u16, Vec<u8>)>, TurnError> {
+        let req: livecheck_wire::RetryRequest =
+            serde_json::from_slice(body).map_err(unparsable("a retry"))?;
         let index = usize::try_from(req.attempt.saturating_sub(2)).unwrap_or(usize::MAX);
         let answer = match self.turn.retries.get(index) {
             Some(Retry::Answered(body)) => serde_json::json!({
@@ -570,25 +580,29 @@ impl<'a> Script<'a> {
         Ok(Some((200, answer.to_string().into_bytes())))
     }
 
-    fn unscripted(&self, path: &str, body: &[u8]) -> String {
-        let hint = "or pass --judge URL for a live sidecar";
+    fn unscripted(&self, path: &str, body: &[u8]) -> TurnError {
         match path {
             JUDGE_PATH => {
                 let names = serde_json::from_slice::<JudgeRequest>(body)
                     .map(|r| self.judged_checks(&r).join(" or "))
                     .unwrap_or_default();
-                format!("the filter asked the judge about check {names}, and the case scripts no verdict for it (add `judge: {{{names}: passed}}`, {hint})")
+                TurnError::UnscriptedCheck(names)
             }
-            TOOL_CHECK_PATH => format!("the filter asked the judge about a tool call, and the case scripts no `tools` verdict for its row ({hint})"),
+            TOOL_CHECK_PATH => TurnError::UnscriptedTool,
             RETRY_PATH => {
                 let attempt = serde_json::from_slice::<livecheck_wire::RetryRequest>(body)
                     .map(|r| r.attempt)
                     .unwrap_or(0);
-                format!("the filter asked the model again (attempt {attempt}), and the case has no `retries` entry for it ({hint})")
+                TurnError::UnscriptedRetry(attempt)
             }
-            _ => format!("nothing answers the callout to {path}"),
+            _ => TurnError::Unanswered(path.to_owned()),
         }
     }
+}
+
+/// A callout body that does not parse, as the turn's error.
+fn unparsable(what: &'static str) -> impl Fn(serde_json::Error) -> TurnError {
+    move |error| TurnError::Unparsable { what, error }
 }
 
 fn reply(status: u16, body: &str) -> (u16, Vec<u8>) {
