@@ -12,6 +12,7 @@ use std::rc::Rc;
 
 use serde::de::DeserializeOwned;
 
+pub use crate::check::{Alert, Kind, Mode, Stage};
 use crate::pattern::{compile_forbidden_text, compile_pattern, Rule, MAX_MATCH_LIMIT};
 use crate::scan::RuleSet;
 pub use raw::{json_schema, schema_for};
@@ -141,7 +142,7 @@ pub struct Check {
     pub timeout_ms: u64,
     /// The metric names of its results: `livecheck.<agent>.<check>.<passed|failed|errored>`.
     pub counters: [String; 3],
-    /// The fixed part of its results as a turn report writes them (`record::result_head`).
+    /// The fixed part of its results as a turn report writes them (`check::result_head`).
     pub report_head: String,
 }
 
@@ -162,64 +163,6 @@ impl Check {
     pub fn blocks_output(&self) -> bool {
         self.stage == Stage::Output && self.mode == Mode::Block
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Stage {
-    Input,
-    Output,
-}
-
-impl Stage {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Input => "input",
-            Self::Output => "output",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Block,
-    Background,
-}
-
-/// What a check decides with. Rule kinds run in the filter; judged kinds ask a judge model.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Kind {
-    NotContains,
-    MatchesPattern,
-    PoliteTone,
-    CorrectFormat,
-    NoMadeUpFacts,
-    /// The operator's own rule, written in `expected`.
-    CustomRule {
-        rule: String,
-    },
-}
-
-impl Kind {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::NotContains => "not_contains",
-            Self::MatchesPattern => "matches_pattern",
-            Self::PoliteTone => "polite_tone",
-            Self::CorrectFormat => "correct_format",
-            Self::NoMadeUpFacts => "no_made_up_facts",
-            Self::CustomRule { .. } => "custom_rule",
-        }
-    }
-
-    pub fn is_rule(&self) -> bool {
-        matches!(self, Self::NotContains | Self::MatchesPattern)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Alert {
-    pub failure_rate: f64,
-    pub over_last: u32,
 }
 
 /// One problem in a configuration, and where it is.
@@ -697,7 +640,12 @@ impl Compiler<'_> {
         for check in &mut checks {
             check.counters = ["passed", "failed", "errored"]
                 .map(|outcome| format!("livecheck.{agent}.{}.{outcome}", check.name));
-            check.report_head = crate::record::result_head(check);
+            check.report_head = crate::check::result_head(
+                &check.name,
+                check.stage,
+                &check.kind,
+                check.alert.as_ref(),
+            );
         }
         // Only the output stage is read as a stream.
         let input_rules = self.rule_set(at, RuleSet::new(&input))?;
