@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 
 pub use crate::check::{Alert, Kind, Mode, Stage};
 use crate::pattern::{compile_forbidden_text, compile_pattern, Rule, MAX_MATCH_LIMIT};
-use crate::scan::RuleSet;
+use crate::scan::{RuleSet, RuleSetError};
 pub use raw::{json_schema, schema_for};
 use raw::{RawAgent, RawCheck, RawMode, RawOnError, RawPolicy, RawStage, RawVersion};
 pub use tools::{
@@ -666,11 +666,12 @@ impl Compiler<'_> {
         })
     }
 
-    fn rule_set(&mut self, at: &At, compiled: Result<RuleSet, String>) -> Option<RuleSet> {
+    fn rule_set(&mut self, at: &At, compiled: Result<RuleSet, RuleSetError>) -> Option<RuleSet> {
         match compiled {
             Ok(set) => Some(set),
-            Err(message) => {
-                self.errors.push(at.error(Some("live_checks"), message));
+            Err(e) => {
+                self.errors
+                    .push(at.error(Some("live_checks"), e.to_string()));
                 None
             }
         }

@@ -327,7 +327,7 @@ fn arg_rule(raw: RawArgRule) -> Result<ArgRule, (&'static str, String)> {
             ))
         }
     };
-    let rule = RuleSet::new(&[(0, rule)]).map_err(|e| ("pattern", e))?;
+    let rule = RuleSet::new(&[(0, rule)]).map_err(|e| ("pattern", e.to_string()))?;
     Ok(ArgRule {
         pointer: raw.pointer,
         rule,
