@@ -7,8 +7,9 @@ use crate::check::ToolResult;
 use crate::pattern::{compile_forbidden_text, compile_pattern, PatternError, MAX_MATCH_LIMIT};
 use crate::scan::RuleSet;
 
+use super::compile::{valid_name, At, Compiler, NAME_RULE};
 use super::raw::{RawArgRule, RawToolCheck};
-use super::{valid_name, At, Compiler, MAX_JUDGE_TIMEOUT_MS, NAME_RULE};
+use super::MAX_JUDGE_TIMEOUT_MS;
 
 /// How long the judge may take on a `when` row unless it says otherwise.
 pub const DEFAULT_TOOL_TIMEOUT_MS: u64 = 60_000;
