@@ -6,11 +6,11 @@ use livecheck_wire::{
     JUDGE_PATH, RESULTS_BATCH_PATH, RESULTS_PATH,
 };
 
-use crate::config::{Check, Kind, Mode, Policy, Stage, Version};
+use crate::check::{Kind, Mode, Outcome, Report, Stage};
+use crate::config::{Check, Policy, Version};
 use crate::host::Host;
 use crate::outbox::Job;
-use crate::record::{Record, Report};
-use crate::verdict::Outcome;
+use crate::record::Record;
 
 /// A callout to send: the sidecar's path and headers, and the JSON body.
 #[derive(Debug, Clone, PartialEq)]
@@ -309,7 +309,7 @@ mod tests {
             } else {
                 record.decided(
                     &v,
-                    &[crate::verdict::CheckResult {
+                    &[crate::check::CheckResult {
                         check: 0,
                         outcome: Outcome::Passed,
                         passed_on_error: false,

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod build_info;
+pub mod check;
 pub mod config;
 pub mod fold;
 pub mod frame;
@@ -20,7 +21,6 @@ pub mod record;
 pub mod recovery;
 pub mod scan;
 pub mod sse;
-pub mod stop;
 pub mod stream;
 pub mod swar;
 pub mod tools;

@@ -3,13 +3,14 @@
 //! a fixed sentence, a judged check's is the judge's own.
 
 use livecheck_wire::{
-    reasons, Alert as WireAlert, BackgroundCheck, CheckResult as WireResult, JudgeRequest,
-    JudgeVerdict, Mode as WireMode, Outcome as WireOutcome, Stage as WireStage,
+    reasons, BackgroundCheck, CheckResult as WireResult, JudgeRequest, JudgeVerdict,
+    Mode as WireMode, Outcome as WireOutcome, Stage as WireStage,
 };
 
-use crate::config::{Check, Kind, Stage, ToolChecks, Version};
+use crate::check::report::{push_str, wire_alert, ResultPart};
+use crate::check::{CheckResult, Kind, Outcome, Report, ToolResult};
+use crate::config::{Check, ToolChecks, Version};
 use crate::host::Host;
-use crate::verdict::{CheckResult, Outcome};
 
 /// The reason of a check that could not decide.
 pub use livecheck_wire::reasons::COULD_NOT_DECIDE;
@@ -133,12 +134,7 @@ impl Record {
 
     /// Results of tool-call checks decided now, in the order decided.
     /// Written by hand as a rule's are ([`ResultPart`]), not through a `WireResult` of copies.
-    pub fn tools_decided(
-        &mut self,
-        tools: &ToolChecks,
-        results: &[crate::tools::ToolResult],
-        now_ms: u64,
-    ) {
+    pub fn tools_decided(&mut self, tools: &ToolChecks, results: &[ToolResult], now_ms: u64) {
         // Room for them all at once (~250 bytes each), not by doubling.
         self.results.json.reserve(results.len() * 256);
         for r in results {
@@ -170,7 +166,7 @@ impl Record {
         self.background.push(BackgroundCheck {
             name: check.name.clone(),
             judge,
-            alert: wire_alert(check),
+            alert: wire_alert(check.alert.as_ref()),
         });
     }
 
@@ -229,14 +225,6 @@ impl Record {
     }
 }
 
-/// A finished turn's report: a [`livecheck_wire::TurnReport`] as JSON.
-#[derive(Debug)]
-pub struct Report {
-    pub body: Vec<u8>,
-    /// It carries background checks (judged with the turn's credentials).
-    pub background: bool,
-}
-
 /// A turn's results as its report carries them: JSON objects joined by commas, each a check's
 /// fixed part (written at configure time, `Check::report_head`) and what the result adds.
 #[derive(Debug, Default)]
@@ -254,95 +242,6 @@ impl Written {
         self.count += 1;
         &mut self.json
     }
-}
-
-/// What a result adds to its check's fixed part.
-struct ResultPart<'a> {
-    attempt: u32,
-    outcome: Outcome,
-    score: Option<f64>,
-    reason: &'a str,
-    judge_model: Option<&'a str>,
-    passed_on_error: bool,
-    /// A tool-call check's: the tool's name and which call.
-    call: Option<(&'a str, u32)>,
-    created_at_ms: u64,
-}
-
-impl ResultPart<'_> {
-    /// Writes the result as one JSON object of a [`livecheck_wire::TurnReport`]'s `results`.
-    fn write(&self, head: &str, out: &mut Vec<u8>) {
-        out.extend_from_slice(head.as_bytes());
-        out.extend_from_slice(b",\"attempt\":");
-        push_number(out, u64::from(self.attempt));
-        out.extend_from_slice(match self.outcome {
-            Outcome::Passed => b",\"outcome\":\"passed\"",
-            Outcome::Failed => b",\"outcome\":\"failed\"",
-            Outcome::Errored => b",\"outcome\":\"errored\"",
-        });
-        if let Some(score) = self.score {
-            out.extend_from_slice(b",\"score\":");
-            // A non-finite score is written as null, as serde_json writes it.
-            let _ = serde_json::to_writer(&mut *out, &score);
-        }
-        out.extend_from_slice(b",\"reason\":");
-        push_str(out, self.reason);
-        if let Some(model) = self.judge_model {
-            out.extend_from_slice(b",\"judge_model\":");
-            push_str(out, model);
-        }
-        out.extend_from_slice(if self.passed_on_error {
-            b",\"passed_on_error\":true"
-        } else {
-            b",\"passed_on_error\":false"
-        });
-        if let Some((tool, call)) = self.call {
-            out.extend_from_slice(b",\"tool\":");
-            push_str(out, tool);
-            out.extend_from_slice(b",\"call\":");
-            push_number(out, u64::from(call));
-        }
-        out.extend_from_slice(b",\"created_at_ms\":");
-        push_number(out, self.created_at_ms);
-        out.push(b'}');
-    }
-}
-
-/// The fixed part of a check's results in a report, built once at configure time: `{`, its name,
-/// stage, kind, mode (`block`: background checks are stored by the sidecar) and alert, without the
-/// closing brace.
-pub fn result_head(check: &Check) -> String {
-    let mut head = b"{\"name\":".to_vec();
-    push_str(&mut head, &check.name);
-    head.extend_from_slice(match check.stage {
-        Stage::Input => b",\"stage\":\"input\",\"kind\":",
-        Stage::Output => b",\"stage\":\"output\",\"kind\":",
-    });
-    push_str(&mut head, check.kind.as_str());
-    head.extend_from_slice(b",\"mode\":\"block\"");
-    if let Some(alert) = wire_alert(check) {
-        head.extend_from_slice(b",\"alert\":");
-        let _ = serde_json::to_writer(&mut head, &alert);
-    }
-    String::from_utf8(head).unwrap_or_default()
-}
-
-/// Appends a JSON string literal, as serde_json writes it: a text with nothing to escape (no `"`,
-/// `\\` or control character; the fixed reasons, most names; [`crate::swar::written_as_is`]) is
-/// copied between quotes as it is.
-fn push_str(out: &mut Vec<u8>, text: &str) {
-    if crate::swar::written_as_is(text) {
-        out.push(b'"');
-        out.extend_from_slice(text.as_bytes());
-        out.push(b'"');
-    } else {
-        // Writing a string into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *out, text);
-    }
-}
-
-fn push_number(out: &mut Vec<u8>, n: u64) {
-    let _ = serde_json::to_writer(&mut *out, &n);
 }
 
 /// Results decided now: counted as metrics and recorded for the turn's report.
@@ -369,7 +268,7 @@ pub fn tools_decided(
     host: &mut dyn Host,
     record: &mut Record,
     tools: &ToolChecks,
-    results: &[crate::tools::ToolResult],
+    results: &[ToolResult],
 ) {
     if results.is_empty() {
         return;
@@ -433,35 +332,12 @@ fn rule_reason(kind: &Kind, outcome: Outcome) -> &'static str {
     }
 }
 
-fn wire_alert(check: &Check) -> Option<WireAlert> {
-    check.alert.as_ref().map(|a| WireAlert {
-        failure_rate: a.failure_rate,
-        over_last: a.over_last,
-    })
-}
-
 #[cfg(test)]
 mod tests {
 
     use super::*;
     use crate::config::Policy;
-    use livecheck_wire::TurnReport;
-
-    #[test]
-    fn strings_are_written_as_serde_json_writes_them() {
-        for text in [
-            "",
-            "the answer does not match",
-            "naïve — ✓ 😀",
-            "a \"quote\" and a \\ backslash",
-            "line\nbreak\ttab\u{1}\u{1f}",
-            "\u{7f} delete is not escaped",
-        ] {
-            let mut out = Vec::new();
-            push_str(&mut out, text);
-            assert_eq!(out, serde_json::to_vec(text).unwrap(), "{text:?}");
-        }
-    }
+    use livecheck_wire::{Alert as WireAlert, TurnReport};
 
     fn version() -> std::rc::Rc<Version> {
         let json = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {"live_checks": [
@@ -580,7 +456,7 @@ mod tests {
                 (None, None, "allowed_tools".to_owned(), "allowed_tools"),
             ];
             for (row, judge_model, name, kind) in cases {
-                let result = crate::tools::ToolResult {
+                let result = ToolResult {
                     row,
                     tool: "send_\"mail\"\t✓".into(),
                     call: u32::MAX - i as u32,

@@ -11,14 +11,15 @@
 use livecheck_wire::{RetryAnswer, RetryOutcome, RetryRequest, RETRY_PATH};
 
 use crate::api::{self, Api, Request, Usage};
+use crate::check::stop::Stop;
+use crate::check::{CheckResult, Outcome};
 use crate::config::{Policy, Stage, Version};
 use crate::host::Host;
 use crate::judge::{self, Judged};
 use crate::record::tools_decided;
 use crate::record::{decided, Record};
-use crate::stop::Stop;
 use crate::tools::{self, Checking};
-use crate::verdict::{decide, judged_stops, CheckResult, Outcome, Reading};
+use crate::verdict::{decide, judged_stops, Reading};
 
 /// What a retry is built from, kept from the request while the turn runs.
 #[derive(Debug, Clone, PartialEq, Eq)]

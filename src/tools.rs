@@ -16,10 +16,10 @@ use livecheck_wire::{JudgeVerdict, ToolCheckRequest, TOOL_CHECK_PATH};
 
 use crate::api::json::Node;
 use crate::api::ToolCall;
-use crate::config::{ArgRule, Policy, ToolChecks, ToolRow, ToolTest, Version, ALLOWED_TOOLS};
+use crate::check::{Outcome, ToolResult};
+use crate::config::{ArgRule, Policy, ToolRow, ToolTest, Version, ALLOWED_TOOLS};
 use crate::host::Host;
 use crate::judge;
-use crate::verdict::Outcome;
 
 /// What the judge of a tool call reads beside the call, and whose key it runs on.
 pub struct Context<'a> {
@@ -32,37 +32,6 @@ pub struct Context<'a> {
     pub credentials: &'a [(String, String)],
     /// 1 for the first answer, 2 for the first answer asked for again.
     pub attempt: u32,
-}
-
-/// One row's (or `allowed_tools`') result on one call. Never carries the arguments. The row is
-/// named by its place in the version's [`ToolChecks`], which gives its name, kind and metrics.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolResult {
-    /// The row's index in [`ToolChecks::rows`]; `None` for `allowed_tools`.
-    pub row: Option<usize>,
-    pub tool: String,
-    /// 1 for the answer's first call.
-    pub call: u32,
-    pub attempt: u32,
-    pub outcome: Outcome,
-    /// A fixed sentence, or the judge's explanation.
-    pub reason: Cow<'static, str>,
-    pub judge_model: Option<String>,
-}
-
-impl ToolResult {
-    /// The row's name, kind (`allowed_tools`, `tool_args` or `tool_when`) and the metric this
-    /// result counts in; `None` for a row `tools` does not have.
-    pub fn decider<'t>(&self, tools: &'t ToolChecks) -> Option<(&'t str, &'static str, &'t str)> {
-        let (name, kind, counters) = match self.row {
-            None => (ALLOWED_TOOLS, ALLOWED_TOOLS, &tools.allowed_counters),
-            Some(row) => {
-                let row = tools.rows.get(row)?;
-                (row.name.as_str(), row.test.kind(), &row.counters)
-            }
-        };
-        Some((name, kind, self.outcome.counter(counters)))
-    }
 }
 
 /// Why the calls may not go.

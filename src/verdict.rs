@@ -1,47 +1,9 @@
 //! Deciding a stage: every check of the stage gets one result, and the first blocking check that
 //! did not pass (in the order the operator wrote them) stops the turn.
 
-use crate::config::{Check, Mode, Stage, Version};
-use crate::stop::{Code, Stop};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Passed,
-    Failed,
-    Errored,
-}
-
-impl Outcome {
-    /// This outcome's metric among a check's `[passed, failed, errored]`.
-    pub fn counter(self, counters: &[String; 3]) -> &str {
-        let [passed, failed, errored] = counters;
-        match self {
-            Self::Passed => passed,
-            Self::Failed => failed,
-            Self::Errored => errored,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Passed => "passed",
-            Self::Failed => "failed",
-            Self::Errored => "errored",
-        }
-    }
-}
-
-/// One check's result on one answer (or on the question).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckResult {
-    /// Index of the check in its version.
-    pub check: usize,
-    pub outcome: Outcome,
-    /// An errored result that the check's `on_error: "pass"` let through.
-    pub passed_on_error: bool,
-    /// 1 for the first answer, 2 for the first answer asked for again.
-    pub attempt: u32,
-}
+use crate::check::stop::{Code, Stop};
+use crate::check::{CheckResult, Mode, Outcome, Stage};
+use crate::config::{Check, Version};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {

@@ -3,11 +3,13 @@
 //! Rows only deny. A row applies to the calls whose tool name its `tool` glob matches; it tests the
 //! call with a judged `when` condition or with `args` rules decided in the filter.
 
+use crate::check::ToolResult;
 use crate::pattern::{compile_forbidden_text, compile_pattern, PatternError, MAX_MATCH_LIMIT};
 use crate::scan::RuleSet;
 
+use super::compile::{valid_name, At, Compiler, NAME_RULE};
 use super::raw::{RawArgRule, RawToolCheck};
-use super::{valid_name, At, Compiler, MAX_JUDGE_TIMEOUT_MS, NAME_RULE};
+use super::MAX_JUDGE_TIMEOUT_MS;
 
 /// How long the judge may take on a `when` row unless it says otherwise.
 pub const DEFAULT_TOOL_TIMEOUT_MS: u64 = 60_000;
@@ -28,6 +30,23 @@ impl ToolChecks {
     /// Whether any call is checked at all.
     pub fn any(&self) -> bool {
         self.allowed.is_some() || !self.rows.is_empty()
+    }
+}
+
+/// A tool result names its row by its place in these checks (`check` knows no configuration), so
+/// what the row is called and where it counts is read here.
+impl ToolResult {
+    /// The row's name, kind (`allowed_tools`, `tool_args` or `tool_when`) and the metric this
+    /// result counts in; `None` for a row `tools` does not have.
+    pub fn decider<'t>(&self, tools: &'t ToolChecks) -> Option<(&'t str, &'static str, &'t str)> {
+        let (name, kind, counters) = match self.row {
+            None => (ALLOWED_TOOLS, ALLOWED_TOOLS, &tools.allowed_counters),
+            Some(row) => {
+                let row = tools.rows.get(row)?;
+                (row.name.as_str(), row.test.kind(), &row.counters)
+            }
+        };
+        Some((name, kind, self.outcome.counter(counters)))
     }
 }
 
@@ -309,7 +328,7 @@ fn arg_rule(raw: RawArgRule) -> Result<ArgRule, (&'static str, String)> {
             ))
         }
     };
-    let rule = RuleSet::new(&[(0, rule)]).map_err(|e| ("pattern", e))?;
+    let rule = RuleSet::new(&[(0, rule)]).map_err(|e| ("pattern", e.to_string()))?;
     Ok(ArgRule {
         pointer: raw.pointer,
         rule,

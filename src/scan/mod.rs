@@ -207,28 +207,50 @@ pub struct Hit {
     pub start: usize,
 }
 
+/// Why rules that each compiled alone could not be compiled together. Never quotes a pattern:
+/// config errors are logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleSetError {
+    /// The automaton of all of them together exceeds its size limit (in bytes).
+    TooLarge { limit: usize },
+    /// Any other reason.
+    NotTogether,
+}
+
+impl std::fmt::Display for RuleSetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::TooLarge { limit } => write!(
+                f,
+                "the rules together exceed the automaton size limit ({limit} bytes)"
+            ),
+            Self::NotTogether => f.write_str("the rules could not be compiled together"),
+        }
+    }
+}
+
 impl RuleSet {
     /// Compiles `(check index, rule)` pairs for searches over whole texts (the input stage). Each
     /// rule was already validated on its own.
-    pub fn new(rules: &[(usize, Rule)]) -> Result<Self, String> {
+    pub fn new(rules: &[(usize, Rule)]) -> Result<Self, RuleSetError> {
         Self::build(rules, None)
     }
 
     /// Like [`RuleSet::new`], and the automaton a stream is read with, a byte at a time (the
     /// output stage).
-    pub fn streamed(rules: &[(usize, Rule)]) -> Result<Self, String> {
+    pub fn streamed(rules: &[(usize, Rule)]) -> Result<Self, RuleSetError> {
         Self::build(rules, Some(DFA::config().get_cache_capacity()))
     }
 
     /// [`RuleSet::streamed`] with the smallest cache the automaton works with: it is cleared
     /// every few states, so the readers' handling of clears is exercised.
     #[cfg(test)]
-    pub(crate) fn streamed_clearing(rules: &[(usize, Rule)]) -> Result<Self, String> {
+    pub(crate) fn streamed_clearing(rules: &[(usize, Rule)]) -> Result<Self, RuleSetError> {
         Self::build(rules, Some(0))
     }
 
     /// `stream`: the stream automaton's cache capacity, when the set has one.
-    fn build(rules: &[(usize, Rule)], stream: Option<usize>) -> Result<Self, String> {
+    fn build(rules: &[(usize, Rule)], stream: Option<usize>) -> Result<Self, RuleSetError> {
         let longest = rules.iter().map(|(_, r)| r.longest).max().unwrap_or(0);
         let checks = rules.iter().map(|(i, _)| *i).collect();
         let needles = Needles::new(rules.iter().map(|(_, r)| r.regex.as_str()), longest);
@@ -242,17 +264,15 @@ impl RuleSet {
                     .build_many(&sources)
                     .map_err(|e| match e.size_limit() {
                         // The error may quote a pattern; keep only its kind.
-                        Some(limit) => format!(
-                            "the rules together exceed the automaton size limit ({limit} bytes)"
-                        ),
-                        None => "the rules could not be compiled together".to_owned(),
+                        Some(limit) => RuleSetError::TooLarge { limit },
+                        None => RuleSetError::NotTogether,
                     })
             };
             let stream = if let Some(capacity) = stream {
                 let dfa = DFA::builder()
                     .configure(stream_config(capacity))
                     .build_many(&sources)
-                    .map_err(|_| "the rules could not be compiled together".to_owned())?;
+                    .map_err(|_| RuleSetError::NotTogether)?;
                 let cache = RefCell::new(dfa.create_cache());
                 let look_free = dfa.get_nfa().look_set_any().is_empty();
                 Some(Streamer {

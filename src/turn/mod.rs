@@ -16,15 +16,16 @@ mod tools;
 use std::rc::Rc;
 
 use crate::api::{self, Api, Ids, Request};
+use crate::check::stop::{self, Stop};
+use crate::check::{CheckResult, Outcome};
 use crate::config::{Policy, Stage, Version};
 use crate::frame::Frame;
 use crate::host::{Flow, Host, LogLevel};
 use crate::judge::{self, Judged};
 use crate::record::{decided, Record};
 use crate::recovery::{self, Next, Recovery, Source};
-use crate::stop::{self, Stop};
 use crate::stream::{CutWhy, Hold, Rewriter, Step};
-use crate::verdict::{decide, judged_stops, CheckResult, Outcome, Reading};
+use crate::verdict::{decide, judged_stops, Reading};
 
 pub struct Turn {
     policy: Rc<Policy>,

@@ -6,7 +6,7 @@
 
 use sfv::{key_ref, DictSerializer, StringRef, TokenRef};
 
-use crate::config::Stage;
+use super::definition::Stage;
 
 pub const HEADER: &str = "x-core-check";
 
