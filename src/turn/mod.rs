@@ -6,6 +6,7 @@
 //! replaced by the withheld form. One place (`Turn`'s callbacks) decides whether the stream goes on.
 
 mod answer;
+mod context;
 mod judging;
 mod mcp;
 mod question;
@@ -25,6 +26,7 @@ use crate::recovery::{self, Next, Recovery, Source};
 use crate::stop::{self, Stop};
 use crate::stream::{CutWhy, Hold, Rewriter, Step};
 use crate::verdict::{decide, judged_stops, CheckResult, Outcome, Reading};
+use context::Ctx;
 
 pub struct Turn {
     policy: Rc<Policy>,
@@ -152,28 +154,76 @@ struct Streamed {
     asked: Asked,
     rewriter: Rewriter,
     frame: Option<Frame>,
-    /// The stream was cut or ended: later upstream bytes are dropped.
-    ended: bool,
-    /// The filter cut the stream (a check stopped it, or it outgrew its frame).
-    cut: bool,
-    /// Bytes decided before any upstream chunk (a refusal for an unreadable stream).
-    pending: Vec<u8>,
-    /// A held round is with the judge; the response is paused meanwhile.
-    judging: Option<StreamJudging>,
+    /// Where the answer is: passing, a held round with the judge or being recovered, or over.
+    phase: Phase,
     /// A whole-text round was decided (its checks counted there, not again at the end).
     round_decided: bool,
     /// A copy of the upstream stream for background checks (rules mode keeps no answer text),
     /// bounded by `max_body_bytes`; `None` when the version has none or it grew too large.
     copy: Option<Vec<u8>>,
+    /// The upstream's body ended (Envoy said `end_of_stream`).
+    upstream_ended: bool,
+    /// Tool calls complete and with their checks, beside the phase: the stream is not paused
+    /// for them until the upstream's end.
+    calls: Option<tools::StreamCalls>,
+}
+
+/// A streamed answer's phase. `Passing` → `Judging` (a held round ended, its judged checks out)
+/// → `Passing` (released) or `Recovering` (it failed checks that recover) or `Ended` (cut);
+/// `Recovering` → `Ended`; any phase → `Ended` when the stream is cut or the upstream ended.
+enum Phase {
+    /// Each upstream chunk is rewritten as it passes (a round may be held inside the rewriter).
+    Passing,
+    /// A held round is with the judge; the response is paused meanwhile.
+    Judging(StreamJudging),
+    /// A held round failed checks that recover: the model is being asked again; the response is
+    /// paused meanwhile.
+    Recovering(Box<StreamRecovery>),
+    /// The stream was cut or ended: later upstream bytes are dropped.
+    Ended(Ending),
+}
+
+/// A stream that is over, and what is left to do for it.
+#[derive(Default)]
+struct Ending {
+    /// The filter cut the stream (a check stopped it, or it outgrew its frame).
+    cut: bool,
     /// After a cut, the stream is closed at the next upstream chunk (closing in the cut's own
     /// callback would reset the caller before the closing events reach it).
     close_pending: bool,
-    /// A held round failed checks that recover: the model is being asked again.
-    recovery: Option<StreamRecovery>,
-    /// The upstream's body ended (Envoy said `end_of_stream`).
-    upstream_ended: bool,
-    /// Tool calls complete and with their checks: the response is paused meanwhile.
-    calls: Option<tools::StreamCalls>,
+    /// Bytes decided before any upstream chunk (a refusal for an unreadable stream).
+    pending: Vec<u8>,
+}
+
+impl Streamed {
+    fn ended(&self) -> bool {
+        matches!(self.phase, Phase::Ended(_))
+    }
+
+    fn was_cut(&self) -> bool {
+        matches!(&self.phase, Phase::Ended(e) if e.cut)
+    }
+
+    /// The stream is over (`cut`: the filter cut it); a round held with the judge or being
+    /// recovered is dropped. Over already, it keeps what is left to do, and is cut if either was.
+    fn end(&mut self, cut: bool) {
+        match &mut self.phase {
+            Phase::Ended(ending) => ending.cut |= cut,
+            Phase::Passing | Phase::Judging(_) | Phase::Recovering(_) => {
+                self.phase = Phase::Ended(Ending {
+                    cut,
+                    ..Ending::default()
+                });
+            }
+        }
+    }
+
+    /// Whether an ended stream is closed at the next upstream chunk.
+    fn set_close_pending(&mut self, close_pending: bool) {
+        if let Phase::Ended(ending) = &mut self.phase {
+            ending.close_pending = close_pending;
+        }
+    }
 }
 
 /// A streamed round's judged checks in flight.
@@ -211,6 +261,15 @@ impl Turn {
             host.deliver(judge::report_job(&self.policy, report, &credentials));
         }
     }
+
+    /// The context a handler shares with the ones it calls, borrowed from the turn for one callback.
+    fn cx<'a>(&'a mut self, host: &'a mut dyn Host) -> Ctx<'a> {
+        Ctx {
+            host,
+            policy: &self.policy,
+            record: &mut self.record,
+        }
+    }
 }
 
 fn check_index(version: &Version, name: &str) -> Option<usize> {
@@ -230,60 +289,6 @@ fn stop_errored(version: &Version, check: usize) -> Stop {
             .map(|c| c.name.clone())
             .unwrap_or_default(),
         code: stop::Code::CheckErrored,
-    }
-}
-
-fn count_one(
-    host: &mut dyn Host,
-    record: &mut Record,
-    version: &Version,
-    check: usize,
-    outcome: Outcome,
-) {
-    let passed_on_error =
-        outcome == Outcome::Errored && version.checks.get(check).is_some_and(|c| c.on_error_pass);
-    decided(
-        host,
-        record,
-        version,
-        &[CheckResult {
-            check,
-            outcome,
-            passed_on_error,
-            attempt: 1,
-        }],
-    );
-}
-
-/// A stream that ended without a cut: every blocking output rule check passed.
-fn count_passed(host: &mut dyn Host, record: &mut Record, version: &Version) {
-    for (i, check) in version.checks.iter().enumerate() {
-        if check.blocks_output() && check.kind.is_rule() {
-            count_one(host, record, version, i, Outcome::Passed);
-        }
-    }
-}
-
-/// A turn that completed normally: its background checks, drawn at their sample rates, go to
-/// the outbox. The turn itself is not touched.
-fn queue_background(
-    host: &mut dyn Host,
-    policy: &Policy,
-    record: &mut Record,
-    asked: &Asked,
-    answer: &str,
-) {
-    let read = Judged {
-        stage: Stage::Output,
-        text: answer,
-        question: Some(asked.request.last_user_text()),
-        turn_model: asked.request.model.as_deref(),
-        credentials: &asked.credentials,
-    };
-    for (check, judge) in
-        judge::background_draws(policy, &asked.version, &read, &mut || host.random())
-    {
-        record.background(check, judge);
     }
 }
 
@@ -386,26 +391,6 @@ impl Turn {
         self.state = State::Discarding;
         resume(host, Stage::Output, resumed)
     }
-}
-
-fn send_stop(
-    host: &mut dyn Host,
-    record: &Record,
-    stop: &Stop,
-    content_type: &str,
-    body: &[u8],
-) -> Flow {
-    let header = stop.header_value().unwrap_or_default();
-    host.send_local_reply(
-        200,
-        &[
-            ("content-type", content_type),
-            (stop::HEADER, &header),
-            (livecheck_wire::TURN_ID_HEADER, &record.turn_id),
-        ],
-        body,
-    );
-    Flow::Pause
 }
 
 #[cfg(test)]
