@@ -46,6 +46,21 @@ pub struct Turn {
     held_whole: bool,
 }
 
+/// Where a turn is. Each callback that reads it decides by one `match` naming every state:
+///
+/// ```text
+/// request headers   Bypass → ReadingQuestion | ReadingMcp | Done (refused) | Bypass (not checked)
+/// request body      ReadingQuestion → JudgingQuestion | AwaitingAnswer | Done (refused)
+///                   ReadingMcp → CheckingMcp | Done (allowed or denied)
+/// callout           JudgingQuestion → AwaitingAnswer | Done (refused)
+///                   CheckingMcp → Done;  CheckingCalls → Done | Discarding | Recovering
+///                   JudgingAnswer → Done | Discarding | Recovering;  Recovering → Discarding
+/// response headers  AwaitingAnswer → HoldingAnswer | Streaming | Observing | Peeking | Done,
+///                     or decided at once as a complete answer is (below)
+///                   ReadingQuestion | JudgingQuestion | ReadingMcp | CheckingMcp → Done
+/// response body     HoldingAnswer → Done | Discarding | JudgingAnswer | CheckingCalls | Recovering
+///                   Observing | Peeking → Done;  Streaming: its own `Phase`
+/// ```
 enum State {
     /// Not a call livecheck checks (another path or method): passes untouched.
     Bypass,
@@ -168,9 +183,10 @@ struct Streamed {
     calls: Option<tools::StreamCalls>,
 }
 
-/// A streamed answer's phase. `Passing` → `Judging` (a held round ended, its judged checks out)
-/// → `Passing` (released) or `Recovering` (it failed checks that recover) or `Ended` (cut);
-/// `Recovering` → `Ended`; any phase → `Ended` when the stream is cut or the upstream ended.
+/// A streamed answer's phase. `Passing` → `Judging` (a held round ended, its rules passed, its
+/// judged checks out), `Recovering` (the round failed only checks that recover) or `Ended`;
+/// `Judging` → `Passing` (released), `Recovering` or `Ended` (cut); `Recovering` → `Ended` (the
+/// recovered answer sent, or the round cut). `Ended` stays: later upstream bytes are dropped.
 enum Phase {
     /// Each upstream chunk is rewritten as it passes (a round may be held inside the rewriter).
     Passing,
