@@ -305,9 +305,9 @@ chaos-replicas: venv postgres-tools
 # The turn logic alone under Node's V8, function by function (benches/v8_turn_profile.py; ~1 minute
 # after the build; not part of `make bench`): where a checked 4 KiB Chat turn's guest time goes.
 V8_TURNS ?= 100000
-# The turn profiled: the 4 KiB Chat turn, or the tool-check bench's turn (V8_TURN_TEST=turn::v8_profile::tool_call_turns,
+# The turn profiled: the 4 KiB Chat turn, or the tool-check bench's turn (V8_TURN_TEST=profiling::turn::tool_call_turns,
 # its policy chosen by LIVECHECK_PROFILE_TOOLS=a|h|b as benches/tool_checks.py's variants).
-V8_TURN_TEST ?= turn::v8_profile::chat_4k_turns
+V8_TURN_TEST ?= profiling::turn::chat_4k_turns
 # The stream rewriter's own cost in V8, function by function: streams of the bench's answer, 16 events to a
 # body chunk (LIVECHECK_PROFILE_CHUNK_EVENTS=1 for a paced stream's one), through `Rewriter::feed` under
 # Node's profiler (per stream of 2,000 events).
@@ -317,7 +317,7 @@ bench-v8-stream: toolchain
 	rm -rf target/v8-stream-profile
 	LIVECHECK_PROFILE_STREAMS=$(V8_STREAMS) \
 	  CARGO_TARGET_WASM32_WASIP1_RUNNER="node --no-warnings --cpu-prof --cpu-prof-interval 50 --cpu-prof-dir=$(abspath target/v8-stream-profile) $(abspath scripts/wasi-run.mjs)" \
-	  cargo test --release --locked --target wasm32-wasip1 -p livecheck --lib v8_profile_chat_stream -- --ignored
+	  cargo test --release --locked --target wasm32-wasip1 -p livecheck --lib profiling::stream::chat_stream -- --ignored
 	python3 benches/v8_turn_profile.py target/v8-stream-profile $(V8_STREAMS)
 
 .PHONY: bench-v8-turn

@@ -2,7 +2,7 @@
 """Where Envoy's CPU per checked turn goes, by what code runs it (`make bench-perf`; not part of `make bench`).
 
 `make bench-floor` says livecheck's own logic costs Envoy ~55-75 µs a 4 KiB turn over the floor, while the
-same logic warm under Node's V8 takes ~20 µs (`v8_profile::chat_4k_turns`). This splits Envoy's CPU by
+same logic warm under Node's V8 takes ~20 µs (`profiling::turn::chat_4k_turns`). This splits Envoy's CPU by
 sampling it with `perf` (cpu-clock, call graphs by frame pointer, which Envoy's release binary, V8's
 compiled wasm and its stubs all keep) and sorting each sample by the code it landed in:
 

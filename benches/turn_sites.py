@@ -4,7 +4,7 @@ Why: `make bench-perf` found that livecheck slows Envoy's own code by the distin
 runs (docs/design/011-measuring-cost.md; bench/optimisation-log-turn.md, "Where the gap is"), so a change is judged by the code it keeps off a turn's
 path, not only by its time.
 
-Method: `src/turn/mod.rs`'s ignored test `v8_profile::chat_4k_turns` (the 4 KiB Chat turns of
+Method: `src/profiling/turn.rs`'s ignored test `profiling::turn::chat_4k_turns` (the 4 KiB Chat turns of
 `make bench-v8-turn`: the bench's request and the bench double's answer, `benches/rules.json`,
 through the real `Turn` against the test host) is built natively (release) and run under
 valgrind's callgrind, collecting only inside `one_turn` (`--toggle-collect`), with
@@ -48,8 +48,8 @@ def test_binary() -> str:
 def profile(binary: str, out: pathlib.Path) -> None:
     env = dict(os.environ, LIVECHECK_PROFILE_TURNS=str(TURNS))
     subprocess.run(
-        ["valgrind", "--tool=callgrind", "--dump-instr=yes", "--toggle-collect=*v8_profile*one_turn*",
-         f"--callgrind-out-file={out}", binary, "v8_profile", "--ignored", "--test-threads=1"],
+        ["valgrind", "--tool=callgrind", "--dump-instr=yes", "--toggle-collect=*profiling*turn*one_turn*",
+         f"--callgrind-out-file={out}", binary, "profiling::turn::", "--ignored", "--test-threads=1"],
         check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -1,6 +1,6 @@
 """The turn logic's own cost in V8, function by function (issue 16, step 1; `make bench-v8-turn`).
 
-Method: `src/turn/mod.rs`'s ignored test `v8_profile::chat_4k_turns` drives LIVECHECK_PROFILE_TURNS
+Method: `src/profiling/turn.rs`'s ignored test `profiling::turn::chat_4k_turns` drives LIVECHECK_PROFILE_TURNS
 checked 4 KiB Chat turns (the bench's request, the bench double's answer, `benches/rules.json`)
 through the real `Turn` against the test host (`host::fake::FakeHost`), compiled for
 wasm32-wasip1 and run under Node's V8 with `--cpu-prof` (V8's sampling profiler, every 50 µs).
@@ -60,7 +60,7 @@ def main() -> None:
                 under[name] += delta
                 seen.add(name)
             node = parent.get(node)
-    turn_total = max((t for n, t in under.items() if n.endswith("v8_profile::one_turn")), default=0)
+    turn_total = max((t for n, t in under.items() if n.endswith("profiling::turn::one_turn")), default=0)
     print(f"{turns} turns; inside one_turn: {turn_total / turns:.2f} µs/turn (profile {newest})")
     print("\n| self µs/turn | function |\n|---:|---|")
     for name, t in own.most_common(25):

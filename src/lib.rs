@@ -17,6 +17,8 @@ pub mod mcp;
 pub mod outbox;
 pub mod pattern;
 pub mod profile;
+#[cfg(test)]
+mod profiling;
 pub mod record;
 pub mod recovery;
 pub mod scan;

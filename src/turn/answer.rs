@@ -6,16 +6,36 @@ use super::*;
 
 impl Turn {
     pub fn on_response_headers(&mut self, host: &mut dyn Host, end_of_stream: bool) -> Flow {
-        if self.question_pending() {
-            return self.answered_before_asked(host);
+        match std::mem::replace(&mut self.state, State::Done) {
+            // The question is still held: read or checked, not yet sent upstream.
+            State::ReadingQuestion { api, .. } => self.answered_before_asked(host, Some(api)),
+            State::JudgingQuestion(judging) => {
+                self.answered_before_asked(host, Some(judging.asked.api))
+            }
+            State::ReadingMcp { .. } | State::CheckingMcp(_) => {
+                self.answered_before_asked(host, None)
+            }
+            State::AwaitingAnswer(asked) => self.answer_headers(host, asked, end_of_stream),
+            // Not a turn that waits for an answer: its headers pass as they are.
+            other @ (State::Bypass
+            | State::JudgingAnswer(_)
+            | State::HoldingAnswer { .. }
+            | State::Discarding
+            | State::Streaming(_)
+            | State::Observing { .. }
+            | State::Recovering(_)
+            | State::Peeking { .. }
+            | State::CheckingCalls(_)
+            | State::Done) => {
+                self.state = other;
+                Flow::Continue
+            }
         }
-        let State::AwaitingAnswer(_) = &self.state else {
-            return Flow::Continue;
-        };
+    }
+
+    /// The answer's headers, the question having gone upstream: what holds or reads its body.
+    fn answer_headers(&mut self, host: &mut dyn Host, asked: Asked, end_of_stream: bool) -> Flow {
         host.set_response_header(livecheck_wire::TURN_ID_HEADER, Some(&self.record.turn_id));
-        let State::AwaitingAnswer(asked) = std::mem::replace(&mut self.state, State::Done) else {
-            return Flow::Continue;
-        };
         let status = host.response_header(":status").unwrap_or_default();
         // Error answers carry no model text; they reach the caller as the vendor sent them.
         if !status.starts_with('2') {
@@ -70,26 +90,11 @@ impl Turn {
         Flow::Continue
     }
 
-    /// Whether the question is still held: read or checked, not yet sent upstream.
-    fn question_pending(&self) -> bool {
-        matches!(
-            self.state,
-            State::ReadingQuestion { .. }
-                | State::JudgingQuestion(_)
-                | State::ReadingMcp { .. }
-                | State::CheckingMcp(_)
-        )
-    }
-
     /// The upstream answered before the question was sent on (it had only the headers, which go
     /// on at once). An error status carries no model text and reaches the caller as sent; any
     /// other answer cannot be an answer to a question the upstream never had, and is refused.
-    fn answered_before_asked(&mut self, host: &mut dyn Host) -> Flow {
-        let api = match &self.state {
-            State::ReadingQuestion { api, .. } => Some(*api),
-            State::JudgingQuestion(j) => Some(j.asked.api),
-            _ => None,
-        };
+    /// `api`: the question's, `None` for an MCP request.
+    fn answered_before_asked(&mut self, host: &mut dyn Host, api: Option<Api>) -> Flow {
         self.state = State::Done;
         let status = host.response_header(":status").unwrap_or_default();
         if !status.starts_with('2') {
@@ -117,70 +122,96 @@ impl Turn {
         body_size: usize,
         end_of_stream: bool,
     ) -> Flow {
-        if let State::Streaming(streamed) = &mut self.state {
-            return stream_chunk(
-                host,
-                &self.policy,
-                &mut self.record,
+        match &mut self.state {
+            State::Streaming(streamed) => {
+                let mut cx = Ctx {
+                    host,
+                    policy: &self.policy,
+                    record: &mut self.record,
+                };
+                stream_chunk(&mut cx, streamed, body_size, end_of_stream)
+            }
+            State::Peeking { seen } => {
+                let room = api::PEEK_BYTES.saturating_sub(seen.len());
+                if let Some(mut chunk) = host.response_body(body_size.min(room)) {
+                    seen.append(&mut chunk);
+                }
+                self.record.response_id = api::peek_id(seen);
+                if self.record.response_id.is_some()
+                    || seen.len() >= api::PEEK_BYTES
+                    || end_of_stream
+                {
+                    self.state = State::Done;
+                }
+                Flow::Continue
+            }
+            State::Observing {
+                asked,
+                copy,
                 streamed,
-                body_size,
-                end_of_stream,
-            );
-        }
-        if let State::Peeking { seen } = &mut self.state {
-            let room = api::PEEK_BYTES.saturating_sub(seen.len());
-            if let Some(mut chunk) = host.response_body(body_size.min(room)) {
-                seen.append(&mut chunk);
-            }
-            self.record.response_id = api::peek_id(seen);
-            if self.record.response_id.is_some() || seen.len() >= api::PEEK_BYTES || end_of_stream {
-                self.state = State::Done;
-            }
-            return Flow::Continue;
-        }
-        if let State::Observing { copy, .. } = &mut self.state {
-            let fits = copy.len().saturating_add(body_size) <= self.policy.max_body_bytes;
-            match host.response_body(body_size).filter(|_| fits) {
-                Some(mut chunk) => copy.append(&mut chunk),
-                // Too large to keep, or unreadable: the background checks skip this turn.
-                None => self.state = State::Done,
-            }
-            if let State::Observing { copy, .. } = &self.state {
+            } => {
+                let fits = copy.len().saturating_add(body_size) <= self.policy.max_body_bytes;
+                match host.response_body(body_size).filter(|_| fits) {
+                    Some(mut chunk) => copy.append(&mut chunk),
+                    // Too large to keep, or unreadable: the background checks skip this turn.
+                    None => {
+                        self.state = State::Done;
+                        return Flow::Continue;
+                    }
+                }
                 // The id is in the answer's first bytes: looked for only until they are in.
                 let looking = copy.len().saturating_sub(body_size) < api::PEEK_BYTES;
                 if self.record.response_id.is_none() && looking {
                     self.record.response_id = api::peek_id(copy);
                 }
-            }
-            if end_of_stream {
-                if let State::Observing {
-                    asked,
-                    copy,
-                    streamed,
-                } = std::mem::replace(&mut self.state, State::Done)
-                {
-                    let text = if streamed {
-                        crate::stream::answer_of(asked.api, &asked.version, &asked.request, &copy)
+                if end_of_stream {
+                    let text = if *streamed {
+                        crate::stream::answer_of(asked.api, &asked.version, &asked.request, copy)
                     } else {
-                        api::parse_answer(asked.api, &copy, false)
+                        api::parse_answer(asked.api, copy, false)
                             .ok()
                             .filter(|a| !a.asks_for_tool)
                             .map(|a| a.text)
                     };
                     if let Some(text) = text {
-                        queue_background(host, &self.policy, &mut self.record, &asked, &text);
+                        let mut cx = Ctx {
+                            host,
+                            policy: &self.policy,
+                            record: &mut self.record,
+                        };
+                        cx.queue_background(asked, &text);
                     }
+                    self.state = State::Done;
                 }
+                Flow::Continue
             }
-            return Flow::Continue;
+            State::Discarding => {
+                let _ = host.replace_response_body(body_size, b"");
+                Flow::Continue
+            }
+            State::HoldingAnswer { .. } => self.holding_chunk(host, body_size, end_of_stream),
+            // The answer is not held: it passes as it is.
+            State::Bypass
+            | State::ReadingQuestion { .. }
+            | State::JudgingQuestion(_)
+            | State::AwaitingAnswer(_)
+            | State::JudgingAnswer(_)
+            | State::Recovering(_)
+            | State::ReadingMcp { .. }
+            | State::CheckingMcp(_)
+            | State::CheckingCalls(_)
+            | State::Done => Flow::Continue,
         }
-        if let State::Discarding = &self.state {
-            let _ = host.replace_response_body(body_size, b"");
-            return Flow::Continue;
-        }
-        let State::HoldingAnswer { .. } = &self.state else {
-            return Flow::Continue;
-        };
+    }
+
+    /// A chunk of a held non-streamed answer (the turn is `HoldingAnswer`): held until it is
+    /// whole, or too large to hold; then decided.
+    fn holding_chunk(
+        &mut self,
+        host: &mut dyn Host,
+        body_size: usize,
+        end_of_stream: bool,
+    ) -> Flow {
         if self.headers_held && host.response_headers_released() {
             // Let go by a tick: they reached the caller as they were.
             self.headers_held = false;
@@ -306,7 +337,7 @@ impl Turn {
         }
         let Some(stop) = rules.stop else {
             if let Some(answer) = answer.as_ref().filter(|a| !a.asks_for_tool) {
-                queue_background(host, &self.policy, &mut self.record, &asked, &answer.text);
+                self.cx(host).queue_background(&asked, &answer.text);
             }
             self.pass_held(host);
             return Flow::Continue;

@@ -1,8 +1,7 @@
 //! Judged checks of a held question or a held non-streamed answer: the callouts out, their verdicts in,
 //! and the one place a stage with verdicts in hand is decided.
 
-use super::recovering::stream_recovery_answered;
-use super::stream::settle_stream;
+use super::stream::stream_callout;
 use super::*;
 
 impl Turn {
@@ -48,63 +47,58 @@ impl Turn {
         judging
     }
 
-    /// A verdict came back from the judge.
+    /// A callout answered: a verdict from the judge, a tool call's check or a retry's answer.
     pub fn on_callout_response(&mut self, host: &mut dyn Host, token: u32, body_size: usize) {
-        if let State::Streaming(s) = &mut self.state {
-            if s.recovery.as_ref().is_some_and(|r| r.recovery.owns(token)) {
-                stream_recovery_answered(host, &self.policy, &mut self.record, s, token, body_size);
-                return;
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Streaming(mut streamed) => {
+                let mut cx = Ctx {
+                    host,
+                    policy: &self.policy,
+                    record: &mut self.record,
+                };
+                stream_callout(&mut cx, &mut streamed, token, body_size);
+                self.state = State::Streaming(streamed);
             }
-            if super::tools::stream_call_verdict(host, &mut self.record, s, token, body_size) {
-                return;
-            }
-            let body = host.callout_body(body_size).unwrap_or_default();
-            let verdict = judge::verdict(host.callout_status(), &body);
-            if let Some(judging) = &mut s.judging {
-                if let Some(at) = judging.pending.iter().position(|(t, _)| *t == token) {
-                    let (_, check) = judging.pending.swap_remove(at);
-                    self.record.judged(check, 1, verdict.as_ref());
-                    judging
-                        .judged
-                        .push((check, judge::outcome(verdict.as_ref())));
-                    let buffered = judging.kept.len();
-                    let _ = settle_stream(host, &self.policy, &mut self.record, s, true, buffered);
-                    return;
+            State::CheckingCalls(check) => {
+                if !self.call_verdict(host, check, token, body_size) {
+                    answered_late(host);
                 }
             }
-            host.log(LogLevel::Warn, "livecheck: an unknown callout answered");
-            return;
-        }
-        if self.call_verdict(host, token, body_size) || self.mcp_verdict(host, token, body_size) {
-            return;
-        }
-        if let State::Recovering(r) = &mut self.state {
-            if !r.recovery.owns(token) {
-                host.log(LogLevel::Warn, "livecheck: an unknown callout answered");
-                return;
+            State::CheckingMcp(check) => {
+                if !self.mcp_verdict(host, check, token, body_size) {
+                    answered_late(host);
+                }
             }
-            let Some(source) = r.asked.source.clone() else {
-                return;
-            };
-            let turn = r.asked.recovery_turn(&self.policy, &source);
-            let next = r
-                .recovery
-                .on_callout(host, &turn, &mut self.record, token, body_size);
-            self.recovering_next(host, next, true);
-            return;
-        }
-        let judging = match std::mem::replace(&mut self.state, State::Done) {
-            State::JudgingQuestion(j) | State::JudgingAnswer(j) => j,
-            other => {
+            State::Recovering(recovering) => {
+                self.recovering_callout(host, recovering, token, body_size);
+            }
+            State::JudgingQuestion(judging) | State::JudgingAnswer(judging) => {
+                self.judge_verdict(host, judging, token, body_size);
+            }
+            // No callout of this turn is out.
+            other @ (State::Bypass
+            | State::ReadingQuestion { .. }
+            | State::AwaitingAnswer(_)
+            | State::HoldingAnswer { .. }
+            | State::Discarding
+            | State::Observing { .. }
+            | State::Peeking { .. }
+            | State::ReadingMcp { .. }
+            | State::Done) => {
                 self.state = other;
-                host.log(
-                    LogLevel::Warn,
-                    "livecheck: a callout answered after its turn was decided",
-                );
-                return;
+                answered_late(host);
             }
-        };
-        let mut judging = judging;
+        }
+    }
+
+    /// A judged check's verdict on a held question or answer (the turn's state, taken).
+    fn judge_verdict(
+        &mut self,
+        host: &mut dyn Host,
+        mut judging: Box<Judging>,
+        token: u32,
+        body_size: usize,
+    ) {
         let Some(at) = judging.pending.iter().position(|(t, _)| *t == token) else {
             self.state = self.judging_state(judging);
             host.log(LogLevel::Warn, "livecheck: an unknown callout answered");
@@ -208,10 +202,18 @@ impl Turn {
             }
             (Stage::Output, None) => {
                 self.state = State::Done;
-                queue_background(host, &self.policy, &mut self.record, &asked, &judging.text);
+                self.cx(host).queue_background(&asked, &judging.text);
                 self.pass_held(host);
                 resume(host, Stage::Output, resumed)
             }
         }
     }
+}
+
+/// A callout answered when none of the turn's is out (its turn was decided meanwhile).
+fn answered_late(host: &mut dyn Host) {
+    host.log(
+        LogLevel::Warn,
+        "livecheck: a callout answered after its turn was decided",
+    );
 }

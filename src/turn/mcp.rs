@@ -43,21 +43,20 @@ impl Turn {
         Flow::Continue
     }
 
+    /// A chunk of the held MCP request (the turn was `ReadingMcp`, of `version`).
     pub(super) fn on_mcp_body(
         &mut self,
         host: &mut dyn Host,
+        version: Rc<Version>,
         body_size: usize,
         end_of_stream: bool,
     ) -> Flow {
-        let State::ReadingMcp { version } = &self.state else {
-            return Flow::Continue;
-        };
-        let version = Rc::clone(version);
         if body_size > self.policy.max_body_bytes {
             let message = "the request body is larger than this gateway reads";
             return self.refuse_mcp(host, 413, None, -32600, message);
         }
         if !end_of_stream {
+            self.state = State::ReadingMcp { version };
             return Flow::Pause;
         }
         let body = host.request_body(body_size).unwrap_or_default();
@@ -92,24 +91,22 @@ impl Turn {
         self.mcp_next(host, check, false)
     }
 
-    /// A verdict on an MCP call; `false` when the callout is not this turn's.
+    /// A verdict on an MCP call (the turn's state, taken); `false` when the callout is not this
+    /// turn's.
     pub(super) fn mcp_verdict(
         &mut self,
         host: &mut dyn Host,
+        mut check: Box<McpCheck>,
         token: u32,
         body_size: usize,
     ) -> bool {
-        let State::CheckingMcp(check) = &mut self.state else {
-            return false;
-        };
         if !check.checking.waits_for(token) {
+            self.state = State::CheckingMcp(check);
             return false;
         }
         let version = Rc::clone(&check.version);
         check.checking.answered(host, &version, token, body_size);
-        if let State::CheckingMcp(check) = std::mem::replace(&mut self.state, State::Done) {
-            let _ = self.mcp_next(host, check, true);
-        }
+        let _ = self.mcp_next(host, check, true);
         true
     }
 
@@ -133,13 +130,8 @@ impl Turn {
             Next::Denied(denial) => {
                 self.state = State::Done;
                 let body = mcp::denied(&check.id, &denial.reason);
-                send_stop(
-                    host,
-                    &self.record,
-                    &denied_stop(&denial),
-                    "application/json",
-                    &body,
-                )
+                self.cx(host)
+                    .send_stop(&denied_stop(&denial), "application/json", &body)
             }
         }
     }

@@ -6,6 +6,7 @@
 //! replaced by the withheld form. One place (`Turn`'s callbacks) decides whether the stream goes on.
 
 mod answer;
+mod context;
 mod judging;
 mod mcp;
 mod question;
@@ -26,6 +27,7 @@ use crate::record::{decided, Record};
 use crate::recovery::{self, Next, Recovery, Source};
 use crate::stream::{CutWhy, Hold, Rewriter, Step};
 use crate::verdict::{decide, judged_stops, Reading};
+use context::Ctx;
 
 pub struct Turn {
     policy: Rc<Policy>,
@@ -45,6 +47,21 @@ pub struct Turn {
     held_whole: bool,
 }
 
+/// Where a turn is. Each callback that reads it decides by one `match` naming every state:
+///
+/// ```text
+/// request headers   Bypass → ReadingQuestion | ReadingMcp | Done (refused) | Bypass (not checked)
+/// request body      ReadingQuestion → JudgingQuestion | AwaitingAnswer | Done (refused)
+///                   ReadingMcp → CheckingMcp | Done (allowed or denied)
+/// callout           JudgingQuestion → AwaitingAnswer | Done (refused)
+///                   CheckingMcp → Done;  CheckingCalls → Done | Discarding | Recovering
+///                   JudgingAnswer → Done | Discarding | Recovering;  Recovering → Discarding
+/// response headers  AwaitingAnswer → HoldingAnswer | Streaming | Observing | Peeking | Done,
+///                     or decided at once as a complete answer is (below)
+///                   ReadingQuestion | JudgingQuestion | ReadingMcp | CheckingMcp → Done
+/// response body     HoldingAnswer → Done | Discarding | JudgingAnswer | CheckingCalls | Recovering
+///                   Observing | Peeking → Done;  Streaming: its own `Phase`
+/// ```
 enum State {
     /// Not a call livecheck checks (another path or method): passes untouched.
     Bypass,
@@ -153,28 +170,77 @@ struct Streamed {
     asked: Asked,
     rewriter: Rewriter,
     frame: Option<Frame>,
-    /// The stream was cut or ended: later upstream bytes are dropped.
-    ended: bool,
-    /// The filter cut the stream (a check stopped it, or it outgrew its frame).
-    cut: bool,
-    /// Bytes decided before any upstream chunk (a refusal for an unreadable stream).
-    pending: Vec<u8>,
-    /// A held round is with the judge; the response is paused meanwhile.
-    judging: Option<StreamJudging>,
+    /// Where the answer is: passing, a held round with the judge or being recovered, or over.
+    phase: Phase,
     /// A whole-text round was decided (its checks counted there, not again at the end).
     round_decided: bool,
     /// A copy of the upstream stream for background checks (rules mode keeps no answer text),
     /// bounded by `max_body_bytes`; `None` when the version has none or it grew too large.
     copy: Option<Vec<u8>>,
+    /// The upstream's body ended (Envoy said `end_of_stream`).
+    upstream_ended: bool,
+    /// Tool calls complete and with their checks, beside the phase: the stream is not paused
+    /// for them until the upstream's end.
+    calls: Option<tools::StreamCalls>,
+}
+
+/// A streamed answer's phase. `Passing` → `Judging` (a held round ended, its rules passed, its
+/// judged checks out), `Recovering` (the round failed only checks that recover) or `Ended`;
+/// `Judging` → `Passing` (released), `Recovering` or `Ended` (cut); `Recovering` → `Ended` (the
+/// recovered answer sent, or the round cut). `Ended` stays: later upstream bytes are dropped.
+enum Phase {
+    /// Each upstream chunk is rewritten as it passes (a round may be held inside the rewriter).
+    Passing,
+    /// A held round is with the judge; the response is paused meanwhile.
+    Judging(StreamJudging),
+    /// A held round failed checks that recover: the model is being asked again; the response is
+    /// paused meanwhile.
+    Recovering(Box<StreamRecovery>),
+    /// The stream was cut or ended: later upstream bytes are dropped.
+    Ended(Ending),
+}
+
+/// A stream that is over, and what is left to do for it.
+#[derive(Default)]
+struct Ending {
+    /// The filter cut the stream (a check stopped it, or it outgrew its frame).
+    cut: bool,
     /// After a cut, the stream is closed at the next upstream chunk (closing in the cut's own
     /// callback would reset the caller before the closing events reach it).
     close_pending: bool,
-    /// A held round failed checks that recover: the model is being asked again.
-    recovery: Option<StreamRecovery>,
-    /// The upstream's body ended (Envoy said `end_of_stream`).
-    upstream_ended: bool,
-    /// Tool calls complete and with their checks: the response is paused meanwhile.
-    calls: Option<tools::StreamCalls>,
+    /// Bytes decided before any upstream chunk (a refusal for an unreadable stream).
+    pending: Vec<u8>,
+}
+
+impl Streamed {
+    fn ended(&self) -> bool {
+        matches!(self.phase, Phase::Ended(_))
+    }
+
+    fn was_cut(&self) -> bool {
+        matches!(&self.phase, Phase::Ended(e) if e.cut)
+    }
+
+    /// The stream is over (`cut`: the filter cut it); a round held with the judge or being
+    /// recovered is dropped. Over already, it keeps what is left to do, and is cut if either was.
+    fn end(&mut self, cut: bool) {
+        match &mut self.phase {
+            Phase::Ended(ending) => ending.cut |= cut,
+            Phase::Passing | Phase::Judging(_) | Phase::Recovering(_) => {
+                self.phase = Phase::Ended(Ending {
+                    cut,
+                    ..Ending::default()
+                });
+            }
+        }
+    }
+
+    /// Whether an ended stream is closed at the next upstream chunk.
+    fn set_close_pending(&mut self, close_pending: bool) {
+        if let Phase::Ended(ending) = &mut self.phase {
+            ending.close_pending = close_pending;
+        }
+    }
 }
 
 /// A streamed round's judged checks in flight.
@@ -212,6 +278,15 @@ impl Turn {
             host.deliver(judge::report_job(&self.policy, report, &credentials));
         }
     }
+
+    /// The context a handler shares with the ones it calls, borrowed from the turn for one callback.
+    fn cx<'a>(&'a mut self, host: &'a mut dyn Host) -> Ctx<'a> {
+        Ctx {
+            host,
+            policy: &self.policy,
+            record: &mut self.record,
+        }
+    }
 }
 
 fn check_index(version: &Version, name: &str) -> Option<usize> {
@@ -231,60 +306,6 @@ fn stop_errored(version: &Version, check: usize) -> Stop {
             .map(|c| c.name.clone())
             .unwrap_or_default(),
         code: stop::Code::CheckErrored,
-    }
-}
-
-fn count_one(
-    host: &mut dyn Host,
-    record: &mut Record,
-    version: &Version,
-    check: usize,
-    outcome: Outcome,
-) {
-    let passed_on_error =
-        outcome == Outcome::Errored && version.checks.get(check).is_some_and(|c| c.on_error_pass);
-    decided(
-        host,
-        record,
-        version,
-        &[CheckResult {
-            check,
-            outcome,
-            passed_on_error,
-            attempt: 1,
-        }],
-    );
-}
-
-/// A stream that ended without a cut: every blocking output rule check passed.
-fn count_passed(host: &mut dyn Host, record: &mut Record, version: &Version) {
-    for (i, check) in version.checks.iter().enumerate() {
-        if check.blocks_output() && check.kind.is_rule() {
-            count_one(host, record, version, i, Outcome::Passed);
-        }
-    }
-}
-
-/// A turn that completed normally: its background checks, drawn at their sample rates, go to
-/// the outbox. The turn itself is not touched.
-fn queue_background(
-    host: &mut dyn Host,
-    policy: &Policy,
-    record: &mut Record,
-    asked: &Asked,
-    answer: &str,
-) {
-    let read = Judged {
-        stage: Stage::Output,
-        text: answer,
-        question: Some(asked.request.last_user_text()),
-        turn_model: asked.request.model.as_deref(),
-        credentials: &asked.credentials,
-    };
-    for (check, judge) in
-        judge::background_draws(policy, &asked.version, &read, &mut || host.random())
-    {
-        record.background(check, judge);
     }
 }
 
@@ -387,26 +408,6 @@ impl Turn {
         self.state = State::Discarding;
         resume(host, Stage::Output, resumed)
     }
-}
-
-fn send_stop(
-    host: &mut dyn Host,
-    record: &Record,
-    stop: &Stop,
-    content_type: &str,
-    body: &[u8],
-) -> Flow {
-    let header = stop.header_value().unwrap_or_default();
-    host.send_local_reply(
-        200,
-        &[
-            ("content-type", content_type),
-            (stop::HEADER, &header),
-            (livecheck_wire::TURN_ID_HEADER, &record.turn_id),
-        ],
-        body,
-    );
-    Flow::Pause
 }
 
 #[cfg(test)]
@@ -774,238 +775,5 @@ mod tests {
         assert_eq!(t.on_request_headers(&mut host, true), Flow::Continue);
         assert_eq!(t.on_response_headers(&mut host, false), Flow::Continue);
         assert!(!host.request_headers.contains_key("accept-encoding"));
-    }
-}
-
-/// The turn logic's own cost in V8, function by function (issue 16): `make bench-v8-turn` runs this
-/// under Node with `--cpu-prof` and `benches/v8_turn_profile.py` sums the samples per function.
-#[cfg(test)]
-mod v8_profile {
-    use super::*;
-    use crate::host::fake::FakeHost;
-
-    const RULES: &str = include_str!("../../benches/rules.json");
-
-    /// The bench's Chat request of `size` bytes (`benches/compare.py`'s `chat_body(size)`):
-    /// ordinary text.
-    fn request_of(size: usize) -> Vec<u8> {
-        let sentence = "where is my order and when will it arrive at the depot near the station ? ";
-        let wrap = |text: &str| {
-            serde_json::json!({"model": "gpt-4.1-mini", "messages": [
-                {"role": "system", "content": "You are a helpful shop assistant."},
-                {"role": "user", "content": text}]})
-            .to_string()
-        };
-        let room = size - wrap("").len();
-        let text: String = sentence.chars().cycle().take(room).collect();
-        wrap(&text).into_bytes()
-    }
-
-    /// The bench upstream double's clean answer (`benches/upstream-double`).
-    fn answer() -> Vec<u8> {
-        let text = "Your order left our depot near the station this morning and should arrive \
-            within three to five days. The invoice lists two items, a lamp and a chair, both in stock. \
-            Please keep the receipt for returns, and ask again if anything is unclear.";
-        format!(
-            "{{\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion\",\"created\":1700000000,\
-             \"model\":\"gpt-4.1-mini\",\"choices\":[{{\"index\":0,\"message\":{{\"role\":\"assistant\",\
-             \"content\":\"{text}\"}},\"finish_reason\":\"stop\"}}],\"usage\":{{\"prompt_tokens\":900,\
-             \"completion_tokens\":60,\"total_tokens\":960}}}}"
-        )
-        .into_bytes()
-    }
-
-    /// `LIVECHECK_PROFILE_TURNS`: how many turns a workload runs (default 20,000).
-    fn turns_asked() -> usize {
-        std::env::var("LIVECHECK_PROFILE_TURNS")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(20_000)
-    }
-
-    /// A test host whose caller posts `request` to Chat Completions, with `more` headers.
-    fn chat_host(request: &[u8], more: &[(&str, &str)]) -> FakeHost {
-        let length = request.len().to_string();
-        let mut headers = vec![
-            (":method", "POST"),
-            (":path", "/v1/chat/completions"),
-            (":authority", "api.test"),
-            ("content-type", "application/json"),
-            ("content-length", length.as_str()),
-        ];
-        headers.extend_from_slice(more);
-        FakeHost::with_request(&headers)
-    }
-
-    /// The upstream's non-streamed JSON answer: its headers and body, as the host will give them.
-    fn upstream_answers(host: &mut FakeHost, answer: &[u8]) {
-        let length = answer.len().to_string();
-        host.response_headers = [
-            (":status", "200"),
-            ("content-type", "application/json"),
-            ("content-length", length.as_str()),
-        ]
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-        host.response_body = answer.to_vec();
-    }
-
-    /// One checked 4 KiB Chat turn as Envoy drives it (body callbacks as the profile counts them).
-    /// `between` runs between two callbacks (Envoy's own work, which evicts caches, in a real turn).
-    #[inline(never)]
-    fn one_turn(
-        policy: &Rc<Policy>,
-        host: &mut FakeHost,
-        request: &[u8],
-        answer: &[u8],
-        between: &mut dyn FnMut(),
-    ) {
-        let mut turn = Turn::new(Rc::clone(policy));
-        host.request_body = request.to_vec();
-        assert_eq!(turn.on_request_headers(host, false), Flow::Continue);
-        between();
-        assert_eq!(turn.on_request_body(host, 1024, false), Flow::Pause);
-        between();
-        assert_eq!(
-            turn.on_request_body(host, request.len(), true),
-            Flow::Continue
-        );
-        between();
-        upstream_answers(host, answer);
-        assert_eq!(turn.on_response_headers(host, false), Flow::Continue);
-        between();
-        assert_eq!(
-            turn.on_response_body(host, answer.len(), true),
-            Flow::Continue
-        );
-        between();
-        turn.on_done(host);
-        between();
-        assert_eq!(host.delivered.len(), 1);
-        host.delivered.clear();
-        host.request_headers.remove("accept-encoding");
-    }
-
-    /// The tool-check bench's turn (`benches/tool_checks.py`): its request with one tool, the
-    /// upstream double's answer calling it, and the policy of its variant
-    /// `LIVECHECK_PROFILE_TOOLS` (`a`: no checks, `h`: one output rule, `b`: `allowed_tools` and
-    /// one `args` row); `LIVECHECK_PROFILE_TURNS` turns (default 20,000). Ignored in `make test`.
-    #[test]
-    #[ignore = "a profiling workload: make bench-v8-turn"]
-    fn tool_call_turns() {
-        let variant = std::env::var("LIVECHECK_PROFILE_TOOLS").unwrap_or_default();
-        let version = match variant.as_str() {
-            "a" => "",
-            "h" => {
-                r#""live_checks": [{"name": "no-codename", "stage": "output", "kind": "not_contains", "expected": "project-bluebird"}],"#
-            }
-            _ => {
-                r#""allowed_tools": ["send_email", "lookup_*"], "tool_checks": [{"name": "no-rival", "args": [{"pointer": "/to", "not_contains": "@rival.example"}]}],"#
-            }
-        };
-        let policy = format!(
-            r#"{{"default_agent": "bench", "agents": {{"bench": {{"published": "1", "versions": {{"1": {{
-              {version} "model": "gpt-4.1-mini"}}}}}}}}}}"#
-        );
-        let policy = Rc::new(Policy::from_json(policy.as_bytes()).unwrap());
-        let turns = turns_asked();
-        let request = serde_json::json!({"model": "gpt-4.1-mini", "messages": [
-            {"role": "system", "content": "You are an office assistant. Use the tools you are given."},
-            {"role": "user", "content": "Please send this week's numbers to the ops team."}],
-            "tools": [{"type": "function", "function": {"name": "send_email", "description": "Send an e-mail.",
-              "parameters": {"type": "object", "required": ["to", "subject", "body"],
-                "properties": {"to": {"type": "string"}, "subject": {"type": "string"},
-                  "body": {"type": "string"}, "ref": {"type": "string"}}}}}]})
-        .to_string()
-        .into_bytes();
-        let answer = br#"{"id":"chatcmpl-bench-tool","object":"chat.completion","created":1700000000,"model":"gpt-4.1-mini","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_bench_1","type":"function","function":{"name":"send_email","arguments":"{\"to\":\"ops@example.com\",\"subject\":\"Weekly numbers\",\"body\":\"The weekly numbers are in the shared folder.\",\"ref\":\"ref-1\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":900,"completion_tokens":40,"total_tokens":940}}"#;
-        let mut host = chat_host(&request, &[("authorization", "Bearer sk-bench-turn-key")]);
-        let began = std::time::Instant::now();
-        for _ in 0..turns {
-            let mut turn = Turn::new(Rc::clone(&policy));
-            host.request_body = request.clone();
-            turn.on_request_headers(&mut host, false);
-            turn.on_request_body(&mut host, request.len(), true);
-            upstream_answers(&mut host, answer);
-            turn.on_response_headers(&mut host, false);
-            assert_eq!(
-                turn.on_response_body(&mut host, answer.len(), true),
-                Flow::Continue
-            );
-            turn.on_done(&mut host);
-            host.delivered.clear();
-            host.request_headers.remove("accept-encoding");
-        }
-        eprintln!(
-            "v8_profile tool_call_turns: {:.2} µs per turn",
-            began.elapsed().as_secs_f64() * 1e6 / turns as f64
-        );
-        assert!(host.local_reply.is_none());
-        assert!(host
-            .response_body
-            .starts_with(br#"{"id":"chatcmpl-bench-tool""#));
-        // Each variant's checks ran once a turn, and passed.
-        let counted = |check: &str| {
-            host.counters
-                .get(&format!("livecheck.bench.{check}.passed"))
-                .copied()
-        };
-        match variant.as_str() {
-            "a" => assert!(host.counters.keys().all(|k| !k.ends_with(".passed"))),
-            "h" => assert_eq!(counted("no-codename"), Some(turns as u64)),
-            _ => {
-                assert_eq!(counted("no-rival"), Some(turns as u64));
-                assert_eq!(counted("allowed_tools"), Some(turns as u64));
-            }
-        }
-    }
-
-    /// `LIVECHECK_PROFILE_TURNS` turns (default 20,000); ignored in `make test`.
-    #[test]
-    #[ignore = "a profiling workload: make bench-v8-turn"]
-    fn chat_4k_turns() {
-        let policy = Rc::new(Policy::from_json(RULES.as_bytes()).unwrap());
-        let turns = turns_asked();
-        // LIVECHECK_PROFILE_BODY_KIB: the request's size (default 4 KiB, the bench's turn).
-        let kib: usize = std::env::var("LIVECHECK_PROFILE_BODY_KIB")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(4);
-        let (request, answer) = (request_of(kib * 1024), answer());
-        let mut host = chat_host(&request, &[]);
-        // LIVECHECK_PROFILE_EVICT_KIB: between callbacks, write one byte of every 64 of a buffer
-        // that large (data caches evicted, roughly as Envoy's work between callbacks evicts them);
-        // the time per turn printed is less the same writes timed alone.
-        let evict_kib: usize = std::env::var("LIVECHECK_PROFILE_EVICT_KIB")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0);
-        let mut junk = vec![0u8; evict_kib * 1024];
-        let mut evicting = std::time::Duration::ZERO;
-        let mut evict = || {
-            let began = std::time::Instant::now();
-            for i in (0..junk.len()).step_by(64) {
-                junk[i] = junk[i].wrapping_add(1);
-            }
-            std::hint::black_box(&junk);
-            evicting += began.elapsed();
-        };
-        let began = std::time::Instant::now();
-        for _ in 0..turns {
-            one_turn(&policy, &mut host, &request, &answer, &mut evict);
-        }
-        let total = began.elapsed();
-        eprintln!(
-            "v8_profile chat_4k_turns: {:.2} µs per turn of {kib} KiB ({evict_kib} KiB evicted between callbacks)",
-            total.saturating_sub(evicting).as_secs_f64() * 1e6 / turns as f64
-        );
-        assert!(host.local_reply.is_none());
-        assert_eq!(
-            host.counters
-                .get("livecheck.bench.out-iban.passed")
-                .copied(),
-            Some(turns as u64)
-        );
     }
 }

@@ -68,17 +68,55 @@ impl Turn {
         body_size: usize,
         end_of_stream: bool,
     ) -> Flow {
-        if let State::ReadingMcp { .. } = &self.state {
-            return self.on_mcp_body(host, body_size, end_of_stream);
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::ReadingQuestion {
+                api,
+                version,
+                source,
+            } => self.read_question(host, api, version, source, body_size, end_of_stream),
+            State::ReadingMcp { version } => {
+                self.on_mcp_body(host, version, body_size, end_of_stream)
+            }
+            // The body is not held: it passes as it is.
+            other @ (State::Bypass
+            | State::JudgingQuestion(_)
+            | State::AwaitingAnswer(_)
+            | State::JudgingAnswer(_)
+            | State::HoldingAnswer { .. }
+            | State::Discarding
+            | State::Streaming(_)
+            | State::Observing { .. }
+            | State::Recovering(_)
+            | State::Peeking { .. }
+            | State::CheckingMcp(_)
+            | State::CheckingCalls(_)
+            | State::Done) => {
+                self.state = other;
+                Flow::Continue
+            }
         }
-        let State::ReadingQuestion { api, version, .. } = &self.state else {
-            return Flow::Continue;
-        };
-        let (api, version) = (*api, Rc::clone(version));
+    }
+
+    /// A chunk of the held question (the turn was `ReadingQuestion`): read whole, then its input
+    /// rules decide, then its judged checks.
+    fn read_question(
+        &mut self,
+        host: &mut dyn Host,
+        api: Api,
+        version: Rc<Version>,
+        source: Option<Source>,
+        body_size: usize,
+        end_of_stream: bool,
+    ) -> Flow {
         if body_size > self.policy.max_body_bytes {
             return self.too_large(host, api);
         }
         if !end_of_stream {
+            self.state = State::ReadingQuestion {
+                api,
+                version,
+                source,
+            };
             return Flow::Pause;
         }
         let Some(body) = host.request_body(body_size) else {
@@ -101,11 +139,7 @@ impl Turn {
             1,
         );
         let credentials = self.record.credentials.clone();
-        let source = match &mut self.state {
-            State::ReadingQuestion { source, .. } => source.take(),
-            _ => None,
-        }
-        .and_then(|mut source| {
+        let source = source.and_then(|mut source| {
             source.body = String::from_utf8(body.clone()).ok()?;
             Some(Rc::new(source))
         });
@@ -158,7 +192,8 @@ impl Turn {
             &asked.request,
             &ids,
         );
-        send_stop(host, &self.record, stop, reply.content_type, &reply.body)
+        self.cx(host)
+            .send_stop(stop, reply.content_type, &reply.body)
     }
 
     /// A request the filter checks begins: its record (id, person) and the version it runs, from

@@ -1,7 +1,6 @@
 //! Asking the model again, for a held non-streamed answer or a held streamed round nothing of
 //! which was shown.
 
-use super::stream::replace_chunk;
 use super::*;
 use crate::api::Usage;
 
@@ -38,31 +37,58 @@ impl Turn {
             asked.started_ms,
             keep_tools,
         );
-        self.state = State::Recovering(Box::new(Recovering {
+        let recovering = Box::new(Recovering {
             asked,
             recovery,
             withheld,
-        }));
+        });
         match next {
-            Next::Wait => None,
-            other => Some(self.recovering_next(host, other, resumed)),
+            Next::Wait => {
+                self.state = State::Recovering(recovering);
+                None
+            }
+            other => Some(self.recovering_next(host, recovering, other, resumed)),
         }
     }
 
-    /// A non-streamed recovery moved on: an answer passed (sent in place of the first), none did
-    /// (the first is withheld), or it waits.
-    pub(super) fn recovering_next(
+    /// A callout answered while a non-streamed answer is recovered (the turn's state, taken).
+    pub(super) fn recovering_callout(
         &mut self,
         host: &mut dyn Host,
+        mut r: Box<Recovering>,
+        token: u32,
+        body_size: usize,
+    ) {
+        if !r.recovery.owns(token) {
+            self.state = State::Recovering(r);
+            host.log(LogLevel::Warn, "livecheck: an unknown callout answered");
+            return;
+        }
+        let Some(source) = r.asked.source.clone() else {
+            self.state = State::Recovering(r);
+            return;
+        };
+        let turn = r.asked.recovery_turn(&self.policy, &source);
+        let next = r
+            .recovery
+            .on_callout(host, &turn, &mut self.record, token, body_size);
+        self.recovering_next(host, r, next, true);
+    }
+
+    /// A non-streamed recovery moved on: an answer passed (sent in place of the first), none did
+    /// (the first is withheld), or it waits (the turn stays in `Recovering`).
+    fn recovering_next(
+        &mut self,
+        host: &mut dyn Host,
+        r: Box<Recovering>,
         next: Next,
         resumed: bool,
     ) -> Flow {
         if next == Next::Wait {
+            self.state = State::Recovering(r);
             return Flow::Pause;
         }
-        let State::Recovering(r) = std::mem::replace(&mut self.state, State::Done) else {
-            return Flow::Pause;
-        };
+        self.state = State::Done;
         let Recovering {
             asked,
             recovery,
@@ -89,33 +115,35 @@ impl Turn {
 /// Asks the model again for a held round nothing of which was shown (`Hold::Everything`), when
 /// every check that stopped it recovers; `false` when the round must be cut instead. A round
 /// decided before its answer ended (`early`) asks at once; the first answer's usage is added when
-/// it has ended.
+/// it has ended. `Some`: the retry is out, and the stream's phase becomes the recovery.
 pub(super) fn start_stream_recovery(
-    host: &mut dyn Host,
-    policy: &Policy,
-    s: &mut Streamed,
+    cx: &mut Ctx<'_>,
+    s: &Streamed,
     stop: &Stop,
     results: &[CheckResult],
     early: bool,
-) -> bool {
+) -> Option<Box<StreamRecovery>> {
     if Hold::for_version(&s.asked.version) != Some(Hold::Everything) {
-        return false;
+        return None;
     }
     let (Some(rules), Some(source)) = (
         recovery::recoverable(&s.asked.version, results),
         s.asked.source.clone(),
     ) else {
-        return false;
+        return None;
     };
     let first_usage = if early {
         Usage::default()
     } else {
         first_answer_usage(s)
     };
-    let estimate = host.now_unix_millis().saturating_sub(s.asked.asked_at_ms);
-    let turn = s.asked.recovery_turn(policy, &source);
+    let estimate = cx
+        .host
+        .now_unix_millis()
+        .saturating_sub(s.asked.asked_at_ms);
+    let turn = s.asked.recovery_turn(cx.policy, &source);
     let (recovery, next) = Recovery::start(
-        host,
+        cx.host,
         &turn,
         stop.clone(),
         rules,
@@ -125,15 +153,14 @@ pub(super) fn start_stream_recovery(
         false,
     );
     if next != Next::Wait {
-        return false;
+        return None;
     }
-    s.recovery = Some(StreamRecovery {
+    Some(Box::new(StreamRecovery {
         recovery,
         kept: Vec::new(),
         early,
         passed: None,
-    });
-    true
+    }))
 }
 
 /// What the first answer cost, from the copy kept of it.
@@ -150,56 +177,67 @@ fn first_answer_usage(s: &Streamed) -> Usage {
 /// still streaming (a reset would make the Anthropic and Responses SDKs raise after it); a cut
 /// goes out at once and the stream is closed, as a rule's cut is.
 pub(super) fn stream_recovery_answered(
-    host: &mut dyn Host,
-    policy: &Policy,
-    record: &mut Record,
+    cx: &mut Ctx<'_>,
     s: &mut Streamed,
     token: u32,
     body_size: usize,
 ) {
-    let (Some(mut r), Some(source)) = (s.recovery.take(), s.asked.source.clone()) else {
+    let mut r = match std::mem::replace(&mut s.phase, Phase::Passing) {
+        Phase::Recovering(r) => r,
+        other @ (Phase::Passing | Phase::Judging(_) | Phase::Ended(_)) => {
+            s.phase = other;
+            return;
+        }
+    };
+    let Some(source) = s.asked.source.clone() else {
         return;
     };
-    let turn = s.asked.recovery_turn(policy, &source);
-    let next = r.recovery.on_callout(host, &turn, record, token, body_size);
+    let turn = s.asked.recovery_turn(cx.policy, &source);
+    let next = r
+        .recovery
+        .on_callout(cx.host, &turn, cx.record, token, body_size);
     let buffered = r.kept.len();
     match next {
         Next::Wait => {
-            s.recovery = Some(r);
+            s.phase = Phase::Recovering(r);
             return;
         }
         Next::Deliver(body) if !s.upstream_ended => {
             // Kept until the first answer ended; the response stays paused.
             r.passed = Some(body);
-            s.recovery = Some(r);
+            s.phase = Phase::Recovering(r);
             return;
         }
         Next::Deliver(body) => {
-            let out = recovered_events(record, s, r, body);
-            replace_chunk(host, buffered, &out);
+            let out = recovered_events(cx.record, s, *r, body);
+            cx.replace_chunk(buffered, &out);
         }
         Next::Withhold => {
             let mut out = std::mem::take(&mut r.kept);
             out.append(&mut cut_with_first_stop(s, &r.recovery));
-            s.ended = true;
+            s.end(true);
             if !s.upstream_ended {
                 // The first model is stopped: a withheld round is a refusal, like a cut.
-                s.close_pending = true;
-                host.close_response_soon();
+                s.set_close_pending(true);
+                cx.host.close_response_soon();
             }
-            replace_chunk(host, buffered, &out);
+            cx.replace_chunk(buffered, &out);
         }
     }
-    host.resume_response();
+    cx.host.resume_response();
 }
 
 /// The first answer ended while a passing recovered answer waited for it: it goes out now.
 /// Returns what the buffer now holds, `None` while nothing waits.
 pub(super) fn deliver_waiting(record: &mut Record, s: &mut Streamed) -> Option<Vec<u8>> {
-    s.recovery.as_ref()?.passed.as_ref()?;
-    let mut r = s.recovery.take()?;
+    if !matches!(&s.phase, Phase::Recovering(r) if r.passed.is_some()) {
+        return None;
+    }
+    let Phase::Recovering(mut r) = std::mem::replace(&mut s.phase, Phase::Passing) else {
+        return None;
+    };
     let body = r.passed.take()?;
-    Some(recovered_events(record, s, r, body))
+    Some(recovered_events(record, s, *r, body))
 }
 
 /// The held round's kept bytes, then the passing answer as the vendor's events; whatever the
@@ -225,22 +263,26 @@ fn recovered_events(
     } else {
         body
     };
-    match api::as_stream(s.asked.api, &body, &s.asked.request) {
-        Ok(mut events) => kept.append(&mut events),
+    let cut = match api::as_stream(s.asked.api, &body, &s.asked.request) {
+        Ok(mut events) => {
+            kept.append(&mut events);
+            false
+        }
         Err(_) => {
             kept.append(&mut cut_with_first_stop(s, &recovery));
+            true
         }
-    }
-    s.ended = true;
+    };
+    s.end(cut);
     kept
 }
 
-/// No recovered answer goes out: the round is cut, naming the check that stopped it first.
+/// No recovered answer goes out: the round is cut, naming the check that stopped it first (the
+/// caller ends the stream as cut).
 fn cut_with_first_stop(s: &mut Streamed, recovery: &Recovery) -> Vec<u8> {
     let check = check_index(&s.asked.version, &recovery.first_stop.check)
         .or_else(|| first_blocking_output_check(&s.asked.version))
         .unwrap_or_default();
-    s.cut = true;
     s.rewriter.cut(check)
 }
 

@@ -1,7 +1,7 @@
 //! A streamed answer: each upstream chunk rewritten as it passes, held rounds decided, cuts ended.
 
-use super::recovering::{deliver_waiting, start_stream_recovery};
-use super::tools::check_stream_calls;
+use super::recovering::{deliver_waiting, start_stream_recovery, stream_recovery_answered};
+use super::tools::{check_stream_calls, stream_call_verdict};
 use super::*;
 
 impl Turn {
@@ -49,14 +49,9 @@ impl Turn {
             asked,
             rewriter,
             frame,
-            ended: false,
-            cut: false,
-            pending: Vec::new(),
-            judging: None,
+            phase: Phase::Passing,
             round_decided: false,
             copy,
-            close_pending: false,
-            recovery: None,
             upstream_ended: false,
             calls: None,
         });
@@ -74,21 +69,18 @@ impl Turn {
                     host.set_response_header(stop::HEADER, Some(&value));
                 }
                 host.set_response_header("content-encoding", None);
-                count_one(
-                    host,
-                    &mut self.record,
-                    &streamed.asked.version,
-                    check,
-                    Outcome::Errored,
-                );
+                self.cx(host)
+                    .count_one(&streamed.asked.version, check, Outcome::Errored);
             }
             let ids = fresh_ids(host);
             let mut request = streamed.asked.request.clone();
             request.stream = true;
             let reply = &streamed.asked.version.blocked_reply;
-            streamed.pending = api::refusal(streamed.asked.api, reply, &request, &ids).body;
-            streamed.ended = true;
-            streamed.close_pending = true;
+            streamed.phase = Phase::Ended(Ending {
+                cut: false,
+                close_pending: true,
+                pending: api::refusal(streamed.asked.api, reply, &request, &ids).body,
+            });
             self.state = State::Streaming(streamed);
             return Flow::Continue;
         }
@@ -99,76 +91,93 @@ impl Turn {
 
 /// One upstream chunk of a streamed answer: rewritten, framed, and after a cut dropped.
 pub(super) fn stream_chunk(
-    host: &mut dyn Host,
-    policy: &Policy,
-    record: &mut Record,
+    cx: &mut Ctx<'_>,
     s: &mut Streamed,
     body_size: usize,
     end_of_stream: bool,
 ) -> Flow {
     s.upstream_ended |= end_of_stream;
-    if s.ended {
-        let mut out = std::mem::take(&mut s.pending);
-        // The close waits for a callback after the one that carried the closing events.
-        if s.close_pending && !end_of_stream {
-            if out.is_empty() {
-                s.close_pending = false;
-                host.close_response();
-            } else {
-                // The closing events go out in this callback; the close follows.
-                host.close_response_soon();
+    match &mut s.phase {
+        Phase::Ended(ending) => {
+            let mut out = std::mem::take(&mut ending.pending);
+            // The close waits for a callback after the one that carried the closing events.
+            if ending.close_pending && !end_of_stream {
+                if out.is_empty() {
+                    ending.close_pending = false;
+                    cx.host.close_response();
+                } else {
+                    // The closing events go out in this callback; the close follows.
+                    cx.host.close_response_soon();
+                }
             }
+            finish_frame(&mut s.frame, &mut out);
+            cx.replace_chunk(body_size, &out);
+            Flow::Continue
         }
-        finish_frame(s, &mut out);
-        replace_chunk(host, body_size, &out);
-        return Flow::Continue;
-    }
-    let buffered = host.response_body(body_size).unwrap_or_default();
-    if let Some(r) = &mut s.recovery {
-        // Paused while the model is asked again: the rest of the first answer is not shown; a
-        // copy is kept for its usage.
-        let fresh = buffered.get(r.kept.len()..).unwrap_or_default();
-        if let Some(copy) = &mut s.copy {
-            if copy.len().saturating_add(fresh.len()) <= policy.max_body_bytes {
-                copy.extend_from_slice(fresh);
+        Phase::Recovering(r) => {
+            // Paused while the model is asked again: the rest of the first answer is not shown;
+            // a copy is kept for its usage.
+            let buffered = cx.host.response_body(body_size).unwrap_or_default();
+            let fresh = buffered.get(r.kept.len()..).unwrap_or_default();
+            if let Some(copy) = &mut s.copy {
+                if copy.len().saturating_add(fresh.len()) <= cx.policy.max_body_bytes {
+                    copy.extend_from_slice(fresh);
+                }
             }
-        }
-        let kept = r.kept.clone();
-        if end_of_stream {
-            if let Some(out) = deliver_waiting(record, s) {
-                replace_chunk(host, body_size, &out);
-                return Flow::Continue;
+            let kept = r.kept.clone();
+            if end_of_stream {
+                if let Some(out) = deliver_waiting(cx.record, s) {
+                    cx.replace_chunk(body_size, &out);
+                    return Flow::Continue;
+                }
             }
+            cx.replace_chunk(body_size, &kept);
+            Flow::Pause
         }
-        replace_chunk(host, body_size, &kept);
-        return Flow::Pause;
-    }
-    if let Some(judging) = &mut s.judging {
-        // Paused while the judge decides: Envoy keeps buffering after what this filter kept.
-        let fresh = buffered.get(judging.kept.len()..).unwrap_or_default();
-        let mut step = s.rewriter.feed(fresh);
-        judging.kept.append(&mut step.out);
-        judging.end_of_stream |= end_of_stream;
-        if step.cut.is_none() {
-            let kept = judging.kept.clone();
-            replace_chunk(host, body_size, &kept);
-            return Flow::Pause;
+        Phase::Judging(judging) => {
+            // Paused while the judge decides: Envoy keeps buffering after what this filter kept.
+            let buffered = cx.host.response_body(body_size).unwrap_or_default();
+            let fresh = buffered.get(judging.kept.len()..).unwrap_or_default();
+            let mut step = s.rewriter.feed(fresh);
+            judging.kept.append(&mut step.out);
+            judging.end_of_stream |= end_of_stream;
+            if step.cut.is_none() {
+                let kept = judging.kept.clone();
+                cx.replace_chunk(body_size, &kept);
+                return Flow::Pause;
+            }
+            // What came after the round could not be read, or outgrew what can be held, while
+            // the judge decided: the held round was cut with it, and the stream ends here as
+            // such a stream does (its first blocking output check errored). The verdicts still
+            // to come decide nothing: one result per check.
+            step.out = std::mem::take(&mut judging.kept);
+            s.phase = Phase::Passing;
+            s.round_decided = true;
+            let out = finish_step(cx, s, step, end_of_stream);
+            cx.replace_chunk(body_size, &out);
+            Flow::Continue
         }
-        // What came after the round could not be read, or outgrew what can be held, while the
-        // judge decided: the held round was cut with it, and the stream ends here as such a
-        // stream does (its first blocking output check errored). The verdicts still to come
-        // decide nothing: one result per check.
-        step.out = s.judging.take().map(|j| j.kept).unwrap_or_default();
-        s.round_decided = true;
-        let out = finish_step(host, record, s, step, end_of_stream);
-        replace_chunk(host, body_size, &out);
-        return Flow::Continue;
+        Phase::Passing => {
+            let buffered = cx.host.response_body(body_size).unwrap_or_default();
+            passing_chunk(cx, s, body_size, end_of_stream, buffered)
+        }
     }
+}
+
+/// A chunk of a stream in [`Phase::Passing`]: fed to the rewriter; a round that ended is decided
+/// on its rules, or sent to the judge; tool calls that completed are checked.
+fn passing_chunk(
+    cx: &mut Ctx<'_>,
+    s: &mut Streamed,
+    body_size: usize,
+    end_of_stream: bool,
+    buffered: Vec<u8>,
+) -> Flow {
     // Paused while tool calls are checked: Envoy keeps buffering after what this filter kept.
     let kept = s.calls.as_ref().map_or(0, |c| c.kept_len());
     let fresh = buffered.get(kept..).unwrap_or_default();
     if let Some(copy) = &mut s.copy {
-        if copy.len().saturating_add(fresh.len()) <= policy.max_body_bytes {
+        if copy.len().saturating_add(fresh.len()) <= cx.policy.max_body_bytes {
             copy.extend_from_slice(fresh);
         } else {
             s.copy = None;
@@ -176,10 +185,10 @@ pub(super) fn stream_chunk(
     }
     let mut step = s.rewriter.feed(fresh);
     if step.unjudged {
-        count_unjudged(host, record, &s.asked.version);
+        count_unjudged(cx, &s.asked.version);
     }
-    if record.response_id.is_none() {
-        record.response_id = s.rewriter.answer_id().map(str::to_owned);
+    if cx.record.response_id.is_none() {
+        cx.record.response_id = s.rewriter.answer_id().map(str::to_owned);
     }
     if end_of_stream && step.cut.is_none() && step.round_end.is_none() {
         let mut last = s.rewriter.finish();
@@ -213,7 +222,7 @@ pub(super) fn stream_chunk(
                 turn_model: s.asked.request.model.as_deref(),
                 credentials: &s.asked.credentials,
             };
-            let sent = judge::dispatch(host, policy, record, &s.asked.version, &read, 1);
+            let sent = judge::dispatch(cx.host, cx.policy, cx.record, &s.asked.version, &read, 1);
             let judging = StreamJudging {
                 answer_text: round.answer_text,
                 pending: sent.pending,
@@ -221,16 +230,15 @@ pub(super) fn stream_chunk(
                 kept: std::mem::take(&mut step.out),
                 end_of_stream,
             };
-            s.judging = Some(judging);
-            if let Some(flow) = settle_stream(host, policy, record, s, false, body_size) {
+            s.phase = Phase::Judging(judging);
+            if let Some(flow) = settle_stream(cx, s, false, body_size) {
                 return flow;
             }
-            let kept = s
-                .judging
-                .as_ref()
-                .map(|j| j.kept.clone())
-                .unwrap_or_default();
-            replace_chunk(host, body_size, &kept);
+            let kept = match &s.phase {
+                Phase::Judging(judging) => judging.kept.clone(),
+                Phase::Passing | Phase::Recovering(_) | Phase::Ended(_) => Vec::new(),
+            };
+            cx.replace_chunk(body_size, &kept);
             return Flow::Pause;
         } else {
             let decided_round = Decided {
@@ -244,38 +252,35 @@ pub(super) fn stream_chunk(
                 // could have mended, and pass rates would count errors no judge made.
                 judged_apply: false,
             };
-            match close_round(host, policy, record, s, &decided_round, &mut step) {
+            match close_round(cx, s, &decided_round, &mut step) {
                 Closed::Released if !round.asks_for_tool => {
-                    queue_background(host, policy, record, &s.asked, &round.answer_text);
+                    cx.queue_background(&s.asked, &round.answer_text);
                 }
-                Closed::Recovering => {
+                Closed::Released | Closed::Cut => {}
+                Closed::Recovering(mut recovery) => {
                     let kept = std::mem::take(&mut step.out);
-                    replace_chunk(host, body_size, &kept);
-                    if let Some(r) = &mut s.recovery {
-                        r.kept = kept;
-                    }
+                    cx.replace_chunk(body_size, &kept);
+                    recovery.kept = kept;
+                    s.phase = Phase::Recovering(recovery);
                     return Flow::Pause;
                 }
-                _ => {}
             }
         }
     }
     let round_decided = s.round_decided;
-    let mut out = finish_step(host, record, s, step, end_of_stream);
-    if end_of_stream && !s.cut && !round_decided {
+    let mut out = finish_step(cx, s, step, end_of_stream);
+    if end_of_stream && !s.was_cut() && !round_decided {
         // Rules mode holds no answer text: the background checks read the kept copy.
         if let Some(copy) = s.copy.take() {
             let text =
                 crate::stream::answer_of(s.asked.api, &s.asked.version, &s.asked.request, &copy);
             if let Some(text) = text {
-                queue_background(host, policy, record, &s.asked, &text);
+                cx.queue_background(&s.asked, &text);
             }
         }
     }
     check_stream_calls(
-        host,
-        policy,
-        record,
+        cx,
         s,
         calls,
         &mut out,
@@ -286,9 +291,9 @@ pub(super) fn stream_chunk(
 
 /// A held round outgrew `max_body_bytes` and went on unread by the judge: each blocking judged
 /// check could not decide, and passed on error (the rewriter goes on so only when all say so).
-fn count_unjudged(host: &mut dyn Host, record: &mut Record, version: &Version) {
+fn count_unjudged(cx: &mut Ctx<'_>, version: &Version) {
     for check in judge::blocking_judged(version, Stage::Output) {
-        count_one(host, record, version, check, Outcome::Errored);
+        cx.count_one(version, check, Outcome::Errored);
     }
 }
 
@@ -297,20 +302,22 @@ fn count_unjudged(host: &mut dyn Host, record: &mut Record, version: &Version) {
 /// pending. `through_host`: called from a callout's answer, so the paused response is resumed
 /// through the host; `buffered` is what the paused buffer holds.
 pub(super) fn settle_stream(
-    host: &mut dyn Host,
-    policy: &Policy,
-    record: &mut Record,
+    cx: &mut Ctx<'_>,
     s: &mut Streamed,
     through_host: bool,
     buffered: usize,
 ) -> Option<Flow> {
-    let judging = s.judging.as_ref()?;
+    let Phase::Judging(judging) = &s.phase else {
+        return None;
+    };
     let version = Rc::clone(&s.asked.version);
     let stopping = judging.judged.iter().any(|j| judged_stops(&version, j));
     if !stopping && !judging.pending.is_empty() {
         return None;
     }
-    let judging = s.judging.take()?;
+    let Phase::Judging(judging) = std::mem::replace(&mut s.phase, Phase::Passing) else {
+        return None;
+    };
     let mut step = Step {
         out: judging.kept,
         ..Step::default()
@@ -323,17 +330,16 @@ pub(super) fn settle_stream(
         early: false,
         judged_apply: true,
     };
-    match close_round(host, policy, record, s, &round, &mut step) {
+    match close_round(cx, s, &round, &mut step) {
         Closed::Released => {
-            queue_background(host, policy, record, &s.asked, &judging.answer_text);
+            cx.queue_background(&s.asked, &judging.answer_text);
         }
-        Closed::Recovering => {
+        Closed::Recovering(mut recovery) => {
             // Still paused: what this filter left in the buffer stays as it is.
             let kept = step.out;
-            replace_chunk(host, buffered, &kept);
-            if let Some(r) = &mut s.recovery {
-                r.kept = kept;
-            }
+            cx.replace_chunk(buffered, &kept);
+            recovery.kept = kept;
+            s.phase = Phase::Recovering(recovery);
             return Some(Flow::Pause);
         }
         Closed::Cut => {}
@@ -344,12 +350,12 @@ pub(super) fn settle_stream(
         step.out.append(&mut last.out);
         step.cut = last.cut;
     }
-    let out = finish_step(host, record, s, step, end_of_stream);
+    let out = finish_step(cx, s, step, end_of_stream);
     if through_host {
-        replace_chunk(host, buffered, &out);
-        host.resume_response();
+        cx.replace_chunk(buffered, &out);
+        cx.host.resume_response();
     } else {
-        replace_chunk(host, buffered, &out);
+        cx.replace_chunk(buffered, &out);
     }
     Some(Flow::Continue)
 }
@@ -369,24 +375,17 @@ struct Decided<'a> {
 }
 
 /// How a decided round went on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Closed {
     Released,
     Cut,
-    /// The model is being asked again; the response stays paused.
-    Recovering,
+    /// The model is being asked again; the response stays paused (the caller keeps the
+    /// recovery as the stream's phase, with what it left in the paused buffer).
+    Recovering(Box<StreamRecovery>),
 }
 
 /// Decides a round on its rules and the judge's verdicts, then releases it, cuts it, or (a held
 /// round that only failed checks that recover) asks the model again.
-fn close_round(
-    host: &mut dyn Host,
-    policy: &Policy,
-    record: &mut Record,
-    s: &mut Streamed,
-    round: &Decided<'_>,
-    step: &mut Step,
-) -> Closed {
+fn close_round(cx: &mut Ctx<'_>, s: &mut Streamed, round: &Decided<'_>, step: &mut Step) -> Closed {
     let Decided {
         failed,
         judged,
@@ -414,10 +413,10 @@ fn close_round(
         .filter(|r| !undecided.contains(&r.check))
         .cloned()
         .collect();
-    decided(host, record, &s.asked.version, &results);
+    decided(cx.host, cx.record, &s.asked.version, &results);
     if let Some(stop) = &verdict.stop {
-        if start_stream_recovery(host, policy, s, stop, &results, early) {
-            return Closed::Recovering;
+        if let Some(recovery) = start_stream_recovery(cx, s, stop, &results, early) {
+            return Closed::Recovering(recovery);
         }
     }
     let mut more = match verdict
@@ -443,13 +442,7 @@ fn close_round(
 }
 
 /// What a step sends once cuts, the frame and the end of the upstream are accounted for.
-fn finish_step(
-    host: &mut dyn Host,
-    record: &mut Record,
-    s: &mut Streamed,
-    step: Step,
-    end_of_stream: bool,
-) -> Vec<u8> {
+fn finish_step(cx: &mut Ctx<'_>, s: &mut Streamed, step: Step, end_of_stream: bool) -> Vec<u8> {
     let mut out = step.out;
     if let Some(cut) = step.cut {
         if cut.why != CutWhy::Decided {
@@ -458,16 +451,15 @@ fn finish_step(
                 _ => Outcome::Failed,
             };
             match cut.check {
-                Some(check) => count_one(host, record, &s.asked.version, check, outcome),
+                Some(check) => cx.count_one(&s.asked.version, check, outcome),
                 // Unreadable with tool checks alone: the calls in it went unchecked.
                 None if s.asked.version.tools.any() => {
-                    crate::record::tools_unread(host, record, &s.asked.version);
+                    crate::record::tools_unread(cx.host, cx.record, &s.asked.version);
                 }
                 None => {}
             }
         }
-        s.ended = true;
-        s.cut = true;
+        s.end(true);
     } else if s.frame.is_some_and(|f| !f.fits(out.len(), CLOSING_RESERVE)) {
         // The answer outgrew its frame: it cannot be checked to its end, so the first blocking
         // output check could not decide, and the stream ends here.
@@ -480,22 +472,21 @@ fn finish_step(
                 out.clear();
             }
             out.append(&mut closing);
-            count_one(host, record, &s.asked.version, check, Outcome::Errored);
+            cx.count_one(&s.asked.version, check, Outcome::Errored);
         }
-        s.ended = true;
-        s.cut = true;
+        s.end(true);
     } else if end_of_stream && !s.round_decided {
         // Rules mode ended without a cut: every blocking output rule passed.
-        count_passed(host, record, &s.asked.version);
+        cx.count_passed(&s.asked.version);
     }
-    if s.ended || end_of_stream {
-        s.ended = true;
-        s.close_pending = !end_of_stream;
-        if s.close_pending {
+    if s.ended() || end_of_stream {
+        s.end(false);
+        s.set_close_pending(!end_of_stream);
+        if !end_of_stream {
             // The next upstream chunk closes the stream; should none come soon, a timer does.
-            host.close_response_soon();
+            cx.host.close_response_soon();
         }
-        finish_frame(s, &mut out);
+        finish_frame(&mut s.frame, &mut out);
     } else if let Some(frame) = &mut s.frame {
         frame.sent(out.len());
     }
@@ -503,28 +494,37 @@ fn finish_step(
 }
 
 /// Adds the frame's padding once the stream is over (cut, or ended by upstream).
-fn finish_frame(s: &mut Streamed, out: &mut Vec<u8>) {
-    if let Some(frame) = &mut s.frame {
+fn finish_frame(frame: &mut Option<Frame>, out: &mut Vec<u8>) {
+    if let Some(frame) = frame {
         frame.sent(out.len());
         out.append(&mut frame.pad());
     }
 }
 
-/// [`replace_chunk`], unless `out` is what the buffer already holds (`buffered`, all of its
-/// `body_size` bytes): a chunk with nothing to change costs no host call.
-pub(super) fn replace_changed(host: &mut dyn Host, body_size: usize, buffered: &[u8], out: &[u8]) {
-    // Most chunks of a stream that passes as it came: compared eight bytes a step (`swar`).
-    if buffered.len() == body_size && crate::swar::eq(buffered, out) {
+/// A callout of a streamed answer answered: its recovery's, a tool call's check, or a held
+/// round's judged check.
+pub(super) fn stream_callout(cx: &mut Ctx<'_>, s: &mut Streamed, token: u32, body_size: usize) {
+    if matches!(&s.phase, Phase::Recovering(r) if r.recovery.owns(token)) {
+        stream_recovery_answered(cx, s, token, body_size);
         return;
     }
-    replace_chunk(host, body_size, out);
-}
-
-pub(super) fn replace_chunk(host: &mut dyn Host, body_size: usize, out: &[u8]) {
-    if !host.replace_response_body(body_size, out) {
-        host.log(
-            LogLevel::Error,
-            "livecheck: could not rewrite a streamed chunk",
-        );
+    if stream_call_verdict(cx, s, token, body_size) {
+        return;
     }
+    let body = cx.host.callout_body(body_size).unwrap_or_default();
+    let verdict = judge::verdict(cx.host.callout_status(), &body);
+    if let Phase::Judging(judging) = &mut s.phase {
+        if let Some(at) = judging.pending.iter().position(|(t, _)| *t == token) {
+            let (_, check) = judging.pending.swap_remove(at);
+            cx.record.judged(check, 1, verdict.as_ref());
+            judging
+                .judged
+                .push((check, judge::outcome(verdict.as_ref())));
+            let buffered = judging.kept.len();
+            let _ = settle_stream(cx, s, true, buffered);
+            return;
+        }
+    }
+    cx.host
+        .log(LogLevel::Warn, "livecheck: an unknown callout answered");
 }

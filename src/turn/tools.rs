@@ -6,7 +6,6 @@ use crate::api::ToolCall;
 use crate::record::tools_decided;
 use crate::tools::{self, Checking, Denial, Next};
 
-use super::stream::{replace_changed, replace_chunk};
 use super::*;
 
 /// A held non-streamed answer whose tool calls are being checked.
@@ -49,17 +48,17 @@ impl Turn {
         }
     }
 
-    /// A verdict on a call came back; `false` when the callout is not this turn's.
+    /// A verdict on a call came back (the turn's state, taken); `false` when the callout is not
+    /// this turn's.
     pub(super) fn call_verdict(
         &mut self,
         host: &mut dyn Host,
+        mut check: Box<CallCheck>,
         token: u32,
         body_size: usize,
     ) -> bool {
-        let State::CheckingCalls(check) = &mut self.state else {
-            return false;
-        };
         if !check.checking.waits_for(token) {
+            self.state = State::CheckingCalls(check);
             return false;
         }
         let version = Rc::clone(&check.asked.version);
@@ -71,12 +70,12 @@ impl Turn {
             &check.checking.take_results(),
         );
         let denial = match check.checking.next() {
-            Next::Waiting => return true,
+            Next::Waiting => {
+                self.state = State::CheckingCalls(check);
+                return true;
+            }
             Next::Allowed => None,
             Next::Denied(denial) => Some(denial),
-        };
-        let State::CheckingCalls(check) = std::mem::replace(&mut self.state, State::Done) else {
-            return true;
         };
         let CallCheck { asked, body, .. } = *check;
         let _ = self.calls_decided(host, asked, denial, &body, true);
@@ -146,23 +145,21 @@ impl StreamCalls {
 /// is applied to `out`, what the step sends.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn check_stream_calls(
-    host: &mut dyn Host,
-    policy: &Policy,
-    record: &mut Record,
+    cx: &mut Ctx<'_>,
     s: &mut Streamed,
     calls: Vec<(u64, ToolCall)>,
     out: &mut Vec<u8>,
     end_of_stream: bool,
     (body_size, buffered): (usize, &[u8]),
 ) -> Flow {
-    if s.cut {
+    if s.was_cut() {
         // Cut by a rule meanwhile: nothing after the cut is sent, so no call waits any more.
         if let Some(c) = s.calls.as_mut() {
             c.batches.clear();
             c.allowed.clear();
         }
     } else if !calls.is_empty() {
-        let cx = tools_context(policy, &s.asked, 1);
+        let tools_cx = tools_context(cx.policy, &s.asked, 1);
         let (keys, calls): (Vec<u64>, Vec<ToolCall>) = calls.into_iter().unzip();
         let state = s.calls.get_or_insert_with(|| StreamCalls {
             batches: Vec::new(),
@@ -172,17 +169,17 @@ pub(super) fn check_stream_calls(
         });
         let first = state.counted;
         state.counted = state.counted.saturating_add(calls.len());
-        let checking = Checking::start(host, &cx, calls, first);
+        let checking = Checking::start(cx.host, &tools_cx, calls, first);
         state.batches.push((keys, checking));
     }
-    let waiting = settle_stream_calls(host, record, s, out, end_of_stream);
+    let waiting = settle_stream_calls(cx, s, out, end_of_stream);
     let mut all = s
         .calls
         .as_mut()
         .and_then(|c| c.kept.take())
         .unwrap_or_default();
     all.append(out);
-    replace_changed(host, body_size, buffered, &all);
+    cx.replace_changed(body_size, buffered, &all);
     match s.calls.as_mut() {
         Some(calls) if waiting && (end_of_stream || s.upstream_ended) => {
             // The upstream's end waits for the verdicts.
@@ -201,8 +198,7 @@ pub(super) fn check_stream_calls(
 /// Applies what the checks decided: allowed batches' calls go, a denied call ends the stream with
 /// the reason. Returns whether a batch still waits.
 fn settle_stream_calls(
-    host: &mut dyn Host,
-    record: &mut Record,
+    cx: &mut Ctx<'_>,
     s: &mut Streamed,
     out: &mut Vec<u8>,
     end_of_stream: bool,
@@ -214,8 +210,8 @@ fn settle_stream_calls(
     let mut i = 0;
     while let Some((_, checking)) = calls.batches.get_mut(i) {
         tools_decided(
-            host,
-            record,
+            cx.host,
+            cx.record,
             &s.asked.version.tools,
             &checking.take_results(),
         );
@@ -244,14 +240,14 @@ fn settle_stream_calls(
     calls.batches.clear();
     calls.allowed.clear();
     out.append(&mut s.rewriter.deny_calls(&denial.reason));
-    s.cut = true;
-    if !s.ended || !upstream_done {
-        s.ended = true;
-        s.close_pending = !upstream_done;
-        if s.close_pending {
+    let was_ended = s.ended();
+    s.end(true);
+    if !was_ended || !upstream_done {
+        s.set_close_pending(!upstream_done);
+        if !upstream_done {
             // The rest of the upstream's answer is dropped: the next chunk closes the stream,
             // or the timer does.
-            host.close_response_soon();
+            cx.host.close_response_soon();
         }
     }
     false
@@ -260,8 +256,7 @@ fn settle_stream_calls(
 /// A verdict on a streamed answer's tool call; `false` when the callout is not one of its checks.
 /// Applied now when the upstream's end is held for it, else at the next upstream chunk.
 pub(super) fn stream_call_verdict(
-    host: &mut dyn Host,
-    record: &mut Record,
+    cx: &mut Ctx<'_>,
     s: &mut Streamed,
     token: u32,
     body_size: usize,
@@ -273,20 +268,20 @@ pub(super) fn stream_call_verdict(
     let Some((_, checking)) = calls.batches.iter_mut().find(|(_, c)| c.waits_for(token)) else {
         return false;
     };
-    checking.answered(host, &version, token, body_size);
+    checking.answered(cx.host, &version, token, body_size);
     let Some(mut kept) = calls.kept.take() else {
         return true;
     };
     let buffered = kept.len();
     let mut out = Vec::new();
-    let waiting = settle_stream_calls(host, record, s, &mut out, true);
+    let waiting = settle_stream_calls(cx, s, &mut out, true);
     kept.append(&mut out);
-    replace_chunk(host, buffered, &kept);
+    cx.replace_chunk(buffered, &kept);
     match s.calls.as_mut() {
         Some(calls) if waiting => calls.kept = Some(kept),
         _ => {
             s.calls = None;
-            host.resume_response();
+            cx.host.resume_response();
         }
     }
     true
