@@ -7,13 +7,13 @@ use std::cell::OnceCell;
 
 use serde_json::Value;
 
-use super::util;
+use super::pointer::at_mut;
 
 pub(super) fn set_text(ev: &mut Ev, pointer: &str, text: String) {
     if ev.splice_text(pointer, &text) {
         return;
     }
-    if let Some(slot) = ev.data_mut().and_then(|data| util::at_mut(data, pointer)) {
+    if let Some(slot) = ev.data_mut().and_then(|data| at_mut(data, pointer)) {
         *slot = Value::String(text);
     }
 }
@@ -88,8 +88,9 @@ impl Ev {
     }
 
     /// An event read into its tree from `raw`; `as_it_came` (no key twice in any object, see
-    /// [`util::parse`]): until something changes it (through [`Ev::data_mut`]) it is written as
-    /// it came, not serialized again: key order, spacing and escapes as the vendor wrote them.
+    /// [`super::util::parse`]): until something changes it (through [`Ev::data_mut`]) it is
+    /// written as it came, not serialized again: key order, spacing and escapes as the vendor
+    /// wrote them.
     pub(crate) fn parsed(name: Option<String>, raw: String, data: Value, as_it_came: bool) -> Self {
         Self {
             name,

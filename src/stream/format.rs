@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use super::{Ev, TextAlone, TextPlace};
+use super::event::{Ev, TextAlone, TextPlace};
 use crate::api::ToolCall;
 use crate::sse;
 

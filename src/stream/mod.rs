@@ -22,8 +22,9 @@
 //! `route` reads the upstream and routes each event, `short` is the short path for events of text
 //! alone, `queue` sends pieces as their text is confirmed, `held` holds rounds and tool calls
 //! whole, `calls` lets complete tool calls go, `cut` ends the stream. `event` and `format` are the
-//! words the vendor formats speak (`util` their shared helpers), `holdback` scans a channel's text
-//! and `args` reads tool-call arguments.
+//! words the vendor formats speak (`util` their shared helpers, `pointer` the JSON pointers under
+//! both); they name nothing above them, so a vendor's reader can import them without a circle.
+//! `holdback` scans a channel's text and `args` reads tool-call arguments.
 
 mod anthropic;
 mod args;
@@ -45,9 +46,10 @@ use queue::Piece;
 
 mod calls;
 mod cut;
-mod event;
-mod format;
+pub(crate) mod event;
+pub(crate) mod format;
 mod held;
+mod pointer;
 mod queue;
 mod route;
 mod short;

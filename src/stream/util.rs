@@ -2,7 +2,9 @@
 
 use serde_json::Value;
 
-use super::{Ev, Unreadable};
+use super::event::Ev;
+use super::format::Unreadable;
+pub(crate) use super::pointer::at;
 use crate::sse;
 
 /// An event's JSON as a tree, read as serde_json reads it (a key twice counts with its last
@@ -35,46 +37,4 @@ pub(crate) fn str_at<'a>(value: &'a Value, pointer: &str) -> Option<&'a str> {
 
 pub(crate) fn u64_at(value: &Value, pointer: &str) -> Option<u64> {
     at(value, pointer).and_then(Value::as_u64)
-}
-
-/// `Value::pointer` without its allocation per token (it unescapes every token with
-/// `replace`; the pointers here are written by this crate and have no `~` escapes, and the
-/// rare one that does goes to `Value::pointer`). On the hot path of every event: measured.
-pub(crate) fn at<'a>(value: &'a Value, pointer: &str) -> Option<&'a Value> {
-    if pointer.as_bytes().contains(&b'~') {
-        return value.pointer(pointer);
-    }
-    let mut v = value;
-    for token in pointer.strip_prefix('/')?.split('/') {
-        v = match v {
-            Value::Object(map) => map.get(token)?,
-            Value::Array(items) => items.get(index(token)?)?,
-            _ => return None,
-        };
-    }
-    Some(v)
-}
-
-/// [`at`], mutable.
-pub(crate) fn at_mut<'a>(value: &'a mut Value, pointer: &str) -> Option<&'a mut Value> {
-    if pointer.as_bytes().contains(&b'~') {
-        return value.pointer_mut(pointer);
-    }
-    let mut v = value;
-    for token in pointer.strip_prefix('/')?.split('/') {
-        v = match v {
-            Value::Object(map) => map.get_mut(token)?,
-            Value::Array(items) => items.get_mut(index(token)?)?,
-            _ => return None,
-        };
-    }
-    Some(v)
-}
-
-/// An array index token as RFC 6901 reads it: digits, no leading zero.
-fn index(token: &str) -> Option<usize> {
-    if token.is_empty() || (token.len() > 1 && token.starts_with('0')) {
-        return None;
-    }
-    token.parse().ok()
 }
