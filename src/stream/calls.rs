@@ -1,8 +1,9 @@
 //! Tool calls as units: a call's events go together once it is complete, its text confirmed and
 //! the version's tool checks allowed it, or never (a denied call ends the stream).
 
+use super::event::Ev;
 use super::queue::Piece;
-use super::{Ev, Phase, Rewriter, Step};
+use super::{Phase, Rewriter, Step};
 
 impl Rewriter {
     /// The tool checks allowed `calls`: their events, and what waited behind them, go now.

@@ -41,6 +41,7 @@ use crate::api::{Api, Request, ToolCall};
 use crate::config::Version;
 use crate::sse;
 use args::ArgsReader;
+use format::Format;
 use holdback::Holdback;
 use queue::Piece;
 
@@ -55,8 +56,10 @@ mod route;
 mod short;
 pub(crate) mod util;
 
+// The vendor formats' words where the readers in this folder name them (`super::Ev`); the rooms
+// above import them from `event` and `format`.
 pub(crate) use event::{Ev, TextAlone, TextPlace};
-pub(crate) use format::{Format, Lane, TextIn, TextKind, Unit, Unreadable};
+pub(crate) use format::{Lane, TextIn, TextKind, Unit, Unreadable};
 
 /// How a streamed answer is held, from the version's blocking output checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

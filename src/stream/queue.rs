@@ -4,8 +4,9 @@
 
 use std::borrow::Cow;
 
-use super::event::set_text;
-use super::{Ev, Format, Rewriter};
+use super::event::{set_text, Ev};
+use super::format::Format;
+use super::Rewriter;
 
 /// An event on its way out, and its checked fields.
 #[derive(Debug)]

@@ -5,10 +5,11 @@
 
 use serde_json::Value;
 
+use super::format::{Lane, TextKind, Unreadable};
 use super::holdback::Holdback;
 use super::queue::{Field, FieldMap, Piece};
 use super::util;
-use super::{Channel, Hold, Lane, Phase, Rewriter, Step, TextKind, Unreadable};
+use super::{Channel, Hold, Phase, Rewriter, Step};
 use crate::sse;
 
 /// The most text channels (Chat choices) a stream may open; more is unreadable.

@@ -4,9 +4,11 @@
 
 use std::borrow::Cow;
 
+use super::event::TextPlace;
+use super::format::TextKind;
 use super::holdback;
 use super::queue::{Field, FieldMap, Piece};
-use super::{Hold, Phase, Rewriter, Step, TextKind, TextPlace};
+use super::{Hold, Phase, Rewriter, Step};
 
 /// An event of text alone the short path read in place and holds ([`Rewriter::pass_whole`]).
 struct Pending<'c> {

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::args::ArgsReader;
 use super::fixtures::*;
+use super::format::Unit;
 use super::*;
 use crate::config::Policy;
 
