@@ -84,16 +84,46 @@ pub struct Decoded {
     pub events: usize,
 }
 
+/// Why bytes a caller received are not valid in the vendor's format ([`decode`]); events are
+/// counted from 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotInFormat {
+    /// Not SSE.
+    Sse(sse::SseError),
+    /// The event's data is not JSON.
+    NotJson { event: usize },
+    /// The event's data is JSON but not an object.
+    NotObject { event: usize },
+    /// The event's name is not its `type`.
+    Misnamed { event: usize },
+    /// The event's text delta is not a string.
+    TextNotString { event: usize },
+}
+
+impl std::fmt::Display for NotInFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sse(e) => e.fmt(f),
+            Self::NotJson { event } => write!(f, "event {event}: its data is not JSON"),
+            Self::NotObject { event } => write!(f, "event {event}: its data is not a JSON object"),
+            Self::Misnamed { event } => write!(f, "event {event}: named other than its type"),
+            Self::TextNotString { event } => write!(f, "event {event}: its text is not a string"),
+        }
+    }
+}
+
+impl std::error::Error for NotInFormat {}
+
 /// Reads the bytes a caller received as the vendor's SDK would. An error says what is not valid in
 /// the vendor's format: not SSE, an event whose data is not a JSON object (Chat's `[DONE]` aside),
 /// an event named other than its `type`, a text delta that is not a string.
-pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, String> {
+pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, NotInFormat> {
     let mut decoder = sse::Decoder::new(usize::MAX);
     let mut events = Vec::new();
     decoder
         .push(bytes, &mut events)
         .and_then(|()| decoder.finish(&mut events))
-        .map_err(|e| e.to_string())?;
+        .map_err(NotInFormat::Sse)?;
     let mut out = Decoded {
         events: events.len(),
         ..Decoded::default()
@@ -102,15 +132,15 @@ pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, String> {
         if api == Api::ChatCompletions && e.data == "[DONE]" {
             continue;
         }
-        let data: Value = serde_json::from_str(&e.data)
-            .map_err(|_| format!("event {i}: its data is not JSON"))?;
+        let data: Value =
+            serde_json::from_str(&e.data).map_err(|_| NotInFormat::NotJson { event: i })?;
         if !data.is_object() {
-            return Err(format!("event {i}: its data is not a JSON object"));
+            return Err(NotInFormat::NotObject { event: i });
         }
         let kind = data.get("type").and_then(Value::as_str);
         if let Some(name) = &e.event {
             if kind != Some(name.as_str()) {
-                return Err(format!("event {i}: named other than its type"));
+                return Err(NotInFormat::Misnamed { event: i });
             }
         }
         let piece = match api {
@@ -126,7 +156,7 @@ pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, String> {
         match piece {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) => out.text.push_str(s),
-            Some(_) => return Err(format!("event {i}: its text is not a string")),
+            Some(_) => return Err(NotInFormat::TextNotString { event: i }),
         }
     }
     Ok(out)

@@ -14,7 +14,8 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
-use super::{Ev, Lane, TextAlone, TextIn, TextKind, TextPlace, Unit};
+use super::event::{Ev, TextAlone, TextPlace};
+use super::format::{Lane, TextIn, TextKind, Unit};
 
 use crate::{sse, swar};
 

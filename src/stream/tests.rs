@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::args::ArgsReader;
 use super::fixtures::*;
+use super::format::Unit;
 use super::*;
 use crate::config::Policy;
 
@@ -2005,7 +2006,7 @@ fn a_spliced_text_is_the_literal_serde_json_writes() {
         );
     for text in texts {
         let mut literal = String::new();
-        super::push_literal(&mut literal, &text).unwrap();
+        super::event::push_literal(&mut literal, &text).unwrap();
         assert_eq!(literal, serde_json::to_string(&text).unwrap(), "{text:?}");
     }
 }
