@@ -18,6 +18,7 @@ pub mod pattern;
 pub mod profile;
 pub mod record;
 pub mod recovery;
+pub mod root;
 pub mod scan;
 pub mod sse;
 pub mod stop;
