@@ -172,6 +172,22 @@ pub mod fake {
         }
     }
 
+    /// Records a callout a fake host sent; its token is its place in `callouts`, from 1.
+    fn record(
+        callouts: &mut Vec<SentCallout>,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Option<u32> {
+        let headers = headers
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        callouts.push((cluster.to_owned(), headers, body.to_vec(), timeout_ms));
+        u32::try_from(callouts.len()).ok()
+    }
+
     /// Envoy's shared data: a token per write, compare-and-swap as Envoy does it.
     #[derive(Debug, Default)]
     pub struct SharedData {
@@ -270,13 +286,7 @@ pub mod fake {
             body: &[u8],
             timeout_ms: u64,
         ) -> Option<u32> {
-            let headers = headers
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect();
-            self.callouts
-                .push((cluster.to_owned(), headers, body.to_vec(), timeout_ms));
-            u32::try_from(self.callouts.len()).ok()
+            record(&mut self.callouts, cluster, headers, body, timeout_ms)
         }
         fn callout_status(&self) -> Option<u16> {
             self.callout_answer.as_ref().and_then(|(s, _)| *s)
@@ -386,13 +396,7 @@ pub mod fake {
             if self.refuse_callouts {
                 return None;
             }
-            let headers = headers
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect();
-            self.callouts
-                .push((cluster.to_owned(), headers, body.to_vec(), timeout_ms));
-            u32::try_from(self.callouts.len()).ok()
+            record(&mut self.callouts, cluster, headers, body, timeout_ms)
         }
         fn callout_status(&self) -> Option<u16> {
             self.callout_status
