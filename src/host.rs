@@ -1,5 +1,7 @@
-//! The one door from the logic to the host. `proxy.rs` implements it with `proxy_wasm::hostcalls`;
-//! tests use [`fake::FakeHost`]. Every method maps host errors to `None`/`false`, never panics.
+//! The doors from the logic to the host, one per context kind: [`Host`] for an HTTP stream,
+//! [`RootHost`] for the VM's root context, both over [`SharedStore`] where they share Envoy's
+//! shared data. `proxy/` implements them over the proxy-wasm ABI; tests use [`fake::FakeHost`]
+//! and [`fake::FakeRoot`]. Every method maps host errors to `None`/`false`, never panics.
 
 /// Whether Envoy should go on with the stream or hold it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,13 +70,50 @@ pub trait Host {
     fn random(&mut self) -> u64;
 }
 
+/// The shared data of the plugin's VMs (Envoy's `proxy_get_shared_data` / `proxy_set_shared_data`).
+pub trait SharedStore {
+    /// The value and its compare-and-swap token; `None` when the key was never set.
+    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)>;
+    /// Sets `key`, if `cas` is 0 or still the key's token. `false`: the token changed (or the
+    /// host refused), nothing was written.
+    fn set(&mut self, key: &str, value: &[u8], cas: u32) -> bool;
+}
+
+/// What the VM's root context asks of the host: its clock, logs and counters, the callouts that
+/// carry turn reports, a periodic tick, and acting on streams from outside their callbacks.
+pub trait RootHost: SharedStore {
+    /// The host's clock, in milliseconds since the Unix epoch.
+    fn now_unix_millis(&self) -> u64;
+    fn random(&mut self) -> u64;
+    /// Never called with request or response text, keys or patterns.
+    fn log(&mut self, level: LogLevel, message: &str);
+    /// Adds `by` to the counter `name`.
+    fn count(&mut self, name: &str, by: i64);
+    /// Sends an HTTP callout to `cluster`, answered to the root; `None` when Envoy refuses it.
+    fn dispatch_callout(
+        &mut self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Option<u32>;
+    /// During a callout's answer: its `:status` (`None` for a reset).
+    fn callout_status(&self) -> Option<u16>;
+    /// Asks for a tick every `period_ms`; `false` when the host refuses.
+    fn set_tick_period(&mut self, period_ms: u32) -> bool;
+    /// Resets the response streams of the HTTP contexts `streams` (see [`Host::close_response`]).
+    fn close_streams(&mut self, streams: &[u32]);
+    /// Lets the held responses of the HTTP contexts `streams` go on.
+    fn resume_responses(&mut self, streams: &[u32]);
+}
+
 #[cfg(test)]
 pub mod fake {
     //! A host that records what the logic did, for native unit tests of the turn state machine.
 
     use std::collections::BTreeMap;
 
-    use super::{Host, LogLevel};
+    use super::{Host, LogLevel, RootHost, SharedStore};
 
     #[derive(Debug, Default)]
     pub struct LocalReply {
@@ -108,6 +147,7 @@ pub mod fake {
         pub delivered: Vec<crate::outbox::Job>,
         /// How many times the response body was rewritten.
         pub body_rewrites: usize,
+        pub shared: SharedData,
     }
 
     impl FakeHost {
@@ -129,6 +169,56 @@ pub mod fake {
         /// The response body the caller gets, as JSON.
         pub fn response_json(&self) -> serde_json::Value {
             serde_json::from_slice(&self.response_body).unwrap_or_default()
+        }
+    }
+
+    /// Records a callout a fake host sent; its token is its place in `callouts`, from 1.
+    fn record(
+        callouts: &mut Vec<SentCallout>,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Option<u32> {
+        let headers = headers
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        callouts.push((cluster.to_owned(), headers, body.to_vec(), timeout_ms));
+        u32::try_from(callouts.len()).ok()
+    }
+
+    /// Envoy's shared data: a token per write, compare-and-swap as Envoy does it.
+    #[derive(Debug, Default)]
+    pub struct SharedData {
+        pub entries: BTreeMap<String, (Vec<u8>, u32)>,
+        next: u32,
+    }
+
+    impl SharedStore for SharedData {
+        fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+            self.entries.get(key).cloned()
+        }
+
+        fn set(&mut self, key: &str, value: &[u8], cas: u32) -> bool {
+            if let Some((_, current)) = self.entries.get(key) {
+                if cas != 0 && cas != *current {
+                    return false;
+                }
+            }
+            self.next += 1;
+            self.entries
+                .insert(key.to_owned(), (value.to_vec(), self.next));
+            true
+        }
+    }
+
+    impl SharedStore for FakeHost {
+        fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+            self.shared.get(key)
+        }
+        fn set(&mut self, key: &str, value: &[u8], cas: u32) -> bool {
+            self.shared.set(key, value, cas)
         }
     }
 
@@ -196,13 +286,7 @@ pub mod fake {
             body: &[u8],
             timeout_ms: u64,
         ) -> Option<u32> {
-            let headers = headers
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect();
-            self.callouts
-                .push((cluster.to_owned(), headers, body.to_vec(), timeout_ms));
-            u32::try_from(self.callouts.len()).ok()
+            record(&mut self.callouts, cluster, headers, body, timeout_ms)
         }
         fn callout_status(&self) -> Option<u16> {
             self.callout_answer.as_ref().and_then(|(s, _)| *s)
@@ -233,6 +317,102 @@ pub mod fake {
         fn random(&mut self) -> u64 {
             self.seed += 1;
             self.seed
+        }
+    }
+
+    /// A root context's host whose clock a test sets, recording what the root did.
+    #[derive(Debug, Default)]
+    pub struct FakeRoot {
+        pub now: u64,
+        pub seed: u64,
+        pub logs: Vec<(LogLevel, String)>,
+        pub counters: BTreeMap<String, i64>,
+        pub callouts: Vec<SentCallout>,
+        /// Set by a test: Envoy refuses every callout.
+        pub refuse_callouts: bool,
+        /// Set by a test: the `:status` of the callout being answered.
+        pub callout_status: Option<u16>,
+        pub shared: SharedData,
+        pub tick_period_ms: Option<u32>,
+        /// Set by a test: Envoy gives the VM no timer.
+        pub refuse_tick: bool,
+        /// Streams reset, and streams whose held response went on, in order.
+        pub closed: Vec<u32>,
+        pub resumed: Vec<u32>,
+    }
+
+    impl FakeRoot {
+        pub fn at(now: u64) -> Self {
+            Self {
+                now,
+                ..Self::default()
+            }
+        }
+
+        pub fn counter(&self, name: &str) -> i64 {
+            self.counters.get(name).copied().unwrap_or(0)
+        }
+
+        /// The logs of `level`, in order.
+        pub fn logged(&self, level: LogLevel) -> Vec<&str> {
+            self.logs
+                .iter()
+                .filter(|(l, _)| *l == level)
+                .map(|(_, m)| m.as_str())
+                .collect()
+        }
+    }
+
+    impl SharedStore for FakeRoot {
+        fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
+            self.shared.get(key)
+        }
+        fn set(&mut self, key: &str, value: &[u8], cas: u32) -> bool {
+            self.shared.set(key, value, cas)
+        }
+    }
+
+    impl RootHost for FakeRoot {
+        fn now_unix_millis(&self) -> u64 {
+            self.now
+        }
+        fn random(&mut self) -> u64 {
+            self.seed += 1;
+            self.seed
+        }
+        fn log(&mut self, level: LogLevel, message: &str) {
+            self.logs.push((level, message.to_owned()));
+        }
+        fn count(&mut self, name: &str, by: i64) {
+            *self.counters.entry(name.to_owned()).or_default() += by;
+        }
+        fn dispatch_callout(
+            &mut self,
+            cluster: &str,
+            headers: &[(&str, &str)],
+            body: &[u8],
+            timeout_ms: u64,
+        ) -> Option<u32> {
+            if self.refuse_callouts {
+                return None;
+            }
+            record(&mut self.callouts, cluster, headers, body, timeout_ms)
+        }
+        fn callout_status(&self) -> Option<u16> {
+            self.callout_status
+        }
+        fn set_tick_period(&mut self, period_ms: u32) -> bool {
+            if self.refuse_tick {
+                return false;
+            }
+            self.tick_period_ms = Some(period_ms);
+            true
+        }
+        fn close_streams(&mut self, streams: &[u32]) {
+            self.closed.extend(streams);
+        }
+        fn resume_responses(&mut self, streams: &[u32]) {
+            self.resumed.extend(streams);
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod profile;
 mod profiling;
 pub mod record;
 pub mod recovery;
+pub mod root;
 pub mod scan;
 pub mod sse;
 pub mod stream;

@@ -15,6 +15,10 @@
 //! to `livecheck.reports.lost`. A VM that was only stalled for that long and finds itself off the
 //! list adds itself again; its reports may then be counted as lost and still arrive.
 
+use std::cell::Cell;
+
+use crate::host::SharedStore;
+
 /// The list of VMs that keep a count.
 pub const REGISTRY_KEY: &str = "livecheck.vms";
 /// An entry not written for this long belongs to a VM that is gone: ticks come every 200 ms.
@@ -24,13 +28,38 @@ pub const SWEEP_EVERY_MS: u64 = 2_000;
 /// How many times a compare-and-swap on the list is tried before the next sweep tries again.
 const CAS_TRIES: usize = 8;
 
-/// The shared data of the plugin's VMs (Envoy's `proxy_get_shared_data` / `proxy_set_shared_data`).
-pub trait SharedStore {
-    /// The value and its compare-and-swap token; `None` when the key was never set.
-    fn get(&self, key: &str) -> Option<(Vec<u8>, u32)>;
-    /// Sets `key`, if `cas` is 0 or still the key's token. `false`: the token changed (or the
-    /// host refused), nothing was written.
-    fn set(&mut self, key: &str, value: &[u8], cas: u32) -> bool;
+/// This VM's entry in the count: its id (0 until configured) and when its root last ticked, the
+/// time a count written between ticks carries. Shared by the root and every stream of the VM.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    id: Cell<u64>,
+    tick_ms: Cell<u64>,
+}
+
+impl Ledger {
+    /// This VM's id; 0 until configured.
+    pub fn id(&self) -> u64 {
+        self.id.get()
+    }
+
+    /// The VM was configured as `id` (nonzero) at `now_ms`.
+    pub fn start(&self, id: u64, now_ms: u64) {
+        self.id.set(id);
+        self.tick_ms.set(now_ms);
+    }
+
+    /// The root ticked at `now_ms`.
+    pub fn ticked(&self, now_ms: u64) {
+        self.tick_ms.set(now_ms);
+    }
+
+    /// Writes this VM's count of undelivered reports, once configured.
+    pub fn publish(&self, store: &mut impl SharedStore, pending: usize) {
+        let id = self.id.get();
+        if id != 0 {
+            publish(store, id, pending, self.tick_ms.get());
+        }
+    }
 }
 
 /// One VM's count of undelivered reports and when it wrote it.
@@ -143,33 +172,8 @@ pub fn sweep(store: &mut impl SharedStore, own: u64, now_ms: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
-
-    #[derive(Default)]
-    struct Store {
-        entries: BTreeMap<String, (Vec<u8>, u32)>,
-        next: u32,
-    }
-
-    impl SharedStore for Store {
-        fn get(&self, key: &str) -> Option<(Vec<u8>, u32)> {
-            self.entries.get(key).cloned()
-        }
-
-        fn set(&mut self, key: &str, value: &[u8], cas: u32) -> bool {
-            if let Some((_, current)) = self.entries.get(key) {
-                if cas != 0 && cas != *current {
-                    return false;
-                }
-            }
-            self.next += 1;
-            self.entries
-                .insert(key.to_owned(), (value.to_vec(), self.next));
-            true
-        }
-    }
+    use crate::host::fake::SharedData as Store;
 
     #[test]
     fn a_vm_that_stopped_writing_has_its_reports_counted_once() {

@@ -343,7 +343,7 @@ def _same_calls(got: list, expected: list[DoubleToolCall]) -> bool:
 # writes, and the stream is reset.
 TAIL_EVENTS = {"anthropic": 2, "responses": 1}  # what the model double sends after its last call
 KEEP_ALIVE = b": keep-alive\n\n"
-QUIET = 0.1  # more than the filter's close grace (50 ms, src/proxy/mod.rs CLOSE_GRACE_MS)
+QUIET = 0.1  # more than the filter's close grace (50 ms, src/root/timers.rs CLOSE_GRACE_MS)
 JUDGE_WAIT = 0.3
 
 

@@ -310,7 +310,7 @@ def test_grafana_dashboard_names_only_metrics_the_filter_emits(stack):
     per_check_prefixes = {m.group(1) for n in emitted
                           if (m := re.fullmatch(r"(livecheck_.+)_(%s)" % "|".join(outcomes), n))}
     assert "livecheck_orders_no_passwords" in per_check_prefixes and "livecheck_support_polite" in per_check_prefixes
-    proxy_source = (REPO / "src" / "proxy" / "mod.rs").read_text()
+    proxy_source = (REPO / "src" / "root" / "mod.rs").read_text()
     reports = {n.replace(".", "_")
                for n in re.findall(r'(?:increment_counter|\.count)\(\s*"(livecheck\.[a-z.]+)"', proxy_source)}
     assert reports >= {"livecheck_reports_retried", "livecheck_reports_refused", "livecheck_reports_dropped",
