@@ -14,10 +14,10 @@ use livecheck_wire::reasons::{
 };
 use livecheck_wire::{JudgeVerdict, ToolCheckRequest, TOOL_CHECK_PATH};
 
-use crate::api::json::Node;
 use crate::api::ToolCall;
 use crate::config::{ArgRule, Policy, ToolChecks, ToolRow, ToolTest, Version, ALLOWED_TOOLS};
 use crate::host::Host;
+use crate::json::Node;
 use crate::judge;
 use crate::verdict::Outcome;
 
@@ -375,8 +375,8 @@ fn args_test(rules: &[ArgRule], call: &ToolCall) -> Outcome {
     } else if call.arguments.trim().is_empty() {
         return Outcome::Passed;
     } else {
-        arena = crate::api::json::arena_for(call.arguments.as_bytes());
-        match crate::api::json::parse_node(call.arguments.as_bytes(), &arena) {
+        arena = crate::json::arena_for(call.arguments.as_bytes());
+        match crate::json::parse_node(call.arguments.as_bytes(), &arena) {
             Ok(node) => node,
             Err(_) => return Outcome::Errored,
         }

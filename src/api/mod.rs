@@ -10,20 +10,19 @@
 //! so that the text a check reads is the text the vendor reads: a parser that kept the first of two
 //! `"messages"` where the vendor keeps the last would let a question past its checks.
 
-mod anthropic;
-mod chat;
+pub(crate) mod anthropic;
+pub(crate) mod chat;
 #[cfg(test)]
 mod fixtures;
-pub(crate) mod json;
 mod peek;
-pub(crate) mod reader;
 mod recovered;
-mod responses;
+pub(crate) mod responses;
 
 use std::ops::Range;
 
 use serde_json::Value;
 
+use crate::json;
 pub use peek::{peek_id, PEEK_BYTES};
 pub use recovered::{answer_usage, as_stream, stream_usage, with_usage, Usage};
 
@@ -126,17 +125,6 @@ pub struct ToolCall {
     /// The arguments as written: JSON text, or free text when `json` is false (a custom tool).
     pub arguments: String,
     pub json: bool,
-}
-
-/// Whether a Responses output item of this type ends the round asking the caller to act (hosted
-/// tools already ran at the vendor). Shared with the stream reader.
-pub(crate) fn asks_for_tool_item(kind: &str) -> bool {
-    responses::CALLER_TOOL_CALLS.contains(&kind)
-}
-
-/// A caller-run Responses tool-call item as tool-call checks read it. Shared with the stream reader.
-pub(crate) fn responses_tool_call(kind: &str, item: &serde_json::Map<String, Value>) -> ToolCall {
-    responses::tool_call(kind, item)
 }
 
 /// Ids and time for a body the filter writes on its own (a refused question).

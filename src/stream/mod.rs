@@ -18,13 +18,10 @@
 //! A tool call is a unit: when rules read calls, its events wait until it is complete and all its
 //! text is confirmed, then go together; a cut inside it drops all of it.
 
-mod anthropic;
 mod args;
 pub mod caller;
-mod chat;
 mod holdback;
-mod responses;
-mod template;
+pub(crate) mod template;
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -33,7 +30,8 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
-use crate::api::{Api, Request, ToolCall};
+use crate::api::{anthropic::stream as anthropic, chat::stream as chat};
+use crate::api::{responses::stream as responses, Api, Request, ToolCall};
 use crate::config::{Check, Stage, Version};
 use crate::sse;
 use args::ArgsReader;
@@ -1770,7 +1768,7 @@ pub(crate) mod util {
     /// tree, which kept the last, so that no reader of what the caller gets can take text that
     /// was not checked.
     pub(crate) fn parse(event: &sse::Event) -> Result<(Value, bool), Unreadable> {
-        if let Some(data) = crate::api::reader::read_value(event.data.as_bytes()) {
+        if let Some(data) = crate::json::reader::read_value(event.data.as_bytes()) {
             return Ok((data, true));
         }
         serde_json::from_str(&event.data)

@@ -7,9 +7,11 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use super::json::{push_event, scalars_of_text, scalars_of_value};
-use super::json::{Node, Obj};
 use super::{content_texts, Answer, CallValues, CallerText, Ids, Request, ToolCall};
+use crate::json::{push_event, scalars_of_text, scalars_of_value};
+use crate::json::{Node, Obj};
+
+pub(crate) mod stream;
 
 /// Block types whose `input` is a tool call the model makes.
 const TOOL_USE_BLOCKS: &[&str] = &["tool_use", "server_tool_use", "mcp_tool_use"];
@@ -145,7 +147,7 @@ fn message(reply: Option<&str>, req: &Request, ids: &Ids) -> Value {
 }
 
 pub(super) fn refusal(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
-    super::json::to_vec(&message(Some(reply), req, ids))
+    crate::json::to_vec(&message(Some(reply), req, ids))
 }
 
 pub(super) fn refusal_stream(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {

@@ -5,9 +5,11 @@
 
 use serde_json::{json, Map, Value};
 
-use super::json::{push_event, scalars_of_text};
-use super::json::{Node, Obj};
 use super::{content_texts, Answer, CallValues, CallerText, Ids, Request, ToolCall};
+use crate::json::{push_event, scalars_of_text};
+use crate::json::{Node, Obj};
+
+pub(crate) mod stream;
 
 /// Roles whose text an input check does not read: the model's own, and tool results.
 const UNREAD_ROLES: &[&str] = &["assistant", "tool", "function"];
@@ -172,7 +174,7 @@ fn zero_usage() -> Value {
 }
 
 pub(super) fn refusal(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
-    super::json::to_vec(&json!({
+    crate::json::to_vec(&json!({
         "id": format!("chatcmpl-{}", ids.token),
         "object": "chat.completion",
         "created": ids.created,

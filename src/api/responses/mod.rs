@@ -5,9 +5,11 @@
 
 use serde_json::{json, Map, Value};
 
-use super::json::{push_event, scalars_of_text, scalars_of_value, str_field, to_vec};
-use super::json::{Node, Obj};
 use super::{content_texts, Answer, CallValues, CallerText, Ids, Request, ToolCall};
+use crate::json::{push_event, scalars_of_text, scalars_of_value, str_field, to_vec};
+use crate::json::{Node, Obj};
+
+pub(crate) mod stream;
 
 /// Content part types a caller's message carries text in.
 const TEXT_PARTS: &[&str] = &["input_text", "text", "output_text"];
@@ -15,7 +17,7 @@ const TEXT_PARTS: &[&str] = &["input_text", "text", "output_text"];
 /// Output items that end the round asking the caller to act. Hosted tools (`web_search_call`,
 /// `file_search_call`, `code_interpreter_call`, `mcp_call`, …) already ran at the vendor, so the
 /// answer beside them is final and judged checks must read it.
-pub(super) const CALLER_TOOL_CALLS: &[&str] = &[
+const CALLER_TOOL_CALLS: &[&str] = &[
     "function_call",
     "custom_tool_call",
     "computer_call",
@@ -110,6 +112,12 @@ fn prompt_variables(prompt: &Obj<'_>) -> Result<Vec<String>, String> {
     Ok(texts)
 }
 
+/// Whether an output item of this type ends the round asking the caller to act (hosted tools
+/// already ran at the vendor). Shared with the stream reader.
+fn asks_for_tool_item(kind: &str) -> bool {
+    CALLER_TOOL_CALLS.contains(&kind)
+}
+
 fn is_tool_call(kind: &str) -> bool {
     kind.ends_with("_call") || CALLER_TOOL_CALLS.contains(&kind)
 }
@@ -156,10 +164,10 @@ pub(super) fn parse_answer(body: &Obj<'_>, rule_text: bool) -> Result<Answer, St
     })
 }
 
-/// A caller-run tool-call item as tool-call checks read it: a function's name and JSON
+/// A caller-run tool-call item as tool-call checks read it (shared with the stream reader): a function's name and JSON
 /// `arguments`, a custom tool's name and free `input`; a built-in tool (`computer_call`,
 /// `local_shell_call`, …) is named by its type, its arguments the JSON of what it would do.
-pub(crate) fn tool_call(kind: &str, item: &Map<String, Value>) -> ToolCall {
+fn tool_call(kind: &str, item: &Map<String, Value>) -> ToolCall {
     match kind {
         "function_call" | "mcp_approval_request" => ToolCall {
             name: str_field(item, "name").unwrap_or_default().to_owned(),
