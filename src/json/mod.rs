@@ -289,6 +289,11 @@ pub(crate) fn push_event(out: &mut Vec<u8>, event: Option<&str>, data: &Value) {
     crate::sse::encode(out, event, &data);
 }
 
+/// Appends an event named by its own `type`.
+pub(crate) fn push_typed(out: &mut Vec<u8>, event: &Value) {
+    push_event(out, event.get("type").and_then(Value::as_str), event);
+}
+
 /// A string field of an object, if it is a string.
 pub(crate) fn str_field<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
     object.get(key).and_then(Value::as_str)

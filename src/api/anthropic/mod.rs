@@ -2,6 +2,11 @@
 //!
 //! Reference: <https://docs.anthropic.com/en/api/messages> and the streaming event sequence at
 //! <https://docs.anthropic.com/en/docs/build-with-claude/streaming>.
+//!
+//! Everything about this API is in this folder: here the request an input check reads, the answer
+//! an output check reads, and the bodies the filter writes in its shape (a refusal, a withheld
+//! answer, an error); [`stream`] reads and rewrites its event stream as it passes; [`recovered`]
+//! re-emits a recovered answer as that stream.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -11,6 +16,7 @@ use super::{content_texts, Answer, CallValues, CallerText, Ids, Request, ToolCal
 use crate::json::{push_event, scalars_of_text, scalars_of_value};
 use crate::json::{Node, Obj};
 
+pub(super) mod recovered;
 pub(crate) mod stream;
 
 /// Block types whose `input` is a tool call the model makes.

@@ -2,6 +2,11 @@
 //! APIs share.
 //!
 //! Reference: <https://platform.openai.com/docs/api-reference/chat>.
+//!
+//! Everything about this API is in this folder: here the request an input check reads, the answer
+//! an output check reads, and the bodies the filter writes in its shape (a refusal, a withheld
+//! answer, the OpenAI error); [`stream`] reads and rewrites its event stream as it passes;
+//! [`recovered`] re-emits a recovered answer as that stream.
 
 use serde_json::{json, Map, Value};
 
@@ -9,6 +14,7 @@ use super::{content_texts, Answer, CallValues, CallerText, Ids, Request, ToolCal
 use crate::json::{push_event, scalars_of_text};
 use crate::json::{Node, Obj};
 
+pub(super) mod recovered;
 pub(crate) mod stream;
 
 /// Roles whose text an input check does not read: the model's own, and tool results.
