@@ -17,7 +17,7 @@
 use serde_json::{json, Map, Value};
 
 use super::{answer_object, Api, BadAnswer, Request};
-use crate::json::to_vec;
+use crate::json::{to_vec, FieldError};
 use crate::sse;
 
 /// Tokens one answer (or several, summed) cost, in the vendor's own terms: Anthropic's input
@@ -200,8 +200,7 @@ pub fn with_usage(api: Api, body: &[u8], total: &Usage) -> Result<Vec<u8>, BadAn
         };
         let n = field.get(total);
         let always = matches!(field, Field::Input | Field::Output);
-        set_count(usage, path, n, always)
-            .map_err(|at| BadAnswer(format!("usage.{at} must be an object")))?;
+        set_count(usage, path, n, always).map_err(BadAnswer::from)?;
     }
     if api != Api::AnthropicMessages {
         let sum = total.input_tokens.saturating_add(total.output_tokens);
@@ -217,7 +216,7 @@ fn set_count(
     path: &[&str],
     n: u64,
     always: bool,
-) -> Result<(), String> {
+) -> Result<(), FieldError> {
     let Some((last, parents)) = path.split_last() else {
         return Ok(());
     };
@@ -241,7 +240,7 @@ fn set_count(
         }
         map = match slot {
             Value::Object(next) => next,
-            _ => return Err((*parent).to_owned()),
+            _ => return Err(FieldError::must_be(format!("usage.{parent}"), "an object")),
         };
     }
     map.insert((*last).to_owned(), json!(n));
@@ -258,7 +257,7 @@ pub fn as_stream(api: Api, body: &[u8], request: &Request) -> Result<Vec<u8>, Ba
         Api::ChatCompletions => super::chat::recovered::stream(body, request),
         Api::Responses => super::responses::recovered::stream(body),
     }
-    .map_err(BadAnswer)
+    .map_err(BadAnswer::from)
 }
 
 #[cfg(test)]

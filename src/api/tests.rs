@@ -682,8 +682,8 @@ fn every_prefix_and_byte_flip_of_every_fixture_is_read_without_panic() {
     }
 }
 
-/// Whatever [`reader`](crate::json::reader) accepts, serde_json accepts as the same tree; it declines
-/// the rest, which serde_json then reads or refuses (`json::read_node`).
+/// Whatever [`reader`](crate::json::reader) accepts, serde_json accepts as the same tree; it
+/// declines the rest, which serde_json then reads or refuses (`json::read_node`).
 fn assert_reader_agrees(body: &[u8], strict: bool) -> bool {
     let (arena, serde_arena) = (json::arena_for(body), json::arena_for(body));
     let ours = crate::json::reader::read(body, strict, &arena);

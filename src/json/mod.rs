@@ -15,11 +15,11 @@ use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, Seq
 use serde_json::{Map, Value};
 
 use node::has_repeated_key;
-pub(crate) use node::{Node, Obj};
+pub(crate) use node::{FieldError, Node, Obj};
 
 /// Parses a request body: UTF-8, one JSON value, and no object with the same key twice (after
 /// unescaping), at any depth. Depth is bounded by serde_json's recursion limit (128).
-pub(crate) fn parse_strict(body: &[u8]) -> Result<Value, String> {
+pub(crate) fn parse_strict(body: &[u8]) -> Result<Value, BodyError> {
     let arena = arena_for(body);
     parse_node(body, &arena).map(|node| node.to_value())
 }
@@ -35,7 +35,7 @@ pub(crate) fn arena_for(body: &[u8]) -> Bump {
 /// decoded) are laid out in `arena`. What input checks read of a request is taken from this tree
 /// (one pass over the body, UTF-8 checked as it is read, no allocation of its own per key, string,
 /// array or object, and nothing to drop).
-pub(crate) fn parse_node<'a>(body: &'a [u8], arena: &'a Bump) -> Result<Node<'a>, String> {
+pub(crate) fn parse_node<'a>(body: &'a [u8], arena: &'a Bump) -> Result<Node<'a>, BodyError> {
     if let Some(node) = reader::read(body, true, arena) {
         return Ok(node);
     }
@@ -43,19 +43,15 @@ pub(crate) fn parse_node<'a>(body: &'a [u8], arena: &'a Bump) -> Result<Node<'a>
         Ok(node) => Ok(node),
         // The reader checks UTF-8 inside strings, where any other byte is a syntax error: the
         // whole body is checked only to name the fault.
-        Err(_) if std::str::from_utf8(body).is_err() => {
-            Err("the request body is not UTF-8".to_string())
-        }
-        Err(e) if e.is_data() => Err(format!(
-            "the request body has a duplicate key (line {}, column {})",
-            e.line(),
-            e.column()
-        )),
-        Err(e) => Err(format!(
-            "the request body is not valid JSON (line {}, column {})",
-            e.line(),
-            e.column()
-        )),
+        Err(_) if std::str::from_utf8(body).is_err() => Err(BodyError::NotUtf8),
+        Err(e) if e.is_data() => Err(BodyError::DuplicateKey {
+            line: e.line(),
+            column: e.column(),
+        }),
+        Err(e) => Err(BodyError::NotJson {
+            line: e.line(),
+            column: e.column(),
+        }),
     }
 }
 
@@ -73,6 +69,31 @@ pub(crate) fn parse_answer_node<'a>(
         Ok(_) => AnswerFault::NotJson,
         Err(_) => AnswerFault::NotUtf8,
     })
+}
+
+/// Why a request body could not be read ([`parse_node`]). Its text reaches the caller (a refused
+/// request): it says where, never what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyError {
+    NotUtf8,
+    DuplicateKey { line: usize, column: usize },
+    NotJson { line: usize, column: usize },
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::NotUtf8 => f.write_str("the request body is not UTF-8"),
+            BodyError::DuplicateKey { line, column } => write!(
+                f,
+                "the request body has a duplicate key (line {line}, column {column})"
+            ),
+            BodyError::NotJson { line, column } => write!(
+                f,
+                "the request body is not valid JSON (line {line}, column {column})"
+            ),
+        }
+    }
 }
 
 /// Why an answer body could not be read.

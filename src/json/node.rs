@@ -2,6 +2,8 @@
 //! laid out in an arena. Its own room so that both readers (the one-pass [`super::reader`] and
 //! serde_json's, in [`super`]) build it without importing each other.
 
+use std::fmt;
+
 use serde_json::Value;
 
 /// A JSON value borrowing its strings from the text it was read from where they hold no escape,
@@ -40,20 +42,20 @@ impl<'a> Obj<'a> {
     }
 
     /// An optional boolean field: absent or `null` is false; any other non-boolean is an error.
-    pub(crate) fn bool_field(&self, key: &str) -> Result<bool, String> {
+    pub(crate) fn bool_field(&self, key: &str) -> Result<bool, FieldError> {
         match self.get(key) {
             None | Some(Node::Null) => Ok(false),
             Some(Node::Bool(b)) => Ok(*b),
-            Some(_) => Err(format!("{key} must be a boolean")),
+            Some(_) => Err(FieldError::must_be(key, "a boolean")),
         }
     }
 
     /// An optional string field: absent or `null` is `None`; any other non-string is an error.
-    pub(crate) fn opt_str_field(&self, key: &str) -> Result<Option<String>, String> {
+    pub(crate) fn opt_str_field(&self, key: &str) -> Result<Option<String>, FieldError> {
         match self.get(key) {
             None | Some(Node::Null) => Ok(None),
             Some(Node::Str(s)) => Ok(Some((*s).to_owned())),
-            Some(_) => Err(format!("{key} must be a string")),
+            Some(_) => Err(FieldError::must_be(key, "a string")),
         }
     }
 
@@ -115,4 +117,39 @@ pub(super) fn has_repeated_key(members: &[(&str, Node<'_>)]) -> bool {
     let mut keys: Vec<&str> = members.iter().map(|(k, _)| *k).collect();
     keys.sort_unstable();
     keys.windows(2).any(|w| w.first() == w.get(1))
+}
+
+/// A field of a body that is not what its format says it is. Its text names the field and what it
+/// must be, never the body's own text: it reaches the caller (a refused request) and the log (an
+/// answer withheld as unreadable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FieldError {
+    /// `{field} must be {expected}`.
+    MustBe {
+        field: String,
+        expected: &'static str,
+    },
+    /// `a {what} needs {needs}`.
+    Needs {
+        what: &'static str,
+        needs: &'static str,
+    },
+}
+
+impl FieldError {
+    pub(crate) fn must_be(field: impl Into<String>, expected: &'static str) -> Self {
+        FieldError::MustBe {
+            field: field.into(),
+            expected,
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FieldError::MustBe { field, expected } => write!(f, "{field} must be {expected}"),
+            FieldError::Needs { what, needs } => write!(f, "a {what} needs {needs}"),
+        }
+    }
 }

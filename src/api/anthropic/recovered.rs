@@ -7,12 +7,12 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::json::push_typed;
+use crate::json::{push_typed, FieldError};
 
 /// [`super::super::as_stream`] for Anthropic Messages.
-pub(in crate::api) fn stream(body: Map<String, Value>) -> Result<Vec<u8>, String> {
+pub(in crate::api) fn stream(body: Map<String, Value>) -> Result<Vec<u8>, FieldError> {
     let Some(Value::Array(content)) = body.get("content") else {
-        return Err("content must be an array".into());
+        return Err(FieldError::must_be("content", "an array"));
     };
     let usage = match body.get("usage") {
         Some(Value::Object(usage)) => usage.clone(),
@@ -35,7 +35,10 @@ pub(in crate::api) fn stream(body: Map<String, Value>) -> Result<Vec<u8>, String
     );
     for (index, block) in content.iter().enumerate() {
         let Value::Object(block) = block else {
-            return Err(format!("content[{index}] must be an object"));
+            return Err(FieldError::must_be(
+                format!("content[{index}]"),
+                "an object",
+            ));
         };
         let (first, deltas) = anthropic_block(block);
         push_typed(

@@ -9,7 +9,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::api::Request;
-use crate::json::push_event;
+use crate::json::{push_event, FieldError};
 
 /// Top-level fields of an answer that every chunk repeats.
 const CHUNK_HEAD: &[&str] = &[
@@ -24,9 +24,9 @@ const CHUNK_HEAD: &[&str] = &[
 pub(in crate::api) fn stream(
     body: Map<String, Value>,
     request: &Request,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, FieldError> {
     let Some(Value::Array(choices)) = body.get("choices") else {
-        return Err("choices must be an array".into());
+        return Err(FieldError::must_be("choices", "an array"));
     };
     let mut head: Map<String, Value> = CHUNK_HEAD
         .iter()
@@ -48,7 +48,7 @@ pub(in crate::api) fn stream(
     };
     for (i, choice) in choices.iter().enumerate() {
         let Value::Object(choice) = choice else {
-            return Err(format!("choices[{i}] must be an object"));
+            return Err(FieldError::must_be(format!("choices[{i}]"), "an object"));
         };
         let index = choice.get("index").cloned().unwrap_or_else(|| json!(i));
         let empty = Map::new();

@@ -7,12 +7,12 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::json::push_typed;
+use crate::json::{push_typed, FieldError};
 
 /// [`super::super::as_stream`] for Responses.
-pub(in crate::api) fn stream(body: Map<String, Value>) -> Result<Vec<u8>, String> {
+pub(in crate::api) fn stream(body: Map<String, Value>) -> Result<Vec<u8>, FieldError> {
     let Some(Value::Array(output)) = body.get("output") else {
-        return Err("output must be an array".into());
+        return Err(FieldError::must_be("output", "an array"));
     };
     let mut started = body.clone();
     started.insert("status".into(), json!("in_progress"));
@@ -30,7 +30,7 @@ pub(in crate::api) fn stream(body: Map<String, Value>) -> Result<Vec<u8>, String
     ];
     for (index, item) in output.iter().enumerate() {
         let Value::Object(item) = item else {
-            return Err(format!("output[{index}] must be an object"));
+            return Err(FieldError::must_be(format!("output[{index}]"), "an object"));
         };
         if item.get("type").and_then(Value::as_str) == Some("message") {
             message_events(index, item, &mut events)?;
@@ -68,12 +68,17 @@ fn message_events(
     index: usize,
     item: &Map<String, Value>,
     events: &mut Vec<Value>,
-) -> Result<(), String> {
+) -> Result<(), FieldError> {
     let item_id = item.get("id").cloned().unwrap_or(Value::Null);
     let parts = match item.get("content") {
         Some(Value::Array(parts)) => parts.as_slice(),
         None | Some(Value::Null) => &[],
-        Some(_) => return Err(format!("output[{index}].content must be an array")),
+        Some(_) => {
+            return Err(FieldError::must_be(
+                format!("output[{index}].content"),
+                "an array",
+            ))
+        }
     };
     let mut added = item.clone();
     added.insert("status".into(), json!("in_progress"));
@@ -84,8 +89,9 @@ fn message_events(
     );
     for (content_index, part) in parts.iter().enumerate() {
         let Value::Object(part) = part else {
-            return Err(format!(
-                "output[{index}].content[{content_index}] must be an object"
+            return Err(FieldError::must_be(
+                format!("output[{index}].content[{content_index}]"),
+                "an object",
             ));
         };
         let at = |kind: &str, mut fields: Value| {
