@@ -30,8 +30,10 @@ use std::rc::Rc;
 
 use serde_json::Value;
 
-use crate::api::{anthropic::stream as anthropic, chat::stream as chat};
-use crate::api::{responses::stream as responses, Api, Request, ToolCall};
+use crate::api::anthropic::stream as anthropic;
+use crate::api::chat::stream as chat;
+use crate::api::responses::stream as responses;
+use crate::api::{Api, Request, ToolCall};
 use crate::config::{Check, Stage, Version};
 use crate::sse;
 use args::ArgsReader;
