@@ -10,6 +10,7 @@ pub mod config;
 pub mod fold;
 pub mod frame;
 pub mod host;
+pub(crate) mod json;
 pub mod judge;
 pub mod lanes;
 pub mod lost_reports;

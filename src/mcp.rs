@@ -36,7 +36,7 @@ pub fn read(body: &[u8]) -> Message {
         code,
         message,
     };
-    let Ok(value) = crate::api::json::parse_strict(body) else {
+    let Ok(value) = crate::json::parse_strict(body) else {
         return refused(
             PARSE_ERROR,
             "the body is not valid JSON (or repeats a key), so its tool calls cannot be checked",

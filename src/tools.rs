@@ -14,11 +14,11 @@ use livecheck_wire::reasons::{
 };
 use livecheck_wire::{JudgeVerdict, ToolCheckRequest, TOOL_CHECK_PATH};
 
-use crate::api::json::Node;
 use crate::api::ToolCall;
 use crate::check::{Outcome, ToolResult};
 use crate::config::{ArgRule, Policy, ToolRow, ToolTest, Version, ALLOWED_TOOLS};
 use crate::host::Host;
+use crate::json::Node;
 use crate::judge;
 
 /// What the judge of a tool call reads beside the call, and whose key it runs on.
@@ -344,8 +344,8 @@ fn args_test(rules: &[ArgRule], call: &ToolCall) -> Outcome {
     } else if call.arguments.trim().is_empty() {
         return Outcome::Passed;
     } else {
-        arena = crate::api::json::arena_for(call.arguments.as_bytes());
-        match crate::api::json::parse_node(call.arguments.as_bytes(), &arena) {
+        arena = crate::json::arena_for(call.arguments.as_bytes());
+        match crate::json::parse_node(call.arguments.as_bytes(), &arena) {
             Ok(node) => node,
             Err(_) => return Outcome::Errored,
         }

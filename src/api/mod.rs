@@ -10,20 +10,19 @@
 //! so that the text a check reads is the text the vendor reads: a parser that kept the first of two
 //! `"messages"` where the vendor keeps the last would let a question past its checks.
 
-mod anthropic;
-mod chat;
+pub(crate) mod anthropic;
+pub(crate) mod chat;
 #[cfg(test)]
 mod fixtures;
-pub(crate) mod json;
 mod peek;
-pub(crate) mod reader;
 mod recovered;
-mod responses;
+pub(crate) mod responses;
 
 use std::ops::Range;
 
 use serde_json::Value;
 
+use crate::json::{self, FieldError};
 pub use peek::{peek_id, PEEK_BYTES};
 pub use recovered::{answer_usage, as_stream, stream_usage, with_usage, Usage};
 
@@ -128,17 +127,6 @@ pub struct ToolCall {
     pub json: bool,
 }
 
-/// Whether a Responses output item of this type ends the round asking the caller to act (hosted
-/// tools already ran at the vendor). Shared with the stream reader.
-pub(crate) fn asks_for_tool_item(kind: &str) -> bool {
-    responses::CALLER_TOOL_CALLS.contains(&kind)
-}
-
-/// A caller-run Responses tool-call item as tool-call checks read it. Shared with the stream reader.
-pub(crate) fn responses_tool_call(kind: &str, item: &serde_json::Map<String, Value>) -> ToolCall {
-    responses::tool_call(kind, item)
-}
-
 /// Ids and time for a body the filter writes on its own (a refused question).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ids {
@@ -176,6 +164,18 @@ impl std::fmt::Display for BadRequest {
     }
 }
 
+impl From<json::BodyError> for BadRequest {
+    fn from(e: json::BodyError) -> Self {
+        BadRequest(e.to_string())
+    }
+}
+
+impl From<FieldError> for BadRequest {
+    fn from(e: FieldError) -> Self {
+        BadRequest(e.to_string())
+    }
+}
+
 /// An answer body the filter cannot read, so it is withheld rather than passed. The message names
 /// fields, never quotes the body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,11 +193,17 @@ impl std::fmt::Display for BadAnswer {
     }
 }
 
+impl From<FieldError> for BadAnswer {
+    fn from(e: FieldError) -> Self {
+        BadAnswer(e.to_string())
+    }
+}
+
 /// Reads a request body: what input checks read and how the caller wants the answer.
 pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
     let _span = crate::profile::span("phase.parse_request");
     let arena = json::arena_for(body);
-    let body = json::parse_node(body, &arena).map_err(BadRequest)?;
+    let body = json::parse_node(body, &arena).map_err(BadRequest::from)?;
     let json::Node::Object(body) = body else {
         return Err(BadRequest("the request body must be a JSON object".into()));
     };
@@ -206,7 +212,7 @@ pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
         Api::ChatCompletions => chat::parse_request(&body),
         Api::Responses => responses::parse_request(&body),
     }
-    .map_err(BadRequest)
+    .map_err(BadRequest::from)
 }
 
 /// Reads a non-streamed answer body; its [`Answer::rule_text`] too when `rule_text` (when a rule
@@ -229,7 +235,7 @@ pub fn parse_answer(api: Api, raw: &[u8], rule_text: bool) -> Result<Answer, Bad
         Api::ChatCompletions => chat::parse_answer(&body, rule_text),
         Api::Responses => responses::parse_answer(&body, rule_text),
     }
-    .map_err(BadAnswer)
+    .map_err(BadAnswer::from)
 }
 
 /// The answer to a refused question (a blocking input check failed, or a Responses request with
@@ -260,7 +266,7 @@ pub fn withheld(api: Api, answer_body: &[u8], reply: &str) -> Result<Vec<u8>, Ba
         Api::ChatCompletions => chat::withhold(&mut body, reply),
         Api::Responses => responses::withhold(&mut body, reply),
     }
-    .map_err(BadAnswer)?;
+    .map_err(BadAnswer::from)?;
     Ok(json::to_vec(&Value::Object(body)))
 }
 
@@ -344,7 +350,7 @@ fn content_texts<'n>(
     content: Option<&'n json::Node<'_>>,
     text_types: &[&str],
     path: &dyn Fn() -> String,
-) -> Result<Vec<&'n str>, String> {
+) -> Result<Vec<&'n str>, FieldError> {
     use json::Node;
     // The path is written only for an error: most bodies have none.
     match content {
@@ -354,23 +360,31 @@ fn content_texts<'n>(
             let mut texts = Vec::new();
             for (i, block) in blocks.iter().enumerate() {
                 let Node::Object(block) = block else {
-                    return Err(format!("{}[{i}] must be an object", path()));
+                    return Err(FieldError::must_be(format!("{}[{i}]", path()), "an object"));
                 };
                 let Some(kind) = block.str_field("type") else {
-                    return Err(format!("{}[{i}].type must be a string", path()));
+                    return Err(FieldError::must_be(
+                        format!("{}[{i}].type", path()),
+                        "a string",
+                    ));
                 };
                 if text_types.contains(&kind) {
                     match block.str_field("text") {
                         Some(text) => texts.push(text),
-                        None => return Err(format!("{}[{i}].text must be a string", path())),
+                        None => {
+                            return Err(FieldError::must_be(
+                                format!("{}[{i}].text", path()),
+                                "a string",
+                            ))
+                        }
                     }
                 }
             }
             Ok(texts)
         }
-        Some(_) => Err(format!(
-            "{} must be a string or an array of content blocks",
-            path()
+        Some(_) => Err(FieldError::must_be(
+            path(),
+            "a string or an array of content blocks",
         )),
     }
 }

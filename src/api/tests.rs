@@ -682,11 +682,11 @@ fn every_prefix_and_byte_flip_of_every_fixture_is_read_without_panic() {
     }
 }
 
-/// Whatever [`reader`](super::reader) accepts, serde_json accepts as the same tree; it declines
-/// the rest, which serde_json then reads or refuses (`json::read_node`).
+/// Whatever [`reader`](crate::json::reader) accepts, serde_json accepts as the same tree; it
+/// declines the rest, which serde_json then reads or refuses (`json::read_node`).
 fn assert_reader_agrees(body: &[u8], strict: bool) -> bool {
     let (arena, serde_arena) = (json::arena_for(body), json::arena_for(body));
-    let ours = super::reader::read(body, strict, &arena);
+    let ours = crate::json::reader::read(body, strict, &arena);
     let serdes = if strict {
         json::read_node::<true>(body, &serde_arena).ok()
     } else {
@@ -703,7 +703,7 @@ fn assert_reader_agrees(body: &[u8], strict: bool) -> bool {
     if strict {
         // The same reading straight into a `Value` (a streamed event's): the same acceptance, and
         // serde_json's own tree.
-        let value = super::reader::read_value(body);
+        let value = crate::json::reader::read_value(body);
         assert_eq!(
             value.is_some(),
             ours.is_some(),

@@ -26,17 +26,17 @@
 //! both); they name nothing above them, so a vendor's reader can import them without a circle.
 //! `holdback` scans a channel's text and `args` reads tool-call arguments.
 
-mod anthropic;
 mod args;
 pub mod caller;
-mod chat;
 mod holdback;
-mod responses;
-mod template;
+pub(crate) mod template;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
 
+use crate::api::anthropic::stream as anthropic;
+use crate::api::chat::stream as chat;
+use crate::api::responses::stream as responses;
 use crate::api::{Api, Request, ToolCall};
 use crate::config::Version;
 use crate::sse;
@@ -55,11 +55,6 @@ mod queue;
 mod route;
 mod short;
 pub(crate) mod util;
-
-// The vendor formats' words where the readers in this folder name them (`super::Ev`); the rooms
-// above import them from `event` and `format`.
-pub(crate) use event::{Ev, TextAlone, TextPlace};
-pub(crate) use format::{Lane, TextIn, TextKind, Unit, Unreadable};
 
 /// How a streamed answer is held, from the version's blocking output checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

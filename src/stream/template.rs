@@ -21,7 +21,7 @@ use crate::{sse, swar};
 
 /// A value of a template's event that may differ from event to event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Slot {
+pub(crate) enum Slot {
     /// The text (a string literal, quotes included).
     Text,
     /// Another string literal.
@@ -31,7 +31,7 @@ pub(super) enum Slot {
     Sequence,
 }
 
-pub(super) struct Template {
+pub(crate) struct Template {
     /// The event's data as it came: one line, UTF-8.
     data: String,
     /// The values that may differ (bytes), in the order they stand.
@@ -45,7 +45,7 @@ impl Template {
     /// A template of `data`, a text event's data of one line whose text literal stands at
     /// `place.span` and whose `others` (a string literal or a sequence number each) also differ
     /// from event to event.
-    pub(super) fn new(
+    pub(crate) fn new(
         data: String,
         place: TextPlace,
         others: impl IntoIterator<Item = (Range<usize>, Slot)>,
@@ -90,7 +90,7 @@ impl Template {
     /// byte outside the literals is compared with the template's (UTF-8, one line) and each
     /// literal is read as a JSON string (no raw control character) and UTF-8, so data read here
     /// is UTF-8 and holds no line end.
-    pub(super) fn read<'d>(&self, data: &'d [u8]) -> Option<(TextAlone<'d>, usize)> {
+    pub(crate) fn read<'d>(&self, data: &'d [u8]) -> Option<(TextAlone<'d>, usize)> {
         // Template offset `from` → data offset `at`, slot by slot.
         let (mut from, mut at) = (0usize, 0usize);
         let mut found = None;
@@ -151,18 +151,18 @@ impl Template {
 /// A named vendor's templates (Anthropic, Responses): the current one, the others numbered in
 /// the order they were made.
 #[derive(Default)]
-pub(super) struct Templates {
+pub(crate) struct Templates {
     current: Option<Template>,
     made: u64,
     /// Tests: none is made ([`super::Format::without_templates`]).
     #[cfg(test)]
-    pub(super) off: bool,
+    pub(crate) off: bool,
 }
 
 impl Templates {
     /// Makes the template of `event` ([`Template::named`]) the current one: its number, `None`
     /// when `event` makes none.
-    pub(super) fn make(
+    pub(crate) fn make(
         &mut self,
         event: &sse::Event,
         names: (&'static str, &'static str),
@@ -183,7 +183,7 @@ impl Templates {
     /// tree: the unit the vendor's reader makes of it from its tree (its lane and the tool calls
     /// of its block or item from `lanes` and `calls`), the event its JSON as it came. The event
     /// back for any other.
-    pub(super) fn read_event(
+    pub(crate) fn read_event(
         &self,
         event: sse::Event,
         lanes: &BTreeMap<u64, Lane>,
@@ -216,7 +216,7 @@ impl Templates {
 
     /// [`Template::read`] of the current template for an event whose block or item is not a
     /// tool call's (`calls`): a call's events go as a unit, never on the short path.
-    pub(super) fn read_outside_calls<'d>(
+    pub(crate) fn read_outside_calls<'d>(
         &self,
         line: &'d [u8],
         calls: &BTreeSet<u64>,
@@ -228,7 +228,7 @@ impl Templates {
 
 /// Whether the caller sees the block or item `place` belongs to under its upstream index
 /// (`indexes`: upstream index → the caller's), so that `write` renumbers nothing of it.
-pub(super) fn keeps_index(place: &TextPlace, indexes: &BTreeMap<u64, u64>) -> bool {
+pub(crate) fn keeps_index(place: &TextPlace, indexes: &BTreeMap<u64, u64>) -> bool {
     place
         .block
         .is_some_and(|block| indexes.get(&block) == Some(&block))
@@ -237,7 +237,7 @@ pub(super) fn keeps_index(place: &TextPlace, indexes: &BTreeMap<u64, u64>) -> bo
 /// The text of a whole JSON string literal (quotes included), or `None` where JSON refuses it. A
 /// literal whose text JSON writes as it is ([`crate::swar::written_as_is`]) is that text (most are: a few
 /// words); any other is read by serde_json.
-pub(super) fn literal_text(literal: &[u8]) -> Option<Cow<'_, str>> {
+pub(crate) fn literal_text(literal: &[u8]) -> Option<Cow<'_, str>> {
     // Most are ASCII, checked a stride at a time (core's check walks a short text a byte at a time).
     let literal = match crate::swar::ascii_str(literal) {
         Some(ascii) => ascii,
@@ -285,7 +285,7 @@ fn integer(bytes: &[u8], at: usize) -> Option<(u64, usize)> {
 }
 
 /// Where `part`, a slice borrowed from `whole`, stands in it (bytes).
-pub(super) fn span_in(whole: &str, part: &str) -> Option<Range<usize>> {
+pub(crate) fn span_in(whole: &str, part: &str) -> Option<Range<usize>> {
     let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
     let range = start..start.checked_add(part.len())?;
     (whole.get(range.clone())? == part).then_some(range)

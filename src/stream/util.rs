@@ -9,11 +9,11 @@ use crate::sse;
 
 /// An event's JSON as a tree, read as serde_json reads it (a key twice counts with its last
 /// value), and whether the event may go out as it came: only when no object of it repeats a
-/// key (read by the one-pass reader, `api::reader`). One that repeats a key goes out as its
+/// key (read by the one-pass reader, `json::reader`). One that repeats a key goes out as its
 /// tree, which kept the last, so that no reader of what the caller gets can take text that
 /// was not checked.
 pub(crate) fn parse(event: &sse::Event) -> Result<(Value, bool), Unreadable> {
-    if let Some(data) = crate::api::reader::read_value(event.data.as_bytes()) {
+    if let Some(data) = crate::json::reader::read_value(event.data.as_bytes()) {
         return Ok((data, true));
     }
     serde_json::from_str(&event.data)

@@ -424,8 +424,8 @@ fn args_rows_read_the_tree_as_serde_json_values_read() {
         "/z/x",
     ];
     for text in texts {
-        let arena = crate::api::json::arena_for(text.as_bytes());
-        let node = crate::api::json::parse_node(text.as_bytes(), &arena).unwrap();
+        let arena = crate::json::arena_for(text.as_bytes());
+        let node = crate::json::parse_node(text.as_bytes(), &arena).unwrap();
         let value: serde_json::Value = serde_json::from_str(text).unwrap();
         for p in pointers {
             let ours = pointer(&node, p).map(|n| {

@@ -13,13 +13,14 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::template::{keeps_index, span_in, Templates};
-use super::util::{self, str_at, u64_at};
-use super::{Ev, Format, Lane, TextAlone, TextIn, TextKind, TextPlace, Unit, Unreadable};
 use crate::api::{Request, ToolCall};
 use crate::sse;
+use crate::stream::event::{Ev, TextAlone, TextPlace};
+use crate::stream::format::{Format, Lane, TextIn, TextKind, Unit, Unreadable};
+use crate::stream::template::{keeps_index, span_in, Templates};
+use crate::stream::util::{self, str_at, u64_at};
 
-pub(super) struct Anthropic {
+pub(crate) struct Anthropic {
     model: Option<String>,
     /// `message_start`'s message, to start a stream the caller has not seen start.
     message: Option<Value>,
@@ -80,7 +81,7 @@ fn plain_text_span(data: &str) -> Option<(std::ops::Range<usize>, u64)> {
 }
 
 impl Anthropic {
-    pub(super) fn new(request: &Request) -> Self {
+    pub(crate) fn new(request: &Request) -> Self {
         Self {
             model: request.model.clone(),
             message: None,

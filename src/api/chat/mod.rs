@@ -2,27 +2,38 @@
 //! APIs share.
 //!
 //! Reference: <https://platform.openai.com/docs/api-reference/chat>.
+//!
+//! Everything about this API is in this folder: here the request an input check reads, the answer
+//! an output check reads, and the bodies the filter writes in its shape (a refusal, a withheld
+//! answer, the OpenAI error); [`stream`] reads and rewrites its event stream as it passes;
+//! [`recovered`] re-emits a recovered answer as that stream.
 
 use serde_json::{json, Map, Value};
 
-use super::json::{push_event, scalars_of_text};
-use super::json::{Node, Obj};
 use super::{content_texts, Answer, CallValues, CallerText, Ids, Request, ToolCall};
+use crate::json::{push_event, scalars_of_text};
+use crate::json::{FieldError, Node, Obj};
+
+pub(super) mod recovered;
+pub(crate) mod stream;
 
 /// Roles whose text an input check does not read: the model's own, and tool results.
 const UNREAD_ROLES: &[&str] = &["assistant", "tool", "function"];
 
-pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
+pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
     let Some(Node::Array(messages)) = body.get("messages") else {
-        return Err("messages must be an array".into());
+        return Err(FieldError::must_be("messages", "an array"));
     };
     let mut caller = CallerText::default();
     for (i, message) in messages.iter().enumerate() {
         let Node::Object(message) = message else {
-            return Err(format!("messages[{i}] must be an object"));
+            return Err(FieldError::must_be(format!("messages[{i}]"), "an object"));
         };
         let Some(role) = message.str_field("role") else {
-            return Err(format!("messages[{i}].role must be a string"));
+            return Err(FieldError::must_be(
+                format!("messages[{i}].role"),
+                "a string",
+            ));
         };
         let path = || format!("messages[{i}].content");
         let texts = content_texts(message.get("content"), &["text"], &path)?;
@@ -36,8 +47,8 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
         None | Some(Node::Null) => false,
         Some(Node::Object(options)) => options
             .bool_field("include_usage")
-            .map_err(|_| "stream_options.include_usage must be a boolean".to_string())?,
-        Some(_) => return Err("stream_options must be an object".into()),
+            .map_err(|_| FieldError::must_be("stream_options.include_usage", "a boolean"))?,
+        Some(_) => return Err(FieldError::must_be("stream_options", "an object")),
     };
     let (input_text, user_texts) = caller.finish();
     Ok(Request {
@@ -50,9 +61,9 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
     })
 }
 
-pub(super) fn parse_answer(body: &Obj<'_>, rule_text: bool) -> Result<Answer, String> {
+pub(super) fn parse_answer(body: &Obj<'_>, rule_text: bool) -> Result<Answer, FieldError> {
     let Some(Node::Array(choices)) = body.get("choices") else {
-        return Err("choices must be an array".into());
+        return Err(FieldError::must_be("choices", "an array"));
     };
     let mut text = String::new();
     let mut values = CallValues::new(rule_text);
@@ -60,7 +71,7 @@ pub(super) fn parse_answer(body: &Obj<'_>, rule_text: bool) -> Result<Answer, St
     let mut asks_for_tool = false;
     for (i, choice) in choices.iter().enumerate() {
         let Node::Object(choice) = choice else {
-            return Err(format!("choices[{i}] must be an object"));
+            return Err(FieldError::must_be(format!("choices[{i}]"), "an object"));
         };
         if matches!(
             choice.str_field("finish_reason"),
@@ -172,7 +183,7 @@ fn zero_usage() -> Value {
 }
 
 pub(super) fn refusal(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
-    super::json::to_vec(&json!({
+    crate::json::to_vec(&json!({
         "id": format!("chatcmpl-{}", ids.token),
         "object": "chat.completion",
         "created": ids.created,
@@ -220,9 +231,9 @@ pub(super) fn refusal_stream(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
     out
 }
 
-pub(super) fn withhold(body: &mut Map<String, Value>, reply: &str) -> Result<(), String> {
+pub(super) fn withhold(body: &mut Map<String, Value>, reply: &str) -> Result<(), FieldError> {
     let Some(Value::Array(choices)) = body.get_mut("choices") else {
-        return Err("choices must be an array".into());
+        return Err(FieldError::must_be("choices", "an array"));
     };
     if choices.is_empty() {
         choices.push(choice(json!(0), reply));

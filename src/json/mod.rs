@@ -1,5 +1,12 @@
 //! JSON helpers shared by the vendors: a strict parse for request bodies, the scalar values of a
 //! tool call's arguments as written, and SSE framing.
+//!
+//! A module of its own, below `api` (the vendors' formats), `stream`, `tools` and `mcp`, which all
+//! read JSON with it: [`node`] is the tree, [`reader`] the one-pass reader that builds it, and this
+//! file serde_json's reading for what the reader declines.
+
+mod node;
+pub(crate) mod reader;
 
 use std::borrow::Cow;
 
@@ -7,9 +14,12 @@ use bumpalo::Bump;
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+use node::has_repeated_key;
+pub(crate) use node::{FieldError, Node, Obj};
+
 /// Parses a request body: UTF-8, one JSON value, and no object with the same key twice (after
 /// unescaping), at any depth. Depth is bounded by serde_json's recursion limit (128).
-pub(crate) fn parse_strict(body: &[u8]) -> Result<Value, String> {
+pub(crate) fn parse_strict(body: &[u8]) -> Result<Value, BodyError> {
     let arena = arena_for(body);
     parse_node(body, &arena).map(|node| node.to_value())
 }
@@ -25,27 +35,23 @@ pub(crate) fn arena_for(body: &[u8]) -> Bump {
 /// decoded) are laid out in `arena`. What input checks read of a request is taken from this tree
 /// (one pass over the body, UTF-8 checked as it is read, no allocation of its own per key, string,
 /// array or object, and nothing to drop).
-pub(crate) fn parse_node<'a>(body: &'a [u8], arena: &'a Bump) -> Result<Node<'a>, String> {
-    if let Some(node) = super::reader::read(body, true, arena) {
+pub(crate) fn parse_node<'a>(body: &'a [u8], arena: &'a Bump) -> Result<Node<'a>, BodyError> {
+    if let Some(node) = reader::read(body, true, arena) {
         return Ok(node);
     }
     match read_node::<true>(body, arena) {
         Ok(node) => Ok(node),
         // The reader checks UTF-8 inside strings, where any other byte is a syntax error: the
         // whole body is checked only to name the fault.
-        Err(_) if std::str::from_utf8(body).is_err() => {
-            Err("the request body is not UTF-8".to_string())
-        }
-        Err(e) if e.is_data() => Err(format!(
-            "the request body has a duplicate key (line {}, column {})",
-            e.line(),
-            e.column()
-        )),
-        Err(e) => Err(format!(
-            "the request body is not valid JSON (line {}, column {})",
-            e.line(),
-            e.column()
-        )),
+        Err(_) if std::str::from_utf8(body).is_err() => Err(BodyError::NotUtf8),
+        Err(e) if e.is_data() => Err(BodyError::DuplicateKey {
+            line: e.line(),
+            column: e.column(),
+        }),
+        Err(e) => Err(BodyError::NotJson {
+            line: e.line(),
+            column: e.column(),
+        }),
     }
 }
 
@@ -56,13 +62,38 @@ pub(crate) fn parse_answer_node<'a>(
     body: &'a [u8],
     arena: &'a Bump,
 ) -> Result<Node<'a>, AnswerFault> {
-    if let Some(node) = super::reader::read(body, false, arena) {
+    if let Some(node) = reader::read(body, false, arena) {
         return Ok(node);
     }
     read_node::<false>(body, arena).map_err(|_| match std::str::from_utf8(body) {
         Ok(_) => AnswerFault::NotJson,
         Err(_) => AnswerFault::NotUtf8,
     })
+}
+
+/// Why a request body could not be read ([`parse_node`]). Its text reaches the caller (a refused
+/// request): it says where, never what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyError {
+    NotUtf8,
+    DuplicateKey { line: usize, column: usize },
+    NotJson { line: usize, column: usize },
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::NotUtf8 => f.write_str("the request body is not UTF-8"),
+            BodyError::DuplicateKey { line, column } => write!(
+                f,
+                "the request body has a duplicate key (line {line}, column {column})"
+            ),
+            BodyError::NotJson { line, column } => write!(
+                f,
+                "the request body is not valid JSON (line {line}, column {column})"
+            ),
+        }
+    }
 }
 
 /// Why an answer body could not be read.
@@ -72,9 +103,9 @@ pub(crate) enum AnswerFault {
     NotJson,
 }
 
-/// serde_json's reading of a body [`super::reader`] declined: the tree if serde_json accepts it,
+/// serde_json's reading of a body [`reader`] declined: the tree if serde_json accepts it,
 /// else its error (with the line and column the messages name).
-pub(super) fn read_node<'a, const STRICT: bool>(
+pub(crate) fn read_node<'a, const STRICT: bool>(
     body: &'a [u8],
     arena: &'a Bump,
 ) -> Result<Node<'a>, serde_json::Error> {
@@ -82,105 +113,6 @@ pub(super) fn read_node<'a, const STRICT: bool>(
     let node = NodeSeed::<STRICT>(arena).deserialize(&mut deserializer)?;
     deserializer.end()?;
     Ok(node)
-}
-
-/// A JSON value borrowing its strings from the text it was read from where they hold no escape,
-/// and the rest (decoded strings, arrays, objects) from the arena it was read into. Nothing in it
-/// owns memory: the arena frees it all at once. Read from a request ([`parse_node`]) its objects
-/// never repeat a key.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Node<'a> {
-    Null,
-    Bool(bool),
-    /// A number as serde_json reads it (the text is not kept; no arbitrary precision, so it owns
-    /// nothing).
-    Number(serde_json::Number),
-    Str(&'a str),
-    Array(&'a [Node<'a>]),
-    Object(Obj<'a>),
-}
-
-/// An object's members in the order written; a key written twice (answers only) counts once, with
-/// its last value.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Obj<'a>(&'a [(&'a str, Node<'a>)]);
-
-impl<'a> Obj<'a> {
-    pub(super) fn new(members: &'a [(&'a str, Node<'a>)]) -> Self {
-        Obj(members)
-    }
-
-    pub(crate) fn get(&self, key: &str) -> Option<&'a Node<'a>> {
-        self.0.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| v)
-    }
-
-    /// A string field, if it is a string.
-    pub(crate) fn str_field(&self, key: &str) -> Option<&'a str> {
-        self.get(key).and_then(Node::as_str)
-    }
-
-    /// An optional boolean field: absent or `null` is false; any other non-boolean is an error.
-    pub(crate) fn bool_field(&self, key: &str) -> Result<bool, String> {
-        match self.get(key) {
-            None | Some(Node::Null) => Ok(false),
-            Some(Node::Bool(b)) => Ok(*b),
-            Some(_) => Err(format!("{key} must be a boolean")),
-        }
-    }
-
-    /// An optional string field: absent or `null` is `None`; any other non-string is an error.
-    pub(crate) fn opt_str_field(&self, key: &str) -> Result<Option<String>, String> {
-        match self.get(key) {
-            None | Some(Node::Null) => Ok(None),
-            Some(Node::Str(s)) => Ok(Some((*s).to_owned())),
-            Some(_) => Err(format!("{key} must be a string")),
-        }
-    }
-
-    /// The members' values in the order of their keys (as a `serde_json::Map` lists them).
-    pub(crate) fn values_by_key(&self) -> Vec<&Node<'a>> {
-        self.members_by_key().into_iter().map(|(_, v)| v).collect()
-    }
-
-    /// The members in the order of their keys (as a `serde_json::Map` lists them).
-    pub(crate) fn members_by_key(&self) -> Vec<(&str, &Node<'a>)> {
-        let mut members: Vec<(&str, &Node<'a>)> = self.0.iter().map(|(k, v)| (*k, v)).collect();
-        members.sort_by(|a, b| a.0.cmp(b.0));
-        members
-    }
-}
-
-impl<'a> Node<'a> {
-    pub(crate) fn as_str(&self) -> Option<&'a str> {
-        match self {
-            Node::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn as_object(&self) -> Option<&Obj<'a>> {
-        match self {
-            Node::Object(o) => Some(o),
-            _ => None,
-        }
-    }
-
-    /// The same value as a `serde_json::Value` (recursive: the parse bounds the depth at 128).
-    pub(crate) fn to_value(&self) -> Value {
-        match self {
-            Node::Null => Value::Null,
-            Node::Bool(b) => Value::Bool(*b),
-            Node::Number(n) => Value::Number(n.clone()),
-            Node::Str(s) => Value::String((*s).to_owned()),
-            Node::Array(items) => Value::Array(items.iter().map(Node::to_value).collect()),
-            Node::Object(Obj(members)) => Value::Object(
-                members
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), v.to_value()))
-                    .collect(),
-            ),
-        }
-    }
 }
 
 /// Reads one [`Node`] into the arena; `STRICT` refuses an object that repeats a key.
@@ -251,22 +183,10 @@ impl<'de: 'a, 'a, const STRICT: bool> Visitor<'de> for NodeSeed<'a, STRICT> {
             // Never echo the key: it is body text.
             return Err(de::Error::custom("duplicate key"));
         }
-        Ok(Node::Object(Obj(self.0.alloc_slice_fill_iter(members))))
+        Ok(Node::Object(Obj::new(
+            self.0.alloc_slice_fill_iter(members),
+        )))
     }
-}
-
-/// Whether two members share a key: pairwise for the small objects requests are made of, sorted
-/// for large ones (so no object costs quadratic time).
-pub(super) fn has_repeated_key(members: &[(&str, Node<'_>)]) -> bool {
-    if members.len() <= 16 {
-        return members
-            .iter()
-            .enumerate()
-            .any(|(i, (k, _))| members.iter().skip(i + 1).any(|(other, _)| other == k));
-    }
-    let mut keys: Vec<&str> = members.iter().map(|(k, _)| *k).collect();
-    keys.sort_unstable();
-    keys.windows(2).any(|w| w.first() == w.get(1))
 }
 
 /// An object key, borrowed from the text where it holds no escape.
@@ -302,9 +222,9 @@ impl<'de> Visitor<'de> for KeyVisitor {
 /// nesting depth can exhaust the stack. JSON is what serde_json accepts: the text is read by the
 /// reader first, and by serde_json only when the reader declines it (serde_json's skipping read
 /// lets a lone surrogate escape by, which is read as U+FFFD: the rest of its string still counts).
-pub(super) fn scalars_of_text(text: &str) -> Vec<String> {
-    let json = super::reader::is_json(text.as_bytes())
-        || serde_json::from_str::<de::IgnoredAny>(text).is_ok();
+pub(crate) fn scalars_of_text(text: &str) -> Vec<String> {
+    let json =
+        reader::is_json(text.as_bytes()) || serde_json::from_str::<de::IgnoredAny>(text).is_ok();
     if !json {
         return vec![text.to_owned()];
     }
@@ -325,7 +245,7 @@ pub(super) fn scalars_of_text(text: &str) -> Vec<String> {
                     // The text is JSON (checked above): the string is what lies between its
                     // quotes, decoded.
                     let inner = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"'));
-                    out.extend(inner.and_then(super::reader::decode_lossy));
+                    out.extend(inner.and_then(reader::decode_lossy));
                 }
                 i = end;
             }
@@ -350,7 +270,7 @@ pub(super) fn scalars_of_text(text: &str) -> Vec<String> {
 
 /// The scalar values of a parsed JSON value (an Anthropic `tool_use.input`), in document order.
 /// Numbers are as serde_json writes them back; iterative, so no depth exhausts the stack.
-pub(super) fn scalars_of_value(value: &Value) -> Vec<String> {
+pub(crate) fn scalars_of_value(value: &Value) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![value];
     while let Some(v) = stack.pop() {
@@ -380,17 +300,22 @@ fn string_end(bytes: &[u8], start: usize) -> usize {
 }
 
 /// Serializes a value the filter built. Serializing a `Value` cannot fail (its keys are strings).
-pub(super) fn to_vec(value: &Value) -> Vec<u8> {
+pub(crate) fn to_vec(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }
 
 /// Appends one SSE event: an `event:` line when named, then the JSON as one `data:` line.
-pub(super) fn push_event(out: &mut Vec<u8>, event: Option<&str>, data: &Value) {
+pub(crate) fn push_event(out: &mut Vec<u8>, event: Option<&str>, data: &Value) {
     let data = serde_json::to_string(data).unwrap_or_default();
     crate::sse::encode(out, event, &data);
 }
 
+/// Appends an event named by its own `type`.
+pub(crate) fn push_typed(out: &mut Vec<u8>, event: &Value) {
+    push_event(out, event.get("type").and_then(Value::as_str), event);
+}
+
 /// A string field of an object, if it is a string.
-pub(super) fn str_field<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+pub(crate) fn str_field<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
     object.get(key).and_then(Value::as_str)
 }

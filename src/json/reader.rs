@@ -22,14 +22,14 @@ use std::marker::PhantomData;
 use bumpalo::Bump;
 use serde_json::{Map, Number, Value};
 
-use super::json::{has_repeated_key, Node, Obj};
+use super::node::{has_repeated_key, Node, Obj};
 
 /// Deeper nesting is left to serde_json, which refuses past 128.
 const MAX_DEPTH: u32 = 100;
 
 /// `text` as one JSON value with nothing but whitespace around it, its arrays, objects and
 /// decoded strings laid out in `arena`; `strict` declines an object that repeats a key.
-pub(super) fn read<'a>(text: &'a [u8], strict: bool, arena: &'a Bump) -> Option<Node<'a>> {
+pub(crate) fn read<'a>(text: &'a [u8], strict: bool, arena: &'a Bump) -> Option<Node<'a>> {
     let open = Open {
         arena,
         items: Vec::new(),

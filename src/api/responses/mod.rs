@@ -2,12 +2,20 @@
 //!
 //! Reference: <https://platform.openai.com/docs/api-reference/responses> and the streaming events
 //! at <https://platform.openai.com/docs/api-reference/responses-streaming>.
+//!
+//! Everything about this API is in this folder: here the request an input check reads, the answer
+//! an output check reads, and the bodies the filter writes in its shape (a refusal, a withheld
+//! answer); [`stream`] reads and rewrites its event stream as it passes; [`recovered`]
+//! re-emits a recovered answer as that stream.
 
 use serde_json::{json, Map, Value};
 
-use super::json::{push_event, scalars_of_text, scalars_of_value, str_field, to_vec};
-use super::json::{Node, Obj};
 use super::{content_texts, Answer, CallValues, CallerText, Ids, Request, ToolCall};
+use crate::json::{push_event, scalars_of_text, scalars_of_value, str_field, to_vec};
+use crate::json::{FieldError, Node, Obj};
+
+pub(super) mod recovered;
+pub(crate) mod stream;
 
 /// Content part types a caller's message carries text in.
 const TEXT_PARTS: &[&str] = &["input_text", "text", "output_text"];
@@ -15,7 +23,7 @@ const TEXT_PARTS: &[&str] = &["input_text", "text", "output_text"];
 /// Output items that end the round asking the caller to act. Hosted tools (`web_search_call`,
 /// `file_search_call`, `code_interpreter_call`, `mcp_call`, …) already ran at the vendor, so the
 /// answer beside them is final and judged checks must read it.
-pub(super) const CALLER_TOOL_CALLS: &[&str] = &[
+const CALLER_TOOL_CALLS: &[&str] = &[
     "function_call",
     "custom_tool_call",
     "computer_call",
@@ -28,7 +36,7 @@ pub(super) const CALLER_TOOL_CALLS: &[&str] = &[
 /// Fields of a tool-call item that carry what the model wrote for the tool.
 const CALL_VALUE_FIELDS: &[&str] = &["action", "operation", "queries", "code"];
 
-pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
+pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
     let mut caller = CallerText::default();
     if let Some(instructions) = body.opt_str_field("instructions")? {
         caller.piece(&instructions);
@@ -40,7 +48,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
                 caller.piece(&variable);
             }
         }
-        Some(_) => return Err("prompt must be an object".into()),
+        Some(_) => return Err(FieldError::must_be("prompt", "an object")),
     }
     match body.get("input") {
         None | Some(Node::Null) => {}
@@ -48,7 +56,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
         Some(Node::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
                 let Node::Object(item) = item else {
-                    return Err(format!("input[{i}] must be an object"));
+                    return Err(FieldError::must_be(format!("input[{i}]"), "an object"));
                 };
                 // A message item may leave out its type; every other item (tool outputs, calls,
                 // reasoning, references) is not the caller's text.
@@ -56,7 +64,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
                     continue;
                 }
                 let Some(role) = item.str_field("role") else {
-                    return Err(format!("input[{i}].role must be a string"));
+                    return Err(FieldError::must_be(format!("input[{i}].role"), "a string"));
                 };
                 let path = || format!("input[{i}].content");
                 let texts = content_texts(item.get("content"), TEXT_PARTS, &path)?;
@@ -66,7 +74,12 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
                 caller.message(role == "user", &texts);
             }
         }
-        Some(_) => return Err("input must be a string or an array of input items".into()),
+        Some(_) => {
+            return Err(FieldError::must_be(
+                "input",
+                "a string or an array of input items",
+            ))
+        }
     }
     let (input_text, user_texts) = caller.finish();
     Ok(Request {
@@ -81,11 +94,11 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
 
 /// The text values a request fills into a stored prompt: strings and `input_text` parts (images
 /// and files are not read).
-fn prompt_variables(prompt: &Obj<'_>) -> Result<Vec<String>, String> {
+fn prompt_variables(prompt: &Obj<'_>) -> Result<Vec<String>, FieldError> {
     let variables = match prompt.get("variables") {
         None | Some(Node::Null) => return Ok(Vec::new()),
         Some(Node::Object(variables)) => variables,
-        Some(_) => return Err("prompt.variables must be an object".into()),
+        Some(_) => return Err(FieldError::must_be("prompt.variables", "an object")),
     };
     let mut texts = Vec::new();
     for value in variables.values_by_key() {
@@ -94,29 +107,45 @@ fn prompt_variables(prompt: &Obj<'_>) -> Result<Vec<String>, String> {
             Node::Object(part) => match part.str_field("type") {
                 Some("input_text") => match part.str_field("text") {
                     Some(text) => texts.push(text.to_owned()),
-                    None => return Err("a prompt.variables input_text needs a string text".into()),
+                    None => {
+                        return Err(FieldError::Needs {
+                            what: "prompt.variables input_text",
+                            needs: "a string text",
+                        })
+                    }
                 },
                 Some(_) => {}
-                None => return Err("a prompt.variables object needs a string type".into()),
+                None => {
+                    return Err(FieldError::Needs {
+                        what: "prompt.variables object",
+                        needs: "a string type",
+                    })
+                }
             },
             _ => {
-                return Err(
-                    "prompt.variables values must be strings or input_text, input_image or input_file objects"
-                        .into(),
-                )
+                return Err(FieldError::must_be(
+                    "prompt.variables values",
+                    "strings or input_text, input_image or input_file objects",
+                ))
             }
         }
     }
     Ok(texts)
 }
 
+/// Whether an output item of this type ends the round asking the caller to act (hosted tools
+/// already ran at the vendor). Shared with the stream reader.
+fn asks_for_tool_item(kind: &str) -> bool {
+    CALLER_TOOL_CALLS.contains(&kind)
+}
+
 fn is_tool_call(kind: &str) -> bool {
     kind.ends_with("_call") || CALLER_TOOL_CALLS.contains(&kind)
 }
 
-pub(super) fn parse_answer(body: &Obj<'_>, rule_text: bool) -> Result<Answer, String> {
+pub(super) fn parse_answer(body: &Obj<'_>, rule_text: bool) -> Result<Answer, FieldError> {
     let Some(Node::Array(output)) = body.get("output") else {
-        return Err("output must be an array".into());
+        return Err(FieldError::must_be("output", "an array"));
     };
     let mut text = String::new();
     let mut values = CallValues::new(rule_text);
@@ -124,7 +153,7 @@ pub(super) fn parse_answer(body: &Obj<'_>, rule_text: bool) -> Result<Answer, St
     let mut asks_for_tool = false;
     for (i, item) in output.iter().enumerate() {
         let Node::Object(fields) = item else {
-            return Err(format!("output[{i}] must be an object"));
+            return Err(FieldError::must_be(format!("output[{i}]"), "an object"));
         };
         match fields.str_field("type") {
             Some("message") => {
@@ -156,10 +185,10 @@ pub(super) fn parse_answer(body: &Obj<'_>, rule_text: bool) -> Result<Answer, St
     })
 }
 
-/// A caller-run tool-call item as tool-call checks read it: a function's name and JSON
+/// A caller-run tool-call item as tool-call checks read it (shared with the stream reader): a function's name and JSON
 /// `arguments`, a custom tool's name and free `input`; a built-in tool (`computer_call`,
 /// `local_shell_call`, …) is named by its type, its arguments the JSON of what it would do.
-pub(crate) fn tool_call(kind: &str, item: &Map<String, Value>) -> ToolCall {
+fn tool_call(kind: &str, item: &Map<String, Value>) -> ToolCall {
     match kind {
         "function_call" | "mcp_approval_request" => ToolCall {
             name: str_field(item, "name").unwrap_or_default().to_owned(),
@@ -303,9 +332,9 @@ pub(super) fn refusal_stream(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
     out
 }
 
-pub(super) fn withhold(body: &mut Map<String, Value>, reply: &str) -> Result<(), String> {
+pub(super) fn withhold(body: &mut Map<String, Value>, reply: &str) -> Result<(), FieldError> {
     let Some(Value::Array(output)) = body.get("output") else {
-        return Err("output must be an array".into());
+        return Err(FieldError::must_be("output", "an array"));
     };
     let message_id = output
         .iter()

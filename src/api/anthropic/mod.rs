@@ -2,32 +2,43 @@
 //!
 //! Reference: <https://docs.anthropic.com/en/api/messages> and the streaming event sequence at
 //! <https://docs.anthropic.com/en/docs/build-with-claude/streaming>.
+//!
+//! Everything about this API is in this folder: here the request an input check reads, the answer
+//! an output check reads, and the bodies the filter writes in its shape (a refusal, a withheld
+//! answer, an error); [`stream`] reads and rewrites its event stream as it passes; [`recovered`]
+//! re-emits a recovered answer as that stream.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use super::json::{push_event, scalars_of_text, scalars_of_value};
-use super::json::{Node, Obj};
 use super::{content_texts, Answer, CallValues, CallerText, Ids, Request, ToolCall};
+use crate::json::{push_event, scalars_of_text, scalars_of_value};
+use crate::json::{FieldError, Node, Obj};
+
+pub(super) mod recovered;
+pub(crate) mod stream;
 
 /// Block types whose `input` is a tool call the model makes.
 const TOOL_USE_BLOCKS: &[&str] = &["tool_use", "server_tool_use", "mcp_tool_use"];
 
-pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, String> {
+pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
     let mut caller = CallerText::default();
     for piece in content_texts(body.get("system"), &["text"], &|| "system".into())? {
         caller.piece(piece);
     }
     let Some(Node::Array(messages)) = body.get("messages") else {
-        return Err("messages must be an array".into());
+        return Err(FieldError::must_be("messages", "an array"));
     };
     for (i, message) in messages.iter().enumerate() {
         let Node::Object(message) = message else {
-            return Err(format!("messages[{i}] must be an object"));
+            return Err(FieldError::must_be(format!("messages[{i}]"), "an object"));
         };
         let Some(role) = message.str_field("role") else {
-            return Err(format!("messages[{i}].role must be a string"));
+            return Err(FieldError::must_be(
+                format!("messages[{i}].role"),
+                "a string",
+            ));
         };
         let path = || format!("messages[{i}].content");
         let texts = content_texts(message.get("content"), &["text"], &path)?;
@@ -61,9 +72,13 @@ struct RawBlock<'a> {
     input: Option<&'a RawValue>,
 }
 
-pub(super) fn parse_answer(raw: &[u8], body: &Obj<'_>, rule_text: bool) -> Result<Answer, String> {
+pub(super) fn parse_answer(
+    raw: &[u8],
+    body: &Obj<'_>,
+    rule_text: bool,
+) -> Result<Answer, FieldError> {
     let Some(Node::Array(content)) = body.get("content") else {
-        return Err("content must be an array".into());
+        return Err(FieldError::must_be("content", "an array"));
     };
     let mut raw_blocks = None;
     let mut text = String::new();
@@ -71,7 +86,7 @@ pub(super) fn parse_answer(raw: &[u8], body: &Obj<'_>, rule_text: bool) -> Resul
     let mut tool_calls = Vec::new();
     for (i, block) in content.iter().enumerate() {
         let Node::Object(block) = block else {
-            return Err(format!("content[{i}] must be an object"));
+            return Err(FieldError::must_be(format!("content[{i}]"), "an object"));
         };
         match block.str_field("type") {
             Some("text") => text.push_str(block.str_field("text").unwrap_or_default()),
@@ -145,7 +160,7 @@ fn message(reply: Option<&str>, req: &Request, ids: &Ids) -> Value {
 }
 
 pub(super) fn refusal(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
-    super::json::to_vec(&message(Some(reply), req, ids))
+    crate::json::to_vec(&message(Some(reply), req, ids))
 }
 
 pub(super) fn refusal_stream(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
@@ -172,9 +187,9 @@ fn str_field_of<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
     value.get(key).and_then(Value::as_str)
 }
 
-pub(super) fn withhold(body: &mut Map<String, Value>, reply: &str) -> Result<(), String> {
+pub(super) fn withhold(body: &mut Map<String, Value>, reply: &str) -> Result<(), FieldError> {
     if !matches!(body.get("content"), Some(Value::Array(_))) {
-        return Err("content must be an array".into());
+        return Err(FieldError::must_be("content", "an array"));
     }
     body.insert("content".into(), json!([{"type": "text", "text": reply}]));
     body.insert("stop_reason".into(), json!("refusal"));

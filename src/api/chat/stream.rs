@@ -15,11 +15,12 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use super::template::{span_in, Slot, Template};
-use super::util::{self, str_at, u64_at};
-use super::{Ev, Format, Lane, TextAlone, TextIn, TextKind, TextPlace, Unit, Unreadable};
 use crate::api::{Request, ToolCall};
 use crate::sse;
+use crate::stream::event::{Ev, TextAlone, TextPlace};
+use crate::stream::format::{Format, Lane, TextIn, TextKind, Unit, Unreadable};
+use crate::stream::template::{span_in, Slot, Template};
+use crate::stream::util::{self, str_at, u64_at};
 
 /// Top-level fields of a chunk that a bare chunk repeats.
 const HEAD_FIELDS: &[&str] = &[
@@ -31,7 +32,7 @@ const HEAD_FIELDS: &[&str] = &[
     "service_tier",
 ];
 
-pub(super) struct Chat {
+pub(crate) struct Chat {
     model: Option<String>,
     include_usage: bool,
     /// The first chunk's identity (`id`, `created`, `model`, …), for chunks the filter writes.
@@ -51,7 +52,7 @@ pub(super) struct Chat {
 }
 
 impl Chat {
-    pub(super) fn new(request: &Request) -> Self {
+    pub(crate) fn new(request: &Request) -> Self {
         Self {
             model: request.model.clone(),
             include_usage: request.include_usage,

@@ -18,13 +18,14 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::template::{keeps_index, span_in, Slot, Templates};
-use super::util::{self, str_at, u64_at};
-use super::{Ev, Format, Lane, TextAlone, TextIn, TextKind, TextPlace, Unit, Unreadable};
-use crate::api::{self, Request, ToolCall};
+use crate::api::{Request, ToolCall};
 use crate::sse;
+use crate::stream::event::{Ev, TextAlone, TextPlace};
+use crate::stream::format::{Format, Lane, TextIn, TextKind, Unit, Unreadable};
+use crate::stream::template::{keeps_index, span_in, Slot, Templates};
+use crate::stream::util::{self, str_at, u64_at};
 
-pub(super) struct Responses {
+pub(crate) struct Responses {
     model: Option<String>,
     /// The upstream's response object (`response.created` / `in_progress`).
     response: Option<Value>,
@@ -108,7 +109,7 @@ fn plain_delta(data: &str) -> Option<PlainPlace> {
 }
 
 impl Responses {
-    pub(super) fn new(request: &Request) -> Self {
+    pub(crate) fn new(request: &Request) -> Self {
         Self {
             model: request.model.clone(),
             response: None,
@@ -169,7 +170,7 @@ fn set(value: &mut Value, key: &str, field: Value) {
 
 /// An item that calls a tool, with input the rules read or that the caller runs.
 fn is_call(item: &str) -> bool {
-    api::asks_for_tool_item(item) || matches!(item, "mcp_call" | "code_interpreter_call")
+    super::asks_for_tool_item(item) || matches!(item, "mcp_call" | "code_interpreter_call")
 }
 
 impl Format for Responses {
@@ -183,7 +184,7 @@ impl Format for Responses {
         };
         let kind = item.get("type").and_then(Value::as_str)?;
         // Hosted tools (MCP, code interpreter, search) ran at the vendor: not the caller's to run.
-        api::asks_for_tool_item(kind).then(|| api::responses_tool_call(kind, item))
+        super::asks_for_tool_item(kind).then(|| super::tool_call(kind, item))
     }
 
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
@@ -231,7 +232,7 @@ impl Format for Responses {
                 texts.push(tool(false));
             }
             "response.output_item.done" => {
-                asks = str_at(&data, "/item/type").is_some_and(api::asks_for_tool_item);
+                asks = str_at(&data, "/item/type").is_some_and(super::asks_for_tool_item);
             }
             "response.completed" | "response.incomplete" | "response.failed" => {
                 lane = Lane::End;
