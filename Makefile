@@ -27,13 +27,15 @@ fmt-check: toolchain
 	cargo fmt --all --check
 
 # The house rules of issue 53, checked on every run: no import circle among a crate's modules
-# (scripts/import_cycles.py, Tarjan over `crate::`/`super::` paths) and no hand-written room over 800
-# non-blank lines outside its tests (scripts/room_sizes.py).
+# (scripts/import_cycles.py, Tarjan over `crate::`/`super::` paths), no hand-written room over 800
+# non-blank lines outside its tests (scripts/room_sizes.py), and every Markdown link of the docs names
+# a file of this repository (scripts/doc_links.py).
 RUST_SRC_DIRS = src judge/src harness/src cli/src wire/src
 .PHONY: structure
 structure:
 	python3 scripts/import_cycles.py --check $(RUST_SRC_DIRS)
 	python3 scripts/room_sizes.py --check $(RUST_SRC_DIRS)
+	python3 scripts/doc_links.py
 
 clippy: toolchain
 	cargo clippy --workspace --all-targets --locked -- -D warnings
