@@ -148,7 +148,7 @@ faults-wasm: toolchain
 # pytest-xdist runs E2E_WORKERS files at once (--dist loadfile: a file's tests, and the Envoy its module
 # fixture starts, stay on one worker); most of a test's time is spent waiting on paced streams and
 # timers, so on two cores three workers took 83-88 s where one took 215 s (535 tests; a fresh clone's
-# whole `make test` 17 min 14 s). E2E_WORKERS=0 runs in-process.
+# whole `make test` 18 min 14 s). E2E_WORKERS=0 runs in-process.
 E2E_WORKERS ?= 3
 e2e: venv wasm bins faults-wasm postgres-tools
 	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q -n $(E2E_WORKERS) --dist loadfile tests/e2e
