@@ -84,6 +84,7 @@ fn text_events(api: Api, deltas: &[String]) -> Vec<String> {
                      \"delta\":{delta},\"logprobs\":[]}}\n\n",
                     n + 3
                 ),
+                other => unreachable!("the bench streams three APIs, not {other:?}"),
             }
         })
         .collect()
@@ -92,6 +93,9 @@ fn text_events(api: Api, deltas: &[String]) -> Vec<String> {
 /// What `api`'s stream says before its first text delta.
 fn opening(api: Api) -> &'static str {
     match api {
+        Api::Completions | Api::AnthropicComplete | Api::Embeddings | Api::MessageBatches => {
+            unreachable!("the bench streams three APIs, not {api:?}")
+        }
         Api::ChatCompletions => "",
         Api::AnthropicMessages => {
             "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\

@@ -154,11 +154,7 @@ impl Recovery {
         }
         self.attempt += 1;
         let request = RetryRequest {
-            api: match turn.api {
-                Api::AnthropicMessages => livecheck_wire::Api::AnthropicMessages,
-                Api::ChatCompletions => livecheck_wire::Api::ChatCompletions,
-                Api::Responses => livecheck_wire::Api::Responses,
-            },
+            api: turn.api,
             authority: turn.source.authority.clone(),
             path: turn.source.path.clone(),
             request: turn.source.body.clone(),

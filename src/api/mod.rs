@@ -1,5 +1,7 @@
-//! The three API shapes the filter checks: Anthropic Messages, OpenAI Chat Completions and OpenAI
-//! Responses.
+//! The API shapes the filter checks: Anthropic Messages, OpenAI Chat Completions and OpenAI
+//! Responses; the legacy text completions of both (OpenAI `/v1/completions`, Anthropic
+//! `/v1/complete`); embeddings (input only); Anthropic Message Batches (input only). The paths
+//! that call them, on each platform (Azure, Vertex, Bedrock), are [`endpoint`]'s.
 //!
 //! For each: which request text an input check reads, what a non-streamed answer says (its text, the
 //! text beside its tool calls, whether it asks for a tool), and the bodies the filter writes in the
@@ -26,38 +28,9 @@ use crate::json::{self, FieldError};
 pub use peek::{peek_id, PEEK_BYTES};
 pub use recovered::{answer_usage, as_stream, stream_usage, with_usage, Usage};
 
-/// An API shape the filter checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
-    /// Anthropic `POST /v1/messages`.
-    AnthropicMessages,
-    /// OpenAI `POST /v1/chat/completions`.
-    ChatCompletions,
-    /// OpenAI `POST /v1/responses`.
-    Responses,
-}
-
-impl Api {
-    /// The API a request calls, from its method and `:path`.
-    ///
-    /// The query string is ignored and a gateway prefix is allowed (`/openai/v1/responses`): the
-    /// path's suffix decides. `None` means not a turn the filter checks; it passes through.
-    pub fn from_request(method: &str, path: &str) -> Option<Api> {
-        if method != "POST" {
-            return None;
-        }
-        let path = path.split(['?', '#']).next().unwrap_or(path);
-        let path = path.strip_suffix('/').unwrap_or(path);
-        [
-            ("/v1/messages", Api::AnthropicMessages),
-            ("/v1/chat/completions", Api::ChatCompletions),
-            ("/v1/responses", Api::Responses),
-        ]
-        .into_iter()
-        .find(|(suffix, _)| path.ends_with(suffix))
-        .map(|(_, api)| api)
-    }
-}
+/// The API shapes the filter reads (one enum with the sidecar's), and the paths that call them
+/// ([`endpoint`]: which API a request's method and path call, on which platform).
+pub use livecheck_wire::{endpoint, Api, Endpoint, Platform};
 
 /// What the caller wrote, as input checks read it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -211,8 +184,34 @@ pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
         Api::AnthropicMessages => anthropic::parse_request(&body),
         Api::ChatCompletions => chat::parse_request(&body),
         Api::Responses => responses::parse_request(&body),
+        Api::Completions => not_read_yet(),
+        Api::AnthropicComplete => not_read_yet(),
+        Api::Embeddings => not_read_yet(),
+        Api::MessageBatches => not_read_yet(),
     }
     .map_err(BadRequest::from)
+}
+
+/// Reads a request on its endpoint: the body as [`parse_request`] reads it, then what the path
+/// says (the model it names wins over the body's; whether the answer streams, when the path
+/// decides it).
+pub fn read_request(endpoint: &Endpoint, body: &[u8]) -> Result<Request, BadRequest> {
+    let mut request = parse_request(endpoint.api, body)?;
+    if let Some(model) = &endpoint.model {
+        request.model = Some(model.clone());
+    }
+    if let Some(stream) = endpoint.stream {
+        request.stream = stream;
+    }
+    Ok(request)
+}
+
+// TODO(issue 54): a placeholder while each API's reader is built; none is left when it lands.
+fn not_read_yet<T>() -> Result<T, FieldError> {
+    Err(FieldError::must_be(
+        "the request",
+        "of an API livecheck reads",
+    ))
 }
 
 /// Reads a non-streamed answer body; its [`Answer::rule_text`] too when `rule_text` (when a rule
@@ -234,6 +233,10 @@ pub fn parse_answer(api: Api, raw: &[u8], rule_text: bool) -> Result<Answer, Bad
         Api::AnthropicMessages => anthropic::parse_answer(raw, &body, rule_text),
         Api::ChatCompletions => chat::parse_answer(&body, rule_text),
         Api::Responses => responses::parse_answer(&body, rule_text),
+        Api::Completions => not_read_yet(),
+        Api::AnthropicComplete => not_read_yet(),
+        Api::Embeddings => not_read_yet(),
+        Api::MessageBatches => not_read_yet(),
     }
     .map_err(BadAnswer::from)
 }
@@ -249,6 +252,10 @@ pub fn refusal(api: Api, reply: &str, req: &Request, ids: &Ids) -> Reply {
         (Api::ChatCompletions, true) => chat::refusal_stream(reply, req, ids),
         (Api::Responses, false) => responses::refusal(reply, req, ids),
         (Api::Responses, true) => responses::refusal_stream(reply, req, ids),
+        (Api::Completions, _) => json::to_vec(&chat::error(reply)),
+        (Api::AnthropicComplete, _) => json::to_vec(&anthropic::error(400, reply)),
+        (Api::Embeddings, _) => json::to_vec(&chat::error(reply)),
+        (Api::MessageBatches, _) => json::to_vec(&anthropic::error(400, reply)),
     };
     Reply {
         content_type: if req.stream { EVENT_STREAM } else { JSON },
@@ -265,6 +272,10 @@ pub fn withheld(api: Api, answer_body: &[u8], reply: &str) -> Result<Vec<u8>, Ba
         Api::AnthropicMessages => anthropic::withhold(&mut body, reply),
         Api::ChatCompletions => chat::withhold(&mut body, reply),
         Api::Responses => responses::withhold(&mut body, reply),
+        Api::Completions => not_read_yet(),
+        Api::AnthropicComplete => not_read_yet(),
+        Api::Embeddings => not_read_yet(),
+        Api::MessageBatches => not_read_yet(),
     }
     .map_err(BadAnswer::from)?;
     Ok(json::to_vec(&Value::Object(body)))
@@ -276,6 +287,10 @@ pub fn error(api: Api, status: u16, message: &str) -> Reply {
     let body = match api {
         Api::AnthropicMessages => anthropic::error(status, message),
         Api::ChatCompletions | Api::Responses => chat::error(message),
+        Api::Completions => chat::error(message),
+        Api::AnthropicComplete => anthropic::error(status, message),
+        Api::Embeddings => chat::error(message),
+        Api::MessageBatches => anthropic::error(status, message),
     };
     Reply {
         content_type: JSON,

@@ -107,6 +107,10 @@ impl Field {
                 Some(&["output_tokens_details", "reasoning_tokens"])
             }
             (Api::ChatCompletions | Api::Responses, Field::CacheCreation) => None,
+            (Api::Completions, _) => None,
+            (Api::AnthropicComplete, _) => None,
+            (Api::Embeddings, _) => None,
+            (Api::MessageBatches, _) => None,
         }
     }
 }
@@ -256,6 +260,10 @@ pub fn as_stream(api: Api, body: &[u8], request: &Request) -> Result<Vec<u8>, Ba
         Api::AnthropicMessages => super::anthropic::recovered::stream(body),
         Api::ChatCompletions => super::chat::recovered::stream(body, request),
         Api::Responses => super::responses::recovered::stream(body),
+        Api::Completions => super::not_read_yet(),
+        Api::AnthropicComplete => super::not_read_yet(),
+        Api::Embeddings => super::not_read_yet(),
+        Api::MessageBatches => super::not_read_yet(),
     }
     .map_err(BadAnswer::from)
 }

@@ -71,6 +71,10 @@ pub fn upstream(api: Api, deltas: &[String]) -> Vec<u8> {
             event(json!({"type": "response.completed",
                 "sequence_number": deltas.len() + 2, "response": response}));
         }
+        // TODO(issue 54): the legacy APIs' streams; embeddings and batches never stream.
+        Api::Completions => {}
+        Api::AnthropicComplete => {}
+        Api::Embeddings | Api::MessageBatches => {}
     }
     out
 }
@@ -152,6 +156,10 @@ pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, NotInFormat> {
             Api::ChatCompletions => data.pointer("/choices/0/delta/content"),
             Api::Responses if kind == Some("response.output_text.delta") => data.get("delta"),
             Api::Responses => None,
+            Api::Completions => None,
+            Api::AnthropicComplete => None,
+            Api::Embeddings => None,
+            Api::MessageBatches => None,
         };
         match piece {
             None | Some(Value::Null) => {}
@@ -179,6 +187,10 @@ pub fn read_by_caller(api: Api, bytes: &[u8]) -> (Option<String>, Vec<(Option<St
         Api::AnthropicMessages => &["/delta/text"],
         Api::ChatCompletions => &["/choices/0/delta/content"],
         Api::Responses => &["/delta"],
+        Api::Completions => &[],
+        Api::AnthropicComplete => &[],
+        Api::Embeddings => &[],
+        Api::MessageBatches => &[],
     };
     let mut shapes: Vec<(Option<String>, String)> = Vec::new();
     let mut last_was_text = false;

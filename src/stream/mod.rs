@@ -54,6 +54,7 @@ mod pointer;
 mod queue;
 mod route;
 mod short;
+mod unreadable;
 pub(crate) mod util;
 
 /// How a streamed answer is held, from the version's blocking output checks.
@@ -259,6 +260,11 @@ impl Rewriter {
             Api::AnthropicMessages => Box::new(anthropic::Anthropic::new(request)),
             Api::ChatCompletions => Box::new(chat::Chat::new(request)),
             Api::Responses => Box::new(responses::Responses::new(request)),
+            // TODO(issue 54): the legacy APIs' stream readers.
+            Api::Completions => Box::new(unreadable::NoStream),
+            Api::AnthropicComplete => Box::new(unreadable::NoStream),
+            Api::Embeddings => Box::new(unreadable::NoStream),
+            Api::MessageBatches => Box::new(unreadable::NoStream),
         };
         Self {
             format,

@@ -128,6 +128,7 @@ fn read(api: Api, bytes: &[u8]) -> Seen {
         Api::AnthropicMessages => read_anthropic(bytes),
         Api::ChatCompletions => read_chat(bytes),
         Api::Responses => read_responses(bytes),
+        other => unreachable!("{other:?} is not among these tests' APIs"),
     }
 }
 
@@ -571,6 +572,7 @@ fn whole_text_cut_says_the_blocked_reply() {
             Api::AnthropicMessages => ANTHROPIC_CLEAN,
             Api::ChatCompletions => CHAT_CLEAN,
             Api::Responses => RESPONSES_CLEAN,
+            other => unreachable!("{other:?} is not among these tests' APIs"),
         };
         let mut rw = Rewriter::new(
             api,

@@ -8,7 +8,9 @@ impl Turn {
     pub fn on_response_headers(&mut self, host: &mut dyn Host, end_of_stream: bool) -> Flow {
         match std::mem::replace(&mut self.state, State::Done) {
             // The question is still held: read or checked, not yet sent upstream.
-            State::ReadingQuestion { api, .. } => self.answered_before_asked(host, Some(api)),
+            State::ReadingQuestion { endpoint, .. } => {
+                self.answered_before_asked(host, Some(endpoint.api))
+            }
             State::JudgingQuestion(judging) => {
                 self.answered_before_asked(host, Some(judging.asked.api))
             }

@@ -16,7 +16,7 @@ mod tools;
 
 use std::rc::Rc;
 
-use crate::api::{self, Api, Ids, Request};
+use crate::api::{self, Api, Endpoint, Ids, Request};
 use crate::check::stop::{self, Stop};
 use crate::check::{CheckResult, Outcome};
 use crate::config::{Policy, Stage, Version};
@@ -67,7 +67,8 @@ enum State {
     Bypass,
     /// The request headers went upstream; the body is held while it is read.
     ReadingQuestion {
-        api: Api,
+        /// What the path says: the API, and the model or streaming it decides.
+        endpoint: Endpoint,
         version: Rc<Version>,
         /// What a retry is built from, when the version has a check that recovers: the
         /// request's headers, kept before they went; the body is added once read.

@@ -11,10 +11,11 @@ impl Turn {
         if self.policy.is_mcp(&method, &path) && self.policy.checks_tools() {
             return self.start_mcp(host, end_of_stream);
         }
-        let Some(api) = Api::from_request(&method, &path) else {
+        let Some(endpoint) = api::endpoint(&method, &path) else {
             self.state = State::Bypass;
             return Flow::Continue;
         };
+        let api = endpoint.api;
         let version = match self.begin(host) {
             Ok(v) => v,
             Err(e) => return self.refuse_request(host, api, 400, &e.to_string()),
@@ -51,7 +52,7 @@ impl Turn {
         .then(|| retry_source(host))
         .flatten();
         self.state = State::ReadingQuestion {
-            api,
+            endpoint,
             version,
             source,
         };
@@ -70,10 +71,10 @@ impl Turn {
     ) -> Flow {
         match std::mem::replace(&mut self.state, State::Done) {
             State::ReadingQuestion {
-                api,
+                endpoint,
                 version,
                 source,
-            } => self.read_question(host, api, version, source, body_size, end_of_stream),
+            } => self.read_question(host, endpoint, version, source, body_size, end_of_stream),
             State::ReadingMcp { version } => {
                 self.on_mcp_body(host, version, body_size, end_of_stream)
             }
@@ -102,18 +103,19 @@ impl Turn {
     fn read_question(
         &mut self,
         host: &mut dyn Host,
-        api: Api,
+        endpoint: Endpoint,
         version: Rc<Version>,
         source: Option<Source>,
         body_size: usize,
         end_of_stream: bool,
     ) -> Flow {
+        let api = endpoint.api;
         if body_size > self.policy.max_body_bytes {
             return self.too_large(host, api);
         }
         if !end_of_stream {
             self.state = State::ReadingQuestion {
-                api,
+                endpoint,
                 version,
                 source,
             };
@@ -122,7 +124,7 @@ impl Turn {
         let Some(body) = host.request_body(body_size) else {
             return self.refuse_request(host, api, 400, "the request body could not be read");
         };
-        let request = match api::parse_request(api, &body) {
+        let request = match api::read_request(&endpoint, &body) {
             Ok(r) => r,
             Err(e) => return self.refuse_request(host, api, 400, &e.to_string()),
         };

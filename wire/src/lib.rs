@@ -4,6 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod endpoint;
+pub use endpoint::{endpoint, Endpoint, Platform};
+
 /// The path of a judged check on the sidecar.
 pub const JUDGE_PATH: &str = "/v1/judge";
 
@@ -252,6 +255,15 @@ pub enum Api {
     ChatCompletions,
     /// `POST /v1/responses`
     Responses,
+    /// OpenAI's legacy text completions, `POST /v1/completions`.
+    Completions,
+    /// Anthropic's legacy text completions, `POST /v1/complete`.
+    AnthropicComplete,
+    /// `POST /v1/embeddings`: input checks only, there is no answer to check.
+    Embeddings,
+    /// Anthropic Message Batches, `POST /v1/messages/batches`: every request's input checked
+    /// before the batch is queued; no one waits on the answers.
+    MessageBatches,
 }
 
 /// The request headers a retry carries from the caller to the upstream, as the callout's own

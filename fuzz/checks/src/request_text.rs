@@ -239,6 +239,10 @@ fn reference(api: Api, body: &Value) -> Result<Read, ()> {
             flag(body, "background")?;
             users
         }
+        // TODO(issue 54): the other APIs' reference readers.
+        Api::Completions | Api::AnthropicComplete | Api::Embeddings | Api::MessageBatches => {
+            return Err(())
+        }
     };
     let skip = users.len().saturating_sub(INTENT_MESSAGES);
     Ok(Read {

@@ -9,8 +9,6 @@ use serde_json::{json, Map, Value};
 use super::{disable_tools, objects, type_of};
 
 /// The path suffix of this API, as the filter recognises it.
-pub(super) const PATH: &str = "/v1/messages";
-
 pub(super) fn adapt(body: &mut Map<String, Value>, instruction: String, keep_tools: bool) {
     // `tool_use`, `tool_result`, and the server and MCP tools' `server_tool_use`,
     // `web_search_tool_result`, `mcp_tool_use`, `mcp_tool_result`, …

@@ -9,8 +9,6 @@ use serde_json::{json, Map, Value};
 use super::{disable_tools, objects};
 
 /// The path suffix of this API, as the filter recognises it.
-pub(super) const PATH: &str = "/v1/chat/completions";
-
 pub(super) fn adapt(body: &mut Map<String, Value>, instruction: String, keep_tools: bool) {
     let tool_history = objects(body.get("messages")).any(|m| {
         let role = m.get("role").and_then(Value::as_str).unwrap_or_default();

@@ -49,6 +49,8 @@ pub enum Failure {
     TooLarge,
     NotJson,
     VendorError,
+    /// An API whose answers are never asked again.
+    NotAskedAgain,
 }
 
 impl Failure {
@@ -69,6 +71,7 @@ impl Failure {
             Self::TooLarge => "the upstream's answer is too large".into(),
             Self::NotJson => "the upstream's answer is not a JSON object".into(),
             Self::VendorError => "the upstream answered with an error".into(),
+            Self::NotAskedAgain => "this API's answers are not asked again".into(),
         }
     }
 
@@ -87,6 +90,7 @@ impl Failure {
             Self::TooLarge => "too_large",
             Self::NotJson => "not_json",
             Self::VendorError => "vendor_error",
+            Self::NotAskedAgain => "not_asked_again",
         }
     }
 }
@@ -132,6 +136,11 @@ pub fn retry_body(
         Api::AnthropicMessages => anthropic::adapt(&mut body, instruction, keep_tools),
         Api::ChatCompletions => chat::adapt(&mut body, instruction, keep_tools),
         Api::Responses => responses::adapt(&mut body, instruction, keep_tools)?,
+        // TODO(issue 54): the legacy APIs' retries.
+        Api::Completions => return Err(Failure::NotAskedAgain),
+        Api::AnthropicComplete => return Err(Failure::NotAskedAgain),
+        // No answer of theirs is checked, so none is asked again.
+        Api::Embeddings | Api::MessageBatches => return Err(Failure::NotAskedAgain),
     }
     Ok(Value::Object(body))
 }
@@ -171,28 +180,23 @@ fn disable_tools(
     }
 }
 
-/// The path suffix of each API, as the filter recognises it.
-fn api_suffix(api: Api) -> &'static str {
-    match api {
-        Api::AnthropicMessages => anthropic::PATH,
-        Api::ChatCompletions => chat::PATH,
-        Api::Responses => responses::PATH,
-    }
-}
-
 fn api_name(api: Api) -> &'static str {
     match api {
         Api::AnthropicMessages => "anthropic_messages",
         Api::ChatCompletions => "chat_completions",
         Api::Responses => "responses",
+        Api::Completions => "completions",
+        Api::AnthropicComplete => "anthropic_complete",
+        Api::Embeddings => "embeddings",
+        Api::MessageBatches => "message_batches",
     }
 }
 
-/// `{base_url}{path}`, only when `path` is this API's and stays on the upstream's origin.
+/// `{base_url}{path}`, only when `path` is this API's (as the filter reads paths:
+/// [`livecheck_wire::endpoint`]) and stays on the upstream's origin.
 fn target(upstream: &Upstream, api: Api, path: &str) -> Result<Url, Failure> {
-    let bare = path.split(['?', '#']).next().unwrap_or(path);
-    let bare = bare.strip_suffix('/').unwrap_or(bare);
-    if !path.starts_with('/') || path.contains('#') || !bare.ends_with(api_suffix(api)) {
+    let is_api = livecheck_wire::endpoint("POST", path).is_some_and(|e| e.api == api);
+    if !path.starts_with('/') || path.contains('#') || !is_api {
         return Err(Failure::BadPath);
     }
     let base = upstream.base_url.as_str().trim_end_matches('/');

@@ -9,8 +9,6 @@ use serde_json::{json, Map, Value};
 use super::{disable_tools, objects, type_of, Failure};
 
 /// The path suffix of this API, as the filter recognises it.
-pub(super) const PATH: &str = "/v1/responses";
-
 pub(super) fn adapt(
     body: &mut Map<String, Value>,
     instruction: String,

@@ -243,6 +243,7 @@ fn with_usage_replaces_the_usage_and_nothing_else() {
                 assert_eq!(new["prompt_tokens_details"]["audio_tokens"], json!(0));
             }
             Api::Responses => assert_eq!(new["total_tokens"], json!(56 + 107)),
+            other => unreachable!("{other:?} is not among these tests' APIs"),
         }
     }
 }
@@ -252,6 +253,7 @@ fn total_for(api: Api, mut total: Usage) -> Usage {
     match api {
         Api::AnthropicMessages => total.reasoning_tokens = 0,
         Api::ChatCompletions | Api::Responses => total.cache_creation_tokens = 0,
+        other => unreachable!("{other:?} is not among these tests' APIs"),
     }
     total
 }

@@ -1,0 +1,266 @@
+//! Which request paths livecheck reads, and what each path says beyond its body: one list, read by
+//! the filter (what to check, what to refuse) and by the sidecar (where a retry may go).
+//!
+//! A path is read as a turn only when it is a `POST` to one of the endpoints below; everything
+//! else is the filter's to refuse or pass ([`endpoint`] answers `None`). The query is ignored, and a
+//! gateway may put a prefix before the vendor's path (`/openai/v1/responses`).
+//!
+//! | platform | path | API |
+//! | --- | --- | --- |
+//! | Anthropic | `…/v1/messages` | Messages |
+//! | Anthropic | `…/v1/messages/batches` | Message Batches (create) |
+//! | Anthropic | `…/v1/complete` | legacy Text Completions |
+//! | OpenAI | `…/v1/chat/completions`, `…/v1/responses`, `…/v1/completions`, `…/v1/embeddings` | Chat, Responses, legacy Completions, Embeddings |
+//! | Azure OpenAI | `…/openai/deployments/{deployment}/{chat/completions,completions,embeddings,responses}`, `…/openai/responses` | the same; the model is the deployment |
+//! | Vertex AI | `…/publishers/anthropic/models/{model}:rawPredict`, `:streamRawPredict` | Messages; the model in the path |
+//! | Bedrock | `…/model/{model}/invoke` | Messages (never streamed); the model in the path |
+
+use crate::Api;
+
+/// Where a turn's request goes: what the platform changes about the vendor's API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Platform {
+    /// The vendor's own API (or a gateway that keeps its paths).
+    Direct,
+    /// Azure OpenAI: deployment paths, the `api-key` header, `api-version` in the query.
+    Azure,
+    /// Anthropic's models on Google Vertex AI (`rawPredict`, `streamRawPredict`).
+    Vertex,
+    /// Anthropic's models on Amazon Bedrock (`invoke`): requests are signed by the caller (SigV4
+    /// over the body), so a retry needs the sidecar's own credentials.
+    Bedrock,
+}
+
+/// A request path livecheck reads: its API and what the path says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub api: Api,
+    pub platform: Platform,
+    /// The model the path names (an Azure deployment, a Vertex or Bedrock model id, percent-decoded).
+    pub model: Option<String>,
+    /// Whether the answer streams, when the path decides it (Bedrock `invoke`: never).
+    pub stream: Option<bool>,
+}
+
+impl Endpoint {
+    fn direct(api: Api) -> Self {
+        Self {
+            api,
+            platform: Platform::Direct,
+            model: None,
+            stream: None,
+        }
+    }
+}
+
+/// The endpoint a request calls, from its method and `:path`; `None`: not a request livecheck
+/// reads.
+pub fn endpoint(method: &str, path: &str) -> Option<Endpoint> {
+    if method != "POST" {
+        return None;
+    }
+    let path = path.split(['?', '#']).next().unwrap_or(path);
+    let path = path.strip_suffix('/').unwrap_or(path);
+    direct(path)
+        .map(Endpoint::direct)
+        .or_else(|| azure(path))
+        .or_else(|| vertex(path))
+        .or_else(|| bedrock(path))
+}
+
+/// The vendors' own paths, by suffix.
+fn direct(path: &str) -> Option<Api> {
+    [
+        ("/v1/messages", Api::AnthropicMessages),
+        ("/v1/messages/batches", Api::MessageBatches),
+        ("/v1/complete", Api::AnthropicComplete),
+        ("/v1/chat/completions", Api::ChatCompletions),
+        ("/v1/responses", Api::Responses),
+        ("/v1/completions", Api::Completions),
+        ("/v1/embeddings", Api::Embeddings),
+    ]
+    .into_iter()
+    .find(|(suffix, _)| path.ends_with(suffix))
+    .map(|(_, api)| api)
+}
+
+/// `…/openai/deployments/{deployment}/{operation}`, and `…/openai/responses` (the model in the body).
+fn azure(path: &str) -> Option<Endpoint> {
+    if path.ends_with("/openai/responses") {
+        return Some(Endpoint {
+            platform: Platform::Azure,
+            ..Endpoint::direct(Api::Responses)
+        });
+    }
+    let (_, rest) = path.rsplit_once("/openai/deployments/")?;
+    let (deployment, operation) = rest.split_once('/')?;
+    let api = match operation {
+        "chat/completions" => Api::ChatCompletions,
+        "completions" => Api::Completions,
+        "embeddings" => Api::Embeddings,
+        "responses" => Api::Responses,
+        _ => return None,
+    };
+    Some(Endpoint {
+        api,
+        platform: Platform::Azure,
+        model: Some(model_segment(deployment)?),
+        stream: None,
+    })
+}
+
+/// `…/publishers/anthropic/models/{model}:rawPredict` or `:streamRawPredict` (Vertex's token
+/// counting, the model `count-tokens`, makes no model generate: not a turn).
+fn vertex(path: &str) -> Option<Endpoint> {
+    let (_, rest) = path.rsplit_once("/publishers/anthropic/models/")?;
+    let (model, method) = rest.rsplit_once(':')?;
+    if !matches!(method, "rawPredict" | "streamRawPredict") || model == "count-tokens" {
+        return None;
+    }
+    Some(Endpoint {
+        api: Api::AnthropicMessages,
+        platform: Platform::Vertex,
+        model: Some(model_segment(model)?),
+        stream: None,
+    })
+}
+
+/// `…/model/{model}/invoke`. Its streamed twin, `invoke-with-response-stream`, answers in AWS
+/// event-stream framing, which livecheck does not read yet: not a turn.
+fn bedrock(path: &str) -> Option<Endpoint> {
+    let rest = path.strip_suffix("/invoke")?;
+    let (_, model) = rest.rsplit_once("/model/")?;
+    Some(Endpoint {
+        api: Api::AnthropicMessages,
+        platform: Platform::Bedrock,
+        model: Some(model_segment(model)?),
+        stream: Some(false),
+    })
+}
+
+/// One path segment naming a model, percent-decoded; `None` when empty, holding a `/`, or not
+/// UTF-8 once decoded.
+fn model_segment(segment: &str) -> Option<String> {
+    if segment.is_empty() || segment.contains('/') {
+        return None;
+    }
+    let mut out = Vec::with_capacity(segment.len());
+    let mut rest = segment;
+    while let Some((before, after)) = rest.split_once('%') {
+        out.extend_from_slice(before.as_bytes());
+        let hex = after.get(..2)?;
+        out.push(u8::from_str_radix(hex, 16).ok()?);
+        rest = after.get(2..)?;
+    }
+    out.extend_from_slice(rest.as_bytes());
+    let model = String::from_utf8(out).ok()?;
+    (!model.is_empty() && !model.contains('/')).then_some(model)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(path: &str) -> Option<Api> {
+        endpoint("POST", path).map(|e| e.api)
+    }
+
+    #[test]
+    fn the_vendors_paths_are_read_by_suffix_with_any_query() {
+        assert_eq!(api("/v1/messages"), Some(Api::AnthropicMessages));
+        assert_eq!(api("/v1/messages?beta=true"), Some(Api::AnthropicMessages));
+        assert_eq!(api("/v1/messages/batches"), Some(Api::MessageBatches));
+        assert_eq!(api("/v1/complete"), Some(Api::AnthropicComplete));
+        assert_eq!(api("/v1/chat/completions/"), Some(Api::ChatCompletions));
+        assert_eq!(api("/openai/v1/responses"), Some(Api::Responses));
+        assert_eq!(api("/v1/completions"), Some(Api::Completions));
+        assert_eq!(api("/v1/embeddings"), Some(Api::Embeddings));
+        assert_eq!(endpoint("GET", "/v1/messages"), None);
+        assert_eq!(endpoint("post", "/v1/messages"), None);
+    }
+
+    #[test]
+    fn paths_that_make_no_model_generate_or_are_not_read_yet_are_not_endpoints() {
+        for path in [
+            "/v1/messages/count_tokens",
+            "/v1/messages/batches/msgbatch_1/cancel",
+            "/v1/responses/resp_1/cancel",
+            "/v1/responses/input_tokens",
+            "/v1/batches",
+            "/v1/files",
+            "/v1/models",
+            "/openai/deployments/d/images/generations",
+            "/v1/projects/p/locations/l/publishers/anthropic/models/count-tokens:rawPredict",
+            "/v1/projects/p/locations/l/publishers/google/models/gemini-2.5-pro:generateContent",
+            "/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/invoke-with-response-stream",
+            "/model/amazon.nova-pro-v1%3A0/converse",
+            "/v1/made-up",
+        ] {
+            assert_eq!(endpoint("POST", path), None, "{path}");
+        }
+    }
+
+    #[test]
+    fn azure_deployments_name_the_model() {
+        let e = endpoint(
+            "POST",
+            "/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21",
+        );
+        assert_eq!(
+            e,
+            Some(Endpoint {
+                api: Api::ChatCompletions,
+                platform: Platform::Azure,
+                model: Some("gpt-4o-prod".into()),
+                stream: None,
+            })
+        );
+        assert_eq!(
+            api("/openai/deployments/d/completions"),
+            Some(Api::Completions)
+        );
+        assert_eq!(
+            api("/openai/deployments/d/embeddings"),
+            Some(Api::Embeddings)
+        );
+        assert_eq!(api("/openai/deployments/d/responses"), Some(Api::Responses));
+        let e = endpoint("POST", "/openai/responses?api-version=preview");
+        assert_eq!(
+            e.map(|e| (e.api, e.platform)),
+            Some((Api::Responses, Platform::Azure))
+        );
+        assert_eq!(api("/openai/deployments//chat/completions"), None);
+    }
+
+    #[test]
+    fn vertex_and_bedrock_name_the_model_in_the_path() {
+        let e = endpoint(
+            "POST",
+            "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4@20250514:streamRawPredict",
+        );
+        assert_eq!(
+            e.map(|e| (e.api, e.platform, e.model, e.stream)),
+            Some((
+                Api::AnthropicMessages,
+                Platform::Vertex,
+                Some("claude-sonnet-4@20250514".into()),
+                None
+            ))
+        );
+        let e = endpoint(
+            "POST",
+            "/model/us.anthropic.claude-3-5-sonnet-20240620-v1%3A0/invoke",
+        );
+        assert_eq!(
+            e.map(|e| (e.api, e.platform, e.model, e.stream)),
+            Some((
+                Api::AnthropicMessages,
+                Platform::Bedrock,
+                Some("us.anthropic.claude-3-5-sonnet-20240620-v1:0".into()),
+                Some(false)
+            ))
+        );
+        assert_eq!(api("/model/a%2Fb/invoke"), None);
+        assert_eq!(api("/model/%zz/invoke"), None);
+    }
+}
