@@ -16,7 +16,7 @@ mod tools;
 
 use std::rc::Rc;
 
-use crate::api::{self, Api, Endpoint, Ids, Request};
+use crate::api::{self, Api, Endpoint, Ids, Platform, Request};
 use crate::check::stop::{self, Stop};
 use crate::check::{CheckResult, Outcome};
 use crate::config::{Policy, Stage, Version};

@@ -20,10 +20,14 @@ impl Turn {
             Ok(v) => v,
             Err(e) => return self.refuse_request(host, api, 400, &e.to_string()),
         };
-        self.record.credentials = judge::CREDENTIAL_HEADERS
-            .iter()
-            .filter_map(|h| Some(((*h).to_owned(), host.request_header(h)?)))
-            .collect();
+        // A platform's credentials (an Azure key, a Google token, an AWS signature) are not the
+        // judge backends': its judged checks use the sidecar's own keys.
+        if endpoint.platform == Platform::Direct {
+            self.record.credentials = judge::CREDENTIAL_HEADERS
+                .iter()
+                .filter_map(|h| Some(((*h).to_owned(), host.request_header(h)?)))
+                .collect();
+        }
         if let Some(encoding) = host.request_header("content-encoding") {
             if !encoding.trim().eq_ignore_ascii_case("identity") {
                 return self.refuse_request(
