@@ -14,6 +14,7 @@
 
 pub(crate) mod anthropic;
 pub(crate) mod chat;
+mod dialect;
 #[cfg(test)]
 mod fixtures;
 mod peek;
@@ -25,6 +26,7 @@ use std::ops::Range;
 use serde_json::Value;
 
 use crate::json::{self, FieldError};
+pub use dialect::{unread_message, Dialect};
 pub use peek::{peek_id, PEEK_BYTES};
 pub use recovered::{answer_usage, as_stream, stream_usage, with_usage, Usage};
 
@@ -279,23 +281,6 @@ pub fn withheld(api: Api, answer_body: &[u8], reply: &str) -> Result<Vec<u8>, Ba
     }
     .map_err(BadAnswer::from)?;
     Ok(json::to_vec(&Value::Object(body)))
-}
-
-/// An error body in the vendor's shape for `status` (400, 413, 415, …). `message` is shown to the
-/// caller as is.
-pub fn error(api: Api, status: u16, message: &str) -> Reply {
-    let body = match api {
-        Api::AnthropicMessages => anthropic::error(status, message),
-        Api::ChatCompletions | Api::Responses => chat::error(message),
-        Api::Completions => chat::error(message),
-        Api::AnthropicComplete => anthropic::error(status, message),
-        Api::Embeddings => chat::error(message),
-        Api::MessageBatches => anthropic::error(status, message),
-    };
-    Reply {
-        content_type: JSON,
-        body: json::to_vec(&body),
-    }
 }
 
 fn answer_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, BadAnswer> {

@@ -637,6 +637,7 @@ fn withheld_responses_answer_is_incomplete_with_one_message() {
 
 #[test]
 fn errors_are_in_each_vendor_shape() {
+    let error = |api, status, message| Dialect::of(api, Platform::Direct).error(status, message).0;
     let body = json_of(&error(Api::AnthropicMessages, 413, "too large").body);
     assert_eq!(
         body,

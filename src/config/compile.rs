@@ -11,7 +11,9 @@ use serde::de::DeserializeOwned;
 
 use crate::scan::{RuleSet, RuleSetError};
 
-use super::raw::{RawAgent, RawPolicy, RawVersion};
+use super::raw::{RawAgent, RawPolicy, RawUnread, RawVersion};
+use super::tools::Glob;
+use super::unread::{self, Unread, DEFAULT_PASS_PATHS};
 use super::{
     authority_of_cluster, valid_token, Agent, Check, ConfigError, Policy, Stage, TokenSource,
     Version, DEFAULT_AGENT_HEADER, DEFAULT_BLOCKED_REPLY, DEFAULT_DEADLINE_MS,
@@ -164,6 +166,7 @@ impl Compiler<'_> {
                 ));
             }
         }
+        let unread = self.unread(&at, raw.unread, raw.pass_paths);
         let judge_cluster = raw
             .judge_cluster
             .unwrap_or_else(|| DEFAULT_JUDGE_CLUSTER.to_owned());
@@ -223,6 +226,7 @@ impl Compiler<'_> {
             judge_authority,
             judge_token,
             mcp_paths,
+            unread,
             agent_header,
             version_header,
             default_agent: raw.default_agent,
@@ -234,6 +238,32 @@ impl Compiler<'_> {
             person_header,
             agents,
         })
+    }
+
+    /// `unread` and `pass_paths` compiled: the default list when none is given.
+    fn unread(
+        &mut self,
+        at: &At,
+        mode: Option<RawUnread>,
+        pass_paths: Option<Vec<String>>,
+    ) -> Unread {
+        let pass_paths = pass_paths
+            .unwrap_or_else(|| DEFAULT_PASS_PATHS.iter().map(|p| (*p).to_owned()).collect());
+        for (i, glob) in pass_paths.iter().enumerate() {
+            if !unread::valid_glob(glob) {
+                self.errors.push(at.error(
+                    Some(&format!("pass_paths[{i}]")),
+                    "must be a path glob such as \"*/v1/messages/count_tokens\": starting with `/` or `*`, at most 256 visible ASCII characters, no `#`",
+                ));
+            }
+        }
+        Unread {
+            mode: match mode {
+                None | Some(RawUnread::Refuse) => unread::Mode::Refuse,
+                Some(RawUnread::Pass) => unread::Mode::Pass,
+            },
+            pass_paths: pass_paths.iter().map(|g| Glob::new(g)).collect(),
+        }
     }
 
     fn header_name(

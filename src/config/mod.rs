@@ -12,6 +12,7 @@ mod compile;
 mod live_checks;
 mod raw;
 mod tools;
+pub mod unread;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -64,6 +65,8 @@ pub struct Policy {
     pub person_header: Option<String>,
     /// Path suffixes of MCP endpoints: their `tools/call` requests are checked.
     pub mcp_paths: Vec<String>,
+    /// What becomes of requests livecheck does not read.
+    pub unread: unread::Unread,
     pub agents: HashMap<String, Agent>,
 }
 

@@ -95,12 +95,32 @@ pub struct RawPolicy {
     // Visible ASCII but `#` and `?` (and `/` last): ranges `$`..`>` and `@`..`~` skip both.
     #[schemars(inner(pattern(r#"^/[!"$->@-~]*[!"$-.0->@-~]$"#)))]
     pub mcp_paths: Option<Vec<String>>,
+    /// What becomes of a request livecheck does not read as a turn (a `POST` to a path it does not
+    /// check, a WebSocket upgrade) that is not a `GET`, `HEAD` or `OPTIONS` and matches no
+    /// `pass_paths`: `"refuse"` (the default: answered 403 in the vendor's error shape, naming the
+    /// path) or `"pass"` (forwarded unchecked, counted; `livecheck lint` warns).
+    pub unread: Option<RawUnread>,
+    /// Globs of paths (the query ignored; `*` any run of characters, `?` one) that pass unread:
+    /// endpoints that make no model generate. Replaces the default list (token counting and
+    /// cancelling: see the README). Each starts with `/` or `*`, visible ASCII without `#`.
+    #[schemars(inner(pattern(r#"^[/*][!"$-~]{0,255}$"#)))]
+    pub pass_paths: Option<Vec<String>>,
     /// The agents, by id (letters, digits, `-`, `_`, `.`, `:`).
     // Read per check (as `serde_json::Value`), so one bad check is one error; the schema names the
     // type it is read as.
     #[schemars(with = "BTreeMap<String, RawAgent>")]
     #[schemars(extend("propertyNames" = {"pattern": NAME}, "minProperties" = 1))]
     pub agents: BTreeMap<String, serde_json::Value>,
+}
+
+/// What becomes of a request livecheck does not read (`unread`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RawUnread {
+    /// Answered 403 in the vendor's error shape (the default: fail closed).
+    Refuse,
+    /// Forwarded unchecked, counted in `livecheck.unread.passed`.
+    Pass,
 }
 
 /// An agent: its versions by id, and the one callers get.

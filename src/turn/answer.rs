@@ -9,10 +9,10 @@ impl Turn {
         match std::mem::replace(&mut self.state, State::Done) {
             // The question is still held: read or checked, not yet sent upstream.
             State::ReadingQuestion { endpoint, .. } => {
-                self.answered_before_asked(host, Some(endpoint.api))
+                self.answered_before_asked(host, Some(Dialect::of(endpoint.api, endpoint.platform)))
             }
             State::JudgingQuestion(judging) => {
-                self.answered_before_asked(host, Some(judging.asked.api))
+                self.answered_before_asked(host, Some(judging.asked.dialect()))
             }
             State::ReadingMcp { .. } | State::CheckingMcp(_) => {
                 self.answered_before_asked(host, None)
@@ -96,7 +96,7 @@ impl Turn {
     /// on at once). An error status carries no model text and reaches the caller as sent; any
     /// other answer cannot be an answer to a question the upstream never had, and is refused.
     /// `api`: the question's, `None` for an MCP request.
-    fn answered_before_asked(&mut self, host: &mut dyn Host, api: Option<Api>) -> Flow {
+    fn answered_before_asked(&mut self, host: &mut dyn Host, dialect: Option<Dialect>) -> Flow {
         self.state = State::Done;
         let status = host.response_header(":status").unwrap_or_default();
         if !status.starts_with('2') {
@@ -107,14 +107,19 @@ impl Turn {
             "livecheck: the upstream answered before the question was sent; refused",
         );
         let message = "the upstream answered before the question was checked";
-        let (content_type, body) = match api {
-            Some(api) => {
-                let reply = api::error(api, 502, message);
-                (reply.content_type, reply.body)
+        let (content_type, body, mut headers) = match dialect {
+            Some(dialect) => {
+                let (reply, headers) = dialect.error(502, message);
+                (reply.content_type, reply.body, headers)
             }
-            None => ("application/json", crate::mcp::error(None, -32603, message)),
+            None => (
+                "application/json",
+                crate::mcp::error(None, -32603, message),
+                Vec::new(),
+            ),
         };
-        host.send_local_reply(502, &[("content-type", content_type)], &body);
+        headers.push(("content-type", content_type));
+        host.send_local_reply(502, &headers, &body);
         Flow::Pause
     }
 

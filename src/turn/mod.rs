@@ -16,7 +16,7 @@ mod tools;
 
 use std::rc::Rc;
 
-use crate::api::{self, Api, Endpoint, Ids, Platform, Request};
+use crate::api::{self, Api, Dialect, Endpoint, Ids, Platform, Request};
 use crate::check::stop::{self, Stop};
 use crate::check::{CheckResult, Outcome};
 use crate::config::{Policy, Stage, Version};
@@ -63,7 +63,8 @@ pub struct Turn {
 ///                   Observing | Peeking → Done;  Streaming: its own `Phase`
 /// ```
 enum State {
-    /// Not a call livecheck checks (another path or method): passes untouched.
+    /// Not a call livecheck checks (a reading method, a path passed on purpose, MCP without
+    /// tool checks): passes untouched.
     Bypass,
     /// The request headers went upstream; the body is held while it is read.
     ReadingQuestion {
@@ -129,6 +130,8 @@ struct StreamRecovery {
 
 struct Asked {
     api: Api,
+    /// Where the request went (its errors are written in that platform's dialect).
+    platform: Platform,
     version: Rc<Version>,
     request: Request,
     /// The turn's credentials, kept for the judge: request headers cannot be read once the
@@ -142,6 +145,11 @@ struct Asked {
 }
 
 impl Asked {
+    /// The dialect of the errors this turn's caller reads.
+    fn dialect(&self) -> Dialect {
+        Dialect::of(self.api, self.platform)
+    }
+
     fn recovery_turn<'a>(&'a self, policy: &'a Policy, source: &'a Source) -> recovery::Turn<'a> {
         recovery::Turn {
             policy,

@@ -1,5 +1,6 @@
 //! The question: reading the request, its input checks, and refusing it before any model is called.
 
+use crate::config::unread::Fate;
 use crate::config::SelectError;
 
 use super::*;
@@ -12,13 +13,17 @@ impl Turn {
             return self.start_mcp(host, end_of_stream);
         }
         let Some(endpoint) = api::endpoint(&method, &path) else {
-            self.state = State::Bypass;
-            return Flow::Continue;
+            if self.policy.is_mcp(&method, &path) {
+                // An MCP endpoint the operator named, with no tool check to read its calls: no
+                // model generates there.
+                self.state = State::Bypass;
+                return Flow::Continue;
+            }
+            return self.unread(host, &method, &path);
         };
-        let api = endpoint.api;
         let version = match self.begin(host) {
             Ok(v) => v,
-            Err(e) => return self.refuse_request(host, api, 400, &e.to_string()),
+            Err(e) => return self.refuse_request(host, &endpoint, 400, &e.to_string()),
         };
         // A platform's credentials (an Azure key, a Google token, an AWS signature) are not the
         // judge backends': its judged checks use the sidecar's own keys.
@@ -32,7 +37,7 @@ impl Turn {
             if !encoding.trim().eq_ignore_ascii_case("identity") {
                 return self.refuse_request(
                     host,
-                    api,
+                    &endpoint,
                     415,
                     "livecheck reads request bodies as they are written: send them without content-encoding",
                 );
@@ -42,10 +47,10 @@ impl Turn {
             .request_header("content-length")
             .and_then(|l| l.trim().parse::<usize>().ok());
         if declared.is_some_and(|len| len > self.policy.max_body_bytes) {
-            return self.too_large(host, api);
+            return self.too_large(host, &endpoint);
         }
         if end_of_stream {
-            return self.refuse_request(host, api, 400, "the request has no body");
+            return self.refuse_request(host, &endpoint, 400, "the request has no body");
         }
         // Answers must be readable to be checked.
         host.set_request_header("accept-encoding", Some("identity"));
@@ -115,7 +120,7 @@ impl Turn {
     ) -> Flow {
         let api = endpoint.api;
         if body_size > self.policy.max_body_bytes {
-            return self.too_large(host, api);
+            return self.too_large(host, &endpoint);
         }
         if !end_of_stream {
             self.state = State::ReadingQuestion {
@@ -126,11 +131,11 @@ impl Turn {
             return Flow::Pause;
         }
         let Some(body) = host.request_body(body_size) else {
-            return self.refuse_request(host, api, 400, "the request body could not be read");
+            return self.refuse_request(host, &endpoint, 400, "the request body could not be read");
         };
         let request = match api::read_request(&endpoint, &body) {
             Ok(r) => r,
-            Err(e) => return self.refuse_request(host, api, 400, &e.to_string()),
+            Err(e) => return self.refuse_request(host, &endpoint, 400, &e.to_string()),
         };
         let rules = decide(
             &version,
@@ -151,6 +156,7 @@ impl Turn {
         });
         let asked = Asked {
             api,
+            platform: endpoint.platform,
             version,
             request,
             credentials,
@@ -168,7 +174,7 @@ impl Turn {
             && !asked.request.stream
             && answers_must_be_checked(&asked.version)
         {
-            return self.refuse_request(host, api, 400, BACKGROUND_REFUSED);
+            return self.refuse_request(host, &endpoint, 400, BACKGROUND_REFUSED);
         }
         // The judge reads the question only for a judged input check: no copy otherwise.
         let text = if judge::blocking_judged(&asked.version, Stage::Input).is_empty() {
@@ -220,29 +226,74 @@ impl Turn {
         Ok(version)
     }
 
+    /// Refuses a request to a read endpoint that cannot be checked, in its dialect's error shape.
     fn refuse_request(
         &mut self,
         host: &mut dyn Host,
-        api: Api,
+        endpoint: &Endpoint,
         status: u32,
         message: &str,
     ) -> Flow {
         self.state = State::Done;
-        let reply = api::error(api, status as u16, message);
-        host.send_local_reply(status, &[("content-type", reply.content_type)], &reply.body);
+        let (reply, mut headers) =
+            Dialect::of(endpoint.api, endpoint.platform).error(status as u16, message);
+        headers.push(("content-type", reply.content_type));
+        host.send_local_reply(status, &headers, &reply.body);
         Flow::Pause
     }
 
-    fn too_large(&mut self, host: &mut dyn Host, api: Api) -> Flow {
+    /// A request livecheck does not read as a turn: passed when it cannot make a model generate
+    /// or its path is passed on purpose, else refused (fail closed) with 403 in the dialect its
+    /// path suggests, naming the path, and counted either way.
+    fn unread(&mut self, host: &mut dyn Host, method: &str, path: &str) -> Flow {
+        let upgrade = host.request_header("upgrade").is_some();
+        match self.policy.unread.fate(method, path, upgrade) {
+            Fate::Harmless => {
+                self.state = State::Bypass;
+                Flow::Continue
+            }
+            Fate::Passed => {
+                host.increment_counter(UNREAD_PASSED);
+                self.state = State::Bypass;
+                Flow::Continue
+            }
+            Fate::Refused => {
+                host.increment_counter(UNREAD_REFUSED);
+                let message = api::unread_message(method, path);
+                // The path, never its query (it may hold a key) or any header.
+                host.log(
+                    LogLevel::Info,
+                    &format!("livecheck: refused a request livecheck does not read: {message}"),
+                );
+                let anthropic = host.request_header("anthropic-version").is_some();
+                let (reply, mut headers) = Dialect::guess(path, anthropic).error(403, &message);
+                headers.push(("content-type", reply.content_type));
+                headers.push((stop::HEADER, UNREAD_CHECK));
+                self.state = State::Done;
+                host.send_local_reply(403, &headers, &reply.body);
+                Flow::Pause
+            }
+        }
+    }
+
+    fn too_large(&mut self, host: &mut dyn Host, endpoint: &Endpoint) -> Flow {
         let limit = self.policy.max_body_bytes;
         self.refuse_request(
             host,
-            api,
+            endpoint,
             413,
             &format!("the request body is larger than this gateway reads ({limit} bytes)"),
         )
     }
 }
+
+/// The counters of requests livecheck does not read: refused (fail closed), and passed by
+/// `pass_paths` or `unread: "pass"`.
+pub const UNREAD_REFUSED: &str = "livecheck.unread.refused";
+pub const UNREAD_PASSED: &str = "livecheck.unread.passed";
+
+/// The `X-Core-Check` of a refused unread request: no check stopped it, the path did.
+const UNREAD_CHECK: &str = "code=unread_path";
 
 /// A Responses request with `background: true` and no stream is answered at once with a queued
 /// response, and its answer is read back later (`GET /v1/responses/{id}`), a request the filter
