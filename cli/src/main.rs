@@ -111,6 +111,9 @@ fn lint(path: &str) -> ExitCode {
                 .flat_map(|a| a.versions.values())
                 .map(|v| v.tools.rows.len())
                 .sum();
+            if let Some(warning) = policy.unread.warning() {
+                println!("{path}: warning: {warning}");
+            }
             let tools = if tool_checks > 0 {
                 format!(", {tool_checks} tool check(s)")
             } else {

@@ -110,3 +110,21 @@ fn tool_checks_lint_with_the_rest_one_line_per_problem() {
     );
     assert!(!out.contains("secret"), "patterns are never printed: {out}");
 }
+
+#[test]
+fn unread_pass_lints_with_a_warning_and_passes() {
+    let seed = include_str!("../../examples/seed.json");
+    let config = seed.replacen('{', r#"{"unread": "pass","#, 1);
+    let (code, out) = lint(&config);
+    assert_eq!(code, 0, "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(
+        lines[0].contains(
+            r#"warning: `unread: "pass"` forwards every request livecheck does not read unchecked"#
+        ),
+        "{out}"
+    );
+    let (_, out) = lint(seed);
+    assert!(!out.contains("warning"), "the default refuses: {out}");
+}

@@ -46,7 +46,18 @@ pub enum Fate {
     Refused,
 }
 
+/// What `livecheck lint` and the filter's configure say of `unread: "pass"`.
+pub const PASS_WARNING: &str = "`unread: \"pass\"` forwards every request livecheck does not read \
+    unchecked (Gemini, Bedrock Converse, files, batches, realtime sessions, any path it does not \
+    know): they are counted in livecheck.unread.passed but no check reads them; prefer the default \
+    (refuse) with `pass_paths` naming the endpoints that make no model generate";
+
 impl Unread {
+    /// What an operator should know of this setting: a warning when it passes unread requests.
+    pub fn warning(&self) -> Option<&'static str> {
+        (self.mode == Mode::Pass).then_some(PASS_WARNING)
+    }
+
     /// What becomes of a request livecheck does not read: its method, `:path`, and whether it
     /// asks for a protocol upgrade (a WebSocket, such as a realtime session, streams both ways
     /// past every check, whatever its method).

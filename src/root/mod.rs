@@ -113,6 +113,9 @@ impl Root {
         match policy {
             Ok(policy) => {
                 let agents = policy.agents.len();
+                if let Some(warning) = policy.unread.warning() {
+                    host.log(LogLevel::Warn, &format!("livecheck: {warning}"));
+                }
                 self.policy = Some(Rc::new(policy));
                 // Nonzero: 0 means "not configured".
                 let id = host.random().max(1);
