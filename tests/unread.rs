@@ -160,6 +160,9 @@ fn an_operators_pass_paths_replace_the_default_list() {
 fn unread_pass_forwards_every_unread_request_and_counts_it() {
     let config = with_setting(SEED, "unread", r#""pass""#);
     let mut host = livecheck(&config);
+    assert!(host.logs_contain(
+        "`unread: \"pass\"` forwards every request livecheck does not read unchecked"
+    ));
     let s = request(
         &mut host,
         "POST",
