@@ -215,3 +215,18 @@ fn an_mcp_endpoint_without_tool_checks_passes() {
     );
     assert!(!refused(&host, s));
 }
+
+#[test]
+fn an_mcp_session_is_ended_through_the_filter() {
+    let mut host = livecheck(SEED);
+    let s = request(
+        &mut host,
+        "DELETE",
+        "/tools/mcp",
+        &[("mcp-session-id", "s1")],
+        None,
+    );
+    assert!(!refused(&host, s));
+    let s = request(&mut host, "DELETE", "/v1/responses/resp_1", &[], None);
+    assert!(refused(&host, s), "a DELETE elsewhere is no reading method");
+}

@@ -265,9 +265,15 @@ impl Policy {
     /// Whether a request goes to an MCP endpoint whose tool calls are checked: a POST whose path
     /// (the query ignored) ends with one of `mcp_paths`.
     pub fn is_mcp(&self, method: &str, path: &str) -> bool {
+        method == "POST" && self.is_mcp_path(path)
+    }
+
+    /// Whether a path (the query ignored) ends with one of `mcp_paths`: an MCP endpoint, where no
+    /// model generates (its `GET` stream and `DELETE` of a session included).
+    pub fn is_mcp_path(&self, path: &str) -> bool {
         let path = path.split(['?', '#']).next().unwrap_or(path);
         let path = path.strip_suffix('/').unwrap_or(path);
-        method == "POST" && self.mcp_paths.iter().any(|p| path.ends_with(p.as_str()))
+        self.mcp_paths.iter().any(|p| path.ends_with(p.as_str()))
     }
 
     /// The version a request runs: the named agent (header, else host, else default) and

@@ -13,9 +13,9 @@ impl Turn {
             return self.start_mcp(host, end_of_stream);
         }
         let Some(endpoint) = api::endpoint(&method, &path) else {
-            if self.policy.is_mcp(&method, &path) {
-                // An MCP endpoint the operator named, with no tool check to read its calls: no
-                // model generates there.
+            if self.policy.is_mcp_path(&path) {
+                // An MCP endpoint the operator named (a `POST` no tool check reads, its `GET`
+                // stream, the `DELETE` that ends a session): no model generates there.
                 self.state = State::Bypass;
                 return Flow::Continue;
             }
