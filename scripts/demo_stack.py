@@ -304,6 +304,19 @@ def smoke() -> bool:
             f"X-Core-Check: {header}", f"finish_reason: {choice.finish_reason}",
             f"text: {choice.message.content!r}"])
 
+    # 5. An endpoint livecheck does not read is refused (fail closed): the model is never called.
+    t = time.monotonic()
+    try:
+        oai.files.create(file=("notes.jsonl", b'{"prompt": "my password is hunter2"}\n'), purpose="batch")
+        refused, status, header, message = False, 200, None, "forwarded"
+    except openai.PermissionDeniedError as e:
+        refused, status = True, e.status_code
+        header, message = e.response.headers.get("x-core-check"), e.message
+    report("OpenAI SDK, a file upload (a path livecheck does not read): refused",
+           refused and header == "code=unread_path",
+           [f"HTTP {status} in {time.monotonic() - t:.2f} s", f"X-Core-Check: {header}",
+            f"message: {message[:100]!r}"])
+
     if answers == 0:
         ok = False
         say("\n[FAILED] no real model answer reached the caller")
