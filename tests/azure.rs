@@ -7,7 +7,7 @@
 //! (a first chunk of `choices: []` holding `prompt_filter_results`, verdicts beside the text,
 //! annotations of text already sent with an empty id and model).
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
 mod common;
 
