@@ -286,3 +286,20 @@ fn an_azure_turns_key_is_never_sent_to_the_judge_nor_recorded() {
         assert!(!String::from_utf8_lossy(&call.body).contains(API_KEY));
     }
 }
+
+#[test]
+fn an_answer_azures_own_filter_stopped_goes_as_it_came() {
+    let upstream = azure_stream(&CLEAN[..2]).replace(
+        r#""finish_reason":"stop""#,
+        r#""finish_reason":"content_filter""#,
+    );
+    assert!(upstream.contains(r#""finish_reason":"content_filter""#));
+    for chunking in CHUNKINGS {
+        let mut host = livecheck(RULES_ONLY);
+        let s = ask(&mut host, CLEAN_QUESTION, true);
+        answer_stream(&mut host, s, &upstream, chunking);
+        let caller = host.caller_received(s);
+        assert_eq!(caller.body_text(), upstream, "{chunking:?}");
+        assert_eq!(host.metric("livecheck.a.no-iban.passed"), Some(1));
+    }
+}
