@@ -600,3 +600,152 @@ fn the_shipped_configs_name_their_upstreams() {
     let example = Settings::load(&dir.join("example.toml"), &|_| None).unwrap();
     assert!(!example.upstreams.is_empty());
 }
+
+#[test]
+fn a_glob_authority_serves_every_host_its_star_matches_and_fills_the_base_url() {
+    let s = Settings::from_toml(
+        r#"
+        [[backends]]
+        api = "openai"
+        base_url = "http://h"
+        models = ["*"]
+        [[upstreams]]
+        name = "azure"
+        authority = "*.openai.azure.com"
+        base_url = "https://*.openai.azure.com"
+        [[upstreams]]
+        name = "prod"
+        authority = "prod.openai.azure.com"
+        base_url = "https://gateway.example.com"
+        [[upstreams]]
+        name = "bedrock"
+        authority = "bedrock-runtime.*.amazonaws.com"
+        base_url = "https://bedrock.example.com"
+        [[upstreams]]
+        name = "eu"
+        authority = "eu*.openai.azure.com"
+        base_url = "https://eu.example.com"
+        [[upstreams]]
+        name = "local"
+        authority = "*.local.test:10000"
+        base_url = "http://127.0.0.1:8080"
+        "#,
+        &|_| None,
+    )
+    .unwrap();
+    let find = |a: &str| {
+        s.upstreams
+            .for_authority(a)
+            .map(|u| (u.name.clone(), u.base_url.to_string()))
+    };
+    let found = |name: &str, url: &str| Some((name.to_owned(), url.to_owned()));
+    assert_eq!(
+        find("My-Res.openai.azure.com"),
+        found("azure", "https://my-res.openai.azure.com/")
+    );
+    assert_eq!(
+        find("my-res.openai.azure.com:443"),
+        found("azure", "https://my-res.openai.azure.com/")
+    );
+    assert_eq!(
+        find("prod.openai.azure.com"),
+        found("prod", "https://gateway.example.com/"),
+        "an exact authority wins over a glob"
+    );
+    assert_eq!(
+        find("eu-west.openai.azure.com"),
+        found("eu", "https://eu.example.com/"),
+        "the glob fixing more characters wins"
+    );
+    assert_eq!(
+        find("bedrock-runtime.us-east-1.amazonaws.com"),
+        found("bedrock", "https://bedrock.example.com/")
+    );
+    assert_eq!(find("a.b.openai.azure.com"), None, "the star is one label");
+    assert_eq!(find("openai.azure.com"), None);
+    assert_eq!(find("evil.com/x.openai.azure.com"), None);
+    assert_eq!(
+        find("a.local.test:10000"),
+        found("local", "http://127.0.0.1:8080/")
+    );
+    assert_eq!(
+        find("a.local.test"),
+        None,
+        "an entry with a port needs that port"
+    );
+}
+
+#[test]
+fn every_glob_problem_is_listed() {
+    let bad = r#"
+        [[backends]]
+        api = "openai"
+        base_url = "http://h"
+        models = ["*"]
+        [[upstreams]]
+        name = "a"
+        authority = "*.*.azure.com"
+        base_url = "https://h"
+        [[upstreams]]
+        name = "b"
+        authority = "example.*"
+        base_url = "https://h"
+        [[upstreams]]
+        name = "c"
+        authority = "api.example.com"
+        base_url = "https://*.example.com"
+        [[upstreams]]
+        name = "d"
+        authority = "*.openai.azure.com"
+        base_url = "https://h/*/x"
+        [[upstreams]]
+        name = "e"
+        authority = "*.openai.azure.com"
+        base_url = "https://*.openai.azure.com"
+        [[upstreams]]
+        name = "f"
+        authority = "*.openai.azure.com"
+        base_url = "https://h"
+        [[upstreams]]
+        name = "g"
+        authority = "*..azure.com"
+        base_url = "https://h"
+    "#;
+    let err = Settings::from_toml(bad, &|_| None).unwrap_err();
+    let all = err.to_string();
+    for needle in [
+        "upstream \"a\": authority \"*.*.azure.com\" may hold one `*` only",
+        "upstream \"b\": authority \"example.*\" may not hold its `*` in the last label",
+        "upstream \"c\": base_url \"https://*.example.com\" may hold a `*` only when the authority holds one",
+        "upstream \"d\": base_url \"https://h/*/x\" may hold one `*`, in its host",
+        "upstream \"f\": authority \"*.openai.azure.com\" is already served by upstream \"e\"",
+        "upstream \"g\": authority \"*..azure.com\" is not a host name",
+    ] {
+        assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+    }
+    assert_eq!(err.0.len(), 6, "{all}");
+}
+
+#[tokio::test]
+async fn azure_is_asked_again_on_its_deployment_path_with_its_api_key() {
+    let upstream = UpstreamDouble::start(Reply::Ok(CHAT_ANSWER.into())).await;
+    let judge = judge_for(&upstream).await;
+    let original = json!({
+        "model": "gpt-4o-prod",
+        "messages": [{"role": "user", "content": "Swear at me."}],
+        "stream": true
+    });
+    let path = "/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21";
+    let req = retry_request(Api::ChatCompletions, path, &original);
+    let answer = retry(
+        &judge,
+        &req,
+        &[("api-key", "azure-turn-key"), ("x-unrelated", "no")],
+    )
+    .await;
+    answered(&answer, CHAT_ANSWER);
+    let seen = upstream.only_request();
+    assert_eq!(seen.uri, path, "the api-version query is kept as it came");
+    assert_eq!(seen.header("api-key"), Some("azure-turn-key"));
+    assert_eq!(seen.header("x-unrelated"), None);
+}

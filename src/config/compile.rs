@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use livecheck_wire::HostGlob;
 use serde::de::DeserializeOwned;
 
 use crate::scan::{RuleSet, RuleSetError};
@@ -111,7 +112,15 @@ impl Compiler<'_> {
                     .push(at.error(Some("default_agent"), "names no configured agent"));
             }
         }
+        let mut host_globs = Vec::new();
         for (host, agent) in &raw.hosts {
+            match HostGlob::parse(host) {
+                Ok(Some(glob)) => host_globs.push((glob, agent.clone())),
+                Ok(None) => {}
+                Err(why) => self
+                    .errors
+                    .push(at.error(Some("hosts"), format!("host {host:?} {why}"))),
+            }
             if !agents.contains_key(agent) && self.errors.is_empty() {
                 self.errors.push(at.error(
                     Some("hosts"),
@@ -119,6 +128,8 @@ impl Compiler<'_> {
                 ));
             }
         }
+        // Among the globs a host matches, the one that fixes the most characters wins.
+        host_globs.sort_by_key(|(glob, _)| std::cmp::Reverse(glob.fixed_len()));
         let agent_header =
             self.header_name(&at, "agent_header", raw.agent_header, DEFAULT_AGENT_HEADER);
         let version_header = self.header_name(
@@ -231,6 +242,7 @@ impl Compiler<'_> {
             version_header,
             default_agent: raw.default_agent,
             hosts: raw.hosts,
+            host_globs,
             max_body_bytes,
             stream_frame_bytes,
             hold_answer_headers: raw.hold_answer_headers.unwrap_or(false),

@@ -20,6 +20,7 @@ use std::rc::Rc;
 
 pub use crate::check::{Alert, Kind, Mode, Stage};
 use crate::scan::RuleSet;
+pub use livecheck_wire::HostGlob;
 pub use raw::{json_schema, schema_for};
 pub use tools::{
     ArgRule, Glob, ToolChecks, ToolRow, ToolTest, ALLOWED_TOOLS, DEFAULT_TOOL_TIMEOUT_MS,
@@ -48,6 +49,8 @@ pub struct Policy {
     pub version_header: String,
     pub default_agent: Option<String>,
     pub hosts: BTreeMap<String, String>,
+    /// The `hosts` holding a `*`, the longest fixed part first: an exact host wins over them.
+    pub host_globs: Vec<(HostGlob, String)>,
     pub max_body_bytes: usize,
     /// `content-length` of a streamed answer that may be cut (opt-in; see `frame`); `None`, the
     /// default: streamed as it comes, and a cut stream is reset after its closing events.
@@ -284,7 +287,14 @@ impl Policy {
         version: Option<&str>,
         host: Option<&str>,
     ) -> Result<Rc<Version>, SelectError> {
-        let host_agent = host.and_then(|h| self.hosts.get(strip_port(h)).map(String::as_str));
+        let host_agent = host.map(strip_port).and_then(|h| {
+            self.hosts.get(h).map(String::as_str).or_else(|| {
+                self.host_globs
+                    .iter()
+                    .find(|(glob, _)| glob.capture(h).is_some())
+                    .map(|(_, agent)| agent.as_str())
+            })
+        });
         let name = agent
             .or(host_agent)
             .or(self.default_agent.as_deref())

@@ -51,6 +51,10 @@ pub struct RawPolicy {
     /// The agent of requests that name none and whose host is not in `hosts`.
     pub default_agent: Option<String>,
     /// `:authority` (without port) → agent, for gateways that give each agent its own host name.
+    /// A host may hold one `*`, standing for one or more characters within one DNS label
+    /// (`*.openai.azure.com`, `*-aiplatform.googleapis.com`, `bedrock-runtime.*.amazonaws.com`);
+    /// a host written out wins over one with a `*`, and of several with a `*` the one fixing the
+    /// most characters.
     #[serde(default)]
     pub hosts: BTreeMap<String, String>,
     /// Largest request or answer body the filter reads (default 1 MiB); larger ones are refused.

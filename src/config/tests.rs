@@ -231,6 +231,66 @@ fn bad_json_says_where() {
 }
 
 #[test]
+fn a_host_with_a_star_names_the_agent_of_every_host_it_matches_an_exact_host_first() {
+    let json = r#"{
+        "default_agent": "a",
+        "hosts": {
+            "*.openai.azure.com": "azure",
+            "prod.openai.azure.com": "a",
+            "eu*.openai.azure.com": "b",
+            "bedrock-runtime.*.amazonaws.com": "b"
+        },
+        "agents": {
+            "a": {"published": "1", "versions": {"1": {}}},
+            "b": {"published": "1", "versions": {"1": {}}},
+            "azure": {"published": "1", "versions": {"1": {}}}
+        }
+    }"#;
+    let p = Policy::from_json(json.as_bytes()).unwrap();
+    let agent = |host| p.select(None, None, Some(host)).map(|v| v.agent.clone());
+    assert_eq!(agent("my-res.openai.azure.com:443"), Ok("azure".into()));
+    assert_eq!(agent("prod.openai.azure.com"), Ok("a".into()), "exact wins");
+    assert_eq!(
+        agent("eu-1.openai.azure.com"),
+        Ok("b".into()),
+        "longest glob"
+    );
+    assert_eq!(
+        agent("bedrock-runtime.us-east-1.amazonaws.com"),
+        Ok("b".into())
+    );
+    assert_eq!(
+        agent("a.b.openai.azure.com"),
+        Ok("a".into()),
+        "one label: default"
+    );
+    assert_eq!(agent("openai.azure.com"), Ok("a".into()));
+}
+
+#[test]
+fn every_bad_host_pattern_is_its_own_error() {
+    let errs = errors(
+        r#"{
+        "hosts": {"*.*.azure.com": "a", "example.*": "a", "*..com": "a"},
+        "agents": {"a": {"published": "1", "versions": {"1": {}}}}
+    }"#,
+    );
+    assert_eq!(errs.len(), 3, "{errs:#?}");
+    assert!(
+        errs[0].contains(r#"host "*.*.azure.com" may hold one `*` only"#),
+        "{errs:#?}"
+    );
+    assert!(
+        errs[1].contains(r#"host "*..com" is not a host name"#),
+        "{errs:#?}"
+    );
+    assert!(
+        errs[2].contains(r#"host "example.*" may not hold its `*` in the last label"#),
+        "{errs:#?}"
+    );
+}
+
+#[test]
 fn select_by_header_then_host_then_default() {
     let json = r#"{
         "default_agent": "a",

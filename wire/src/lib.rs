@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 
 pub mod endpoint;
 pub use endpoint::{endpoint, Endpoint, Platform};
+pub mod host_glob;
+pub use host_glob::{GlobError, HostGlob};
 
 /// The path of a judged check on the sidecar.
 pub const JUDGE_PATH: &str = "/v1/judge";
@@ -267,10 +269,12 @@ pub enum Api {
 }
 
 /// The request headers a retry carries from the caller to the upstream, as the callout's own
-/// headers: the turn's credentials and the vendor's version and account headers.
-pub const FORWARDED_HEADERS: [&str; 6] = [
+/// headers: the turn's credentials (Azure OpenAI's key is its `api-key`) and the vendor's version
+/// and account headers.
+pub const FORWARDED_HEADERS: [&str; 7] = [
     "authorization",
     "x-api-key",
+    "api-key",
     "anthropic-version",
     "anthropic-beta",
     "openai-organization",

@@ -222,7 +222,7 @@ pub async fn ask_again(
     let started = Instant::now();
     let upstream = upstreams.for_authority(&req.authority);
     let mut status = None;
-    let result = match upstream {
+    let result = match &upstream {
         None => Err(Failure::UnknownUpstream),
         Some(upstream) => {
             send(
@@ -239,7 +239,7 @@ pub async fn ask_again(
     let failure = result.as_ref().err().copied();
     tracing::info!(
         api = api_name(req.api),
-        upstream = upstream.map_or("none", |u| u.name.as_str()),
+        upstream = upstream.as_ref().map_or("none", |u| u.name.as_str()),
         attempt = req.attempt,
         status = status.unwrap_or(0),
         outcome = if failure.is_some() {
@@ -285,7 +285,7 @@ async fn send(
         if let Some(value) = headers.get(name) {
             let mut value =
                 HeaderValue::from_bytes(value.as_bytes()).map_err(|_| Failure::BadHeader)?;
-            value.set_sensitive(matches!(name, "authorization" | "x-api-key"));
+            value.set_sensitive(matches!(name, "authorization" | "x-api-key" | "api-key"));
             request = request.header(name, value);
         }
     }

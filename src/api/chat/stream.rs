@@ -6,6 +6,12 @@
 //! only the rest of the text, since the SDKs concatenate every string they are sent again. A cut
 //! ends every unfinished choice with `finish_reason: "content_filter"`, then a usage chunk when the
 //! request set `stream_options.include_usage`, then `data: [DONE]`.
+//!
+//! Azure OpenAI's content-filter fields carry no text of the answer and go as they came: a first
+//! chunk of `choices: []` with `prompt_filter_results`, `content_filter_results` beside a choice's
+//! text, and chunks annotating text already sent (`content_filter_results`,
+//! `content_filter_offsets`, no delta), those two of an empty id and model. Reference:
+//! <https://learn.microsoft.com/azure/foundry/openai/concepts/content-streaming>.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -127,6 +133,10 @@ struct PlainChoice<'a> {
     logprobs: Option<()>,
     #[serde(borrow)]
     finish_reason: Option<Cow<'a, str>>,
+    /// Azure OpenAI's verdicts on the text so far (categories, severities, blocklists): no text
+    /// of the answer, kept as it came.
+    #[serde(borrow)]
+    content_filter_results: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -397,7 +407,11 @@ impl Format for Chat {
             return Ok(Unit::new(ev, Lane::End));
         }
         if self.head.is_none() {
-            if let Value::Object(chunk) = &data {
+            // Azure OpenAI's content-filter annotations (`prompt_filter_results` first, verdicts
+            // on text already sent later) come in chunks of an empty id, model and `created: 0`:
+            // not the answer's identity.
+            let annotation = data.get("id").and_then(Value::as_str) == Some("");
+            if let (Value::Object(chunk), false) = (&data, annotation) {
                 let head: Map<String, Value> = HEAD_FIELDS
                     .iter()
                     .filter_map(|k| chunk.get(*k).map(|v| ((*k).to_owned(), v.clone())))
@@ -770,6 +784,66 @@ mod tests {
             assert!(!fast, "{next}");
             assert_eq!(a, b, "{next}");
         }
+    }
+
+    const AZURE_PROMPT: &str = r#"{"choices":[],"created":0,"id":"","model":"","object":"","prompt_filter_results":[{"prompt_index":0,"content_filter_results":{"hate":{"filtered":false,"severity":"safe"}}}]}"#;
+    const AZURE_TEXT: &str = r#"{"choices":[{"content_filter_results":{"hate":{"filtered":false,"severity":"safe"}},"delta":{"content":"Hel"},"finish_reason":null,"index":0,"logprobs":null}],"created":1,"id":"chatcmpl-az","model":"gpt-4o","object":"chat.completion.chunk","system_fingerprint":"fp_1"}"#;
+    const AZURE_ANNOTATION: &str = r#"{"choices":[{"content_filter_offsets":{"check_offset":3,"start_offset":0,"end_offset":3},"content_filter_results":{"hate":{"filtered":false,"severity":"safe"}},"finish_reason":null,"index":0}],"created":0,"id":"","model":"","object":""}"#;
+
+    #[test]
+    fn azures_prompt_annotation_is_not_the_answers_identity() {
+        let mut chat = Chat::new(&Request::default());
+        let first = chat.read(event(AZURE_PROMPT)).unwrap();
+        assert!(first.texts.is_empty() && first.ends.is_empty());
+        assert!(chat.head.is_none());
+        chat.read(event(AZURE_TEXT)).unwrap();
+        let head = chat.head.as_ref().unwrap();
+        assert_eq!(head["id"], "chatcmpl-az");
+        assert_eq!(head["model"], "gpt-4o");
+        let mut out = Vec::new();
+        chat.close(None, &mut out);
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.contains(r#""id":"chatcmpl-az""#), "{out}");
+        assert!(out.contains(r#""finish_reason":"content_filter""#), "{out}");
+    }
+
+    #[test]
+    fn azures_text_beside_its_filter_verdicts_is_read_on_the_plain_path() {
+        let mut chat = Chat::new(&Request::default());
+        chat.read(event(AZURE_PROMPT)).unwrap();
+        chat.read(event(AZURE_TEXT)).unwrap();
+        let next = AZURE_TEXT.replace(r#""content":"Hel""#, r#""content":"lo""#);
+        let plain = chat.read_plain(&event(&next));
+        let (unit, text) = plain.expect("the plain shape").unwrap();
+        assert_eq!(text.as_deref(), Some("lo"));
+        assert!(unit.join_id.is_some(), "text alone beside the verdicts");
+        let (a, b, fast) = both(AZURE_TEXT, &next);
+        assert!(fast, "the same verdicts: the template reads it");
+        assert_eq!(a, b);
+        let other = next.replace(r#""severity":"safe""#, r#""severity":"low""#);
+        let (a, b, fast) = both(AZURE_TEXT, &other);
+        assert!(!fast);
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn azures_annotation_of_text_already_sent_is_read_as_a_side_chunk() {
+        let mut chat = Chat::new(&Request::default());
+        for data in [AZURE_PROMPT, AZURE_TEXT] {
+            chat.read(event(data)).unwrap();
+        }
+        let unit = chat.read(event(AZURE_ANNOTATION)).unwrap();
+        assert!(unit.texts.is_empty() && unit.ends.is_empty() && !unit.asks_for_tool);
+        assert_eq!(unit.lane, Lane::Side);
+        let filtered = AZURE_TEXT
+            .replace(r#""delta":{"content":"Hel"}"#, r#""delta":{}"#)
+            .replace(
+                r#""finish_reason":null"#,
+                r#""finish_reason":"content_filter""#,
+            );
+        let unit = chat.read(event(&filtered)).unwrap();
+        assert_eq!(unit.ends, vec![0]);
+        assert!(!unit.asks_for_tool);
     }
 
     #[test]
