@@ -124,7 +124,7 @@ fn reading_methods_and_default_pass_paths_pass_and_only_the_passes_are_counted()
         assert!(!refused(&host, s), "{path}");
         assert_eq!(host.upstream_received(s).body, br#"{"q": "my password"}"#);
     }
-    assert_eq!(host.metric("livecheck.unread.passed"), Some(2));
+    assert_eq!(host.metric("livecheck.unread.forwarded"), Some(2));
     assert_eq!(host.metric("livecheck.unread.refused"), None);
 }
 
@@ -171,7 +171,7 @@ fn unread_pass_forwards_every_unread_request_and_counts_it() {
         Some(r#"{"q": "my password"}"#),
     );
     assert!(!refused(&host, s));
-    assert_eq!(host.metric("livecheck.unread.passed"), Some(1));
+    assert_eq!(host.metric("livecheck.unread.forwarded"), Some(1));
     // What livecheck reads it still checks.
     let vendor = Vendor::Chat;
     let s = send_request(

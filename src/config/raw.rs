@@ -123,7 +123,7 @@ pub struct RawPolicy {
 pub enum RawUnread {
     /// Answered 403 in the vendor's error shape (the default: fail closed).
     Refuse,
-    /// Forwarded unchecked, counted in `livecheck.unread.passed`.
+    /// Forwarded unchecked, counted in `livecheck.unread.forwarded`.
     Pass,
 }
 

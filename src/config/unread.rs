@@ -49,7 +49,7 @@ pub enum Fate {
 /// What `livecheck lint` and the filter's configure say of `unread: "pass"`.
 pub const PASS_WARNING: &str = "`unread: \"pass\"` forwards every request livecheck does not read \
     unchecked (Gemini, Bedrock Converse, files, batches, realtime sessions, any path it does not \
-    know): they are counted in livecheck.unread.passed but no check reads them; prefer the default \
+    know): they are counted in livecheck.unread.forwarded but no check reads them; prefer the default \
     (refuse) with `pass_paths` naming the endpoints that make no model generate";
 
 impl Unread {

@@ -253,7 +253,7 @@ impl Turn {
                 Flow::Continue
             }
             Fate::Passed => {
-                host.increment_counter(UNREAD_PASSED);
+                host.increment_counter(UNREAD_FORWARDED);
                 self.state = State::Bypass;
                 Flow::Continue
             }
@@ -290,7 +290,7 @@ impl Turn {
 /// The counters of requests livecheck does not read: refused (fail closed), and passed by
 /// `pass_paths` or `unread: "pass"`.
 pub const UNREAD_REFUSED: &str = "livecheck.unread.refused";
-pub const UNREAD_PASSED: &str = "livecheck.unread.passed";
+pub const UNREAD_FORWARDED: &str = "livecheck.unread.forwarded";
 
 /// The `X-Core-Check` of a refused unread request: no check stopped it, the path did.
 const UNREAD_CHECK: &str = "code=unread_path";
