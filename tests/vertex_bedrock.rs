@@ -303,3 +303,57 @@ fn a_bedrock_answer_the_sidecar_cannot_ask_again_is_withheld_as_without_recover(
     assert_eq!(got["content"], want["content"]);
     assert_eq!(got["stop_reason"], want["stop_reason"]);
 }
+
+/// SigV4 signs the headers it lists: one the caller signed reaches Bedrock as signed, so the
+/// filter does not ask for an uncompressed answer there; a compressed answer is then withheld as
+/// unreadable, never passed unread.
+#[test]
+fn a_header_the_caller_signed_reaches_bedrock_as_signed() {
+    let signed = "AWS4-HMAC-SHA256 Credential=AKID/20261207/us-east-1/bedrock/aws4_request, SignedHeaders=accept-encoding;content-type;host;x-amz-date, Signature=abc";
+    let mut host = livecheck(SEED);
+    let s = send_request(
+        &mut host,
+        BEDROCK,
+        &[
+            ("authorization", signed),
+            ("accept-encoding", "gzip, deflate"),
+        ],
+        &Platform::Bedrock.request(CLEAN_QUESTION, false),
+        Chunking::Whole,
+    );
+    let upstream = host.upstream_received(s);
+    assert_eq!(upstream.header("accept-encoding"), Some("gzip, deflate"));
+    assert_eq!(upstream.header("authorization"), Some(signed));
+    send_answer(
+        &mut host,
+        s,
+        &[
+            ("content-type", "application/json"),
+            ("content-encoding", "gzip"),
+        ],
+        "\u{1f}compressed",
+        Chunking::Whole,
+    );
+    let caller = host.caller_received(s);
+    assert!(!caller.body_text().contains("compressed"), "withheld");
+
+    // Unsigned, it is asked for as identity, as on every other path.
+    for (platform, auth) in [
+        (Platform::Bedrock, SIGNATURE),
+        (Platform::Vertex, "Bearer ya29.google-token"),
+    ] {
+        let mut host = livecheck(SEED);
+        let s = send_request(
+            &mut host,
+            &platform.path(false),
+            &[("authorization", auth), ("accept-encoding", "gzip")],
+            &platform.request(CLEAN_QUESTION, false),
+            Chunking::Whole,
+        );
+        assert_eq!(
+            host.upstream_received(s).header("accept-encoding"),
+            Some("identity"),
+            "{platform:?}"
+        );
+    }
+}

@@ -25,6 +25,7 @@ use std::ops::Range;
 use serde_json::Value;
 
 use crate::json::{self, FieldError};
+pub use anthropic::platform::signed_header;
 pub use peek::{peek_id, PEEK_BYTES};
 pub use recovered::{answer_usage, as_stream, stream_usage, with_usage, Usage};
 

@@ -47,8 +47,16 @@ impl Turn {
         if end_of_stream {
             return self.refuse_request(host, api, 400, "the request has no body");
         }
-        // Answers must be readable to be checked.
-        host.set_request_header("accept-encoding", Some("identity"));
+        // Answers must be readable to be checked; but a header the caller signed (Bedrock's
+        // SigV4) goes as signed, and a compressed answer is then withheld as unreadable.
+        let signed = endpoint.platform == Platform::Bedrock
+            && api::signed_header(
+                host.request_header("authorization").as_deref(),
+                "accept-encoding",
+            );
+        if !signed {
+            host.set_request_header("accept-encoding", Some("identity"));
+        }
         // What a retry needs of the headers is kept now: once this callback continues, Envoy no
         // longer lets the filter read them.
         let source = (version.checks.iter().any(|c| c.recover)

@@ -25,8 +25,23 @@ pub(in crate::api) fn read(body: &Obj<'_>, platform: Platform) -> Result<(), Fie
     Ok(())
 }
 
+/// Whether the caller signed header `name` (lower case) with SigV4: an `authorization` of
+/// `AWS4-HMAC-SHA256 Credential=…, SignedHeaders=a;b;c, Signature=…` that lists it. Such a header
+/// must reach the upstream as the caller wrote it, or the signature no longer matches.
+pub fn signed_header(authorization: Option<&str>, name: &str) -> bool {
+    let Some(rest) = authorization.and_then(|a| a.trim_start().strip_prefix("AWS4-HMAC-SHA256"))
+    else {
+        return false;
+    };
+    rest.split(',')
+        .filter_map(|part| part.trim().strip_prefix("SignedHeaders="))
+        .flat_map(|list| list.split(';'))
+        .any(|h| h.trim().eq_ignore_ascii_case(name))
+}
+
 #[cfg(test)]
 mod tests {
+    use super::signed_header;
     use crate::api::{endpoint, read_request, Endpoint};
 
     const VERTEX: &str =
@@ -87,5 +102,19 @@ mod tests {
         let body =
             br#"{"anthropic_version": "bedrock-2023-05-31", "stream": false, "messages": []}"#;
         assert!(read_request(&at(BEDROCK), body).is_ok());
+    }
+
+    #[test]
+    fn a_sigv4_signed_header_is_found_in_its_signed_headers() {
+        let auth = "AWS4-HMAC-SHA256 Credential=AKID/20261207/us-east-1/bedrock/aws4_request, \
+                    SignedHeaders=accept;accept-encoding;content-type;host;x-amz-date, Signature=ab";
+        assert!(signed_header(Some(auth), "accept-encoding"));
+        assert!(signed_header(Some(auth), "host"));
+        assert!(!signed_header(Some(auth), "x-request-id"));
+        assert!(!signed_header(
+            Some("Bearer accept-encoding"),
+            "accept-encoding"
+        ));
+        assert!(!signed_header(None, "accept-encoding"));
     }
 }
