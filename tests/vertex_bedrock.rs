@@ -357,3 +357,33 @@ fn a_header_the_caller_signed_reaches_bedrock_as_signed() {
         );
     }
 }
+
+/// A platform turn is recorded as any other: its results reach the sidecar under the id the caller
+/// got, without the turn's text or the platform's credentials.
+#[test]
+fn a_platform_turn_reports_its_results_without_its_credentials() {
+    for platform in PLATFORMS {
+        let mut host = livecheck(&seed(false));
+        let s = ask(&mut host, platform, CLEAN_QUESTION, false);
+        answer(&mut host, s, FORBIDDEN_ANSWER);
+        let turn_id = host
+            .caller_received(s)
+            .header("x-core-response-id")
+            .unwrap()
+            .to_owned();
+        host.finish_stream(s).unwrap();
+        host.advance_time(std::time::Duration::from_millis(250));
+        let sent = report_callouts(&host);
+        assert_eq!(sent.len(), 1, "{platform:?}");
+        let report = report_of(&sent[0]);
+        assert_eq!(report["turn_id"], turn_id.as_str());
+        let results = report["results"].as_array().unwrap();
+        let iban = results.iter().find(|r| r["name"] == "no-iban").unwrap();
+        assert_eq!(iban["outcome"], "failed");
+        let body = String::from_utf8_lossy(&sent[0].body);
+        for secret in ["NL91", "AWS4-HMAC", "ya29", "x-amz"] {
+            assert!(!body.contains(secret), "{platform:?}: {secret}");
+        }
+        assert_eq!(sent[0].header("authorization"), None);
+    }
+}
