@@ -26,6 +26,7 @@ use std::ops::Range;
 use serde_json::Value;
 
 use crate::json::{self, FieldError};
+pub use anthropic::platform::signed_header;
 pub use dialect::{unread_message, Dialect};
 pub use peek::{peek_id, PEEK_BYTES};
 pub use recovered::{answer_usage, as_stream, stream_usage, with_usage, Usage};
@@ -176,12 +177,40 @@ impl From<FieldError> for BadAnswer {
 
 /// Reads a request body: what input checks read and how the caller wants the answer.
 pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
+    let endpoint = Endpoint {
+        api,
+        platform: Platform::Direct,
+        model: None,
+        stream: None,
+    };
+    read_request(&endpoint, body)
+}
+
+/// Reads a request on its endpoint: the body as its API reads it, with what its platform asks of
+/// the body, then what the path says (the model it names wins over the body's; whether the answer
+/// streams, when the path decides it).
+pub fn read_request(endpoint: &Endpoint, body: &[u8]) -> Result<Request, BadRequest> {
     let _span = crate::profile::span("phase.parse_request");
     let arena = json::arena_for(body);
     let body = json::parse_node(body, &arena).map_err(BadRequest::from)?;
     let json::Node::Object(body) = body else {
         return Err(BadRequest("the request body must be a JSON object".into()));
     };
+    let mut request = read_body(endpoint.api, body.clone())?;
+    if endpoint.api == Api::AnthropicMessages {
+        anthropic::platform::read(&body, endpoint.platform)?;
+    }
+    if let Some(model) = &endpoint.model {
+        request.model = Some(model.clone());
+    }
+    if let Some(stream) = endpoint.stream {
+        request.stream = stream;
+    }
+    Ok(request)
+}
+
+/// The body as its API reads it.
+fn read_body(api: Api, body: json::Obj<'_>) -> Result<Request, BadRequest> {
     match api {
         Api::AnthropicMessages => anthropic::parse_request(&body),
         Api::ChatCompletions => chat::parse_request(&body),
@@ -192,20 +221,6 @@ pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
         Api::MessageBatches => not_read_yet(),
     }
     .map_err(BadRequest::from)
-}
-
-/// Reads a request on its endpoint: the body as [`parse_request`] reads it, then what the path
-/// says (the model it names wins over the body's; whether the answer streams, when the path
-/// decides it).
-pub fn read_request(endpoint: &Endpoint, body: &[u8]) -> Result<Request, BadRequest> {
-    let mut request = parse_request(endpoint.api, body)?;
-    if let Some(model) = &endpoint.model {
-        request.model = Some(model.clone());
-    }
-    if let Some(stream) = endpoint.stream {
-        request.stream = stream;
-    }
-    Ok(request)
 }
 
 // TODO(issue 54): a placeholder while each API's reader is built; none is left when it lands.

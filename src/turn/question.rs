@@ -52,13 +52,21 @@ impl Turn {
         if end_of_stream {
             return self.refuse_request(host, &endpoint, 400, "the request has no body");
         }
-        // Answers must be readable to be checked.
-        host.set_request_header("accept-encoding", Some("identity"));
+        // Answers must be readable to be checked; but a header the caller signed (Bedrock's
+        // SigV4) goes as signed, and a compressed answer is then withheld as unreadable.
+        let signed = endpoint.platform == Platform::Bedrock
+            && api::signed_header(
+                host.request_header("authorization").as_deref(),
+                "accept-encoding",
+            );
+        if !signed {
+            host.set_request_header("accept-encoding", Some("identity"));
+        }
         // What a retry needs of the headers is kept now: once this callback continues, Envoy no
         // longer lets the filter read them.
         let source = (version.checks.iter().any(|c| c.recover)
             || version.tools.rows.iter().any(|r| r.recover))
-        .then(|| retry_source(host))
+        .then(|| retry_source(host, endpoint.platform))
         .flatten();
         self.state = State::ReadingQuestion {
             endpoint,
@@ -315,13 +323,16 @@ fn answers_must_be_checked(version: &Version) -> bool {
 
 /// What a retry is built from: the request's authority, path and forwarded headers, read in the
 /// request headers callback (the only one that can read them); the body is added once read.
-fn retry_source(host: &mut dyn Host) -> Option<Source> {
+fn retry_source(host: &mut dyn Host, platform: Platform) -> Option<Source> {
     Some(Source {
         authority: host.request_header(":authority")?,
         path: host.request_header(":path")?,
         body: String::new(),
         headers: livecheck_wire::FORWARDED_HEADERS
             .iter()
+            // Bedrock's `authorization` is the caller's SigV4 signature over this very body: no
+            // retry can use it, so it is not handed on (the sidecar asks with its own key).
+            .filter(|h| platform != Platform::Bedrock || **h != "authorization")
             .filter_map(|h| Some(((*h).to_owned(), host.request_header(h)?)))
             .collect(),
     })

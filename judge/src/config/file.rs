@@ -100,6 +100,9 @@ pub(super) struct RawUpstream {
     pub(super) authority: String,
     pub(super) base_url: String,
     pub(super) timeout_ms: Option<u64>,
+    /// The env var holding the upstream's own key, which a retry carries in place of the caller's
+    /// credentials (a Bedrock API key: the caller's SigV4 signature cannot sign a changed body).
+    pub(super) api_key_env: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -226,7 +226,7 @@ fn compile(
     }
 
     let models = compile_backends(raw.backends, env, &mut problems);
-    let upstreams = compile_upstreams(raw.upstreams, &mut problems);
+    let upstreams = compile_upstreams(raw.upstreams, env, &mut problems);
     let store = compile_store(raw.store.unwrap_or_default(), env, base, &mut problems);
     let api_token = raw.api.and_then(|api| {
         let var = api.token_env?;

@@ -17,6 +17,7 @@ use livecheck_wire::HostGlob;
 use reqwest::Url;
 
 use super::file::RawUpstream;
+use super::secret::{secret_from, Secret};
 use super::MAX_TIMEOUT_MS;
 
 /// How long a retry may take when its upstream sets no `timeout_ms`: a whole answer, not a verdict.
@@ -29,6 +30,9 @@ pub struct Upstream {
     /// Without a trailing slash; the turn's `:path` is appended as is.
     pub base_url: Url,
     pub timeout: Duration,
+    /// The upstream's own key (`api_key_env`), sent as `Authorization: Bearer` in place of the
+    /// caller's credentials; needed where the caller's cannot be reused (Bedrock's SigV4).
+    pub api_key: Option<Secret>,
 }
 
 /// A turn's `:authority` → the upstream a retry goes to. Only what the config names: a retry is
@@ -119,7 +123,11 @@ fn valid_authority(authority: &str) -> bool {
     host_ok && port_ok && brackets_ok
 }
 
-pub(super) fn compile_upstreams(raw: Vec<RawUpstream>, problems: &mut Vec<String>) -> Upstreams {
+pub(super) fn compile_upstreams(
+    raw: Vec<RawUpstream>,
+    env: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<String>,
+) -> Upstreams {
     let mut upstreams = Upstreams::default();
     // Which upstream claimed each authority first, to name both in a clash.
     let mut claimed: HashMap<String, String> = HashMap::new();
@@ -181,6 +189,11 @@ pub(super) fn compile_upstreams(raw: Vec<RawUpstream>, problems: &mut Vec<String
             ));
             ok = false;
         }
+        let api_key = u.api_key_env.as_deref().and_then(|var| {
+            let key = secret_from(env, var, &format!("{at}: api_key_env"), problems);
+            ok &= key.is_some();
+            key
+        });
         let Some(base_url) = base_url.filter(|_| ok) else {
             continue;
         };
@@ -190,6 +203,7 @@ pub(super) fn compile_upstreams(raw: Vec<RawUpstream>, problems: &mut Vec<String
             name,
             base_url,
             timeout: Duration::from_millis(timeout_ms),
+            api_key,
         });
         match glob {
             Some(host) => upstreams.globs.push(GlobUpstream {

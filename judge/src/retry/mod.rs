@@ -9,15 +9,17 @@
 //! rejected answer is never part of it: the callout does not carry it.
 //!
 //! It goes only to the upstream the config names for the turn's authority, with the turn's own
-//! credentials, and comes back as the vendor's answer verbatim or `errored` with a fixed reason.
-//! Logs name the API, upstream, status, outcome and duration; never a body, a rule or a key.
+//! credentials (or the upstream's own key, where the caller's cannot serve: [`platform`]), and
+//! comes back as the vendor's answer verbatim or `errored` with a fixed reason. Logs name the API, upstream, status, outcome and duration; never a body, a rule or a key.
 //!
 //! Each vendor API's rules (its path, where its tools and instructions sit) are in a file of their
-//! own: [`anthropic`], [`chat`], [`responses`]. Here the common part: the failures, the instruction,
+//! own: [`anthropic`], [`chat`], [`responses`]; the platforms' paths and credentials (Vertex,
+//! Bedrock) in [`platform`]. Here the common part: the failures, the instruction,
 //! the JSON helpers the three share, the target URL and the call upstream.
 
 mod anthropic;
 mod chat;
+mod platform;
 mod responses;
 
 use std::time::Instant;
@@ -51,6 +53,8 @@ pub enum Failure {
     VendorError,
     /// An API whose answers are never asked again.
     NotAskedAgain,
+    /// The caller signed the request (Bedrock's SigV4), and the upstream has no key of its own.
+    SignedByCaller,
 }
 
 impl Failure {
@@ -72,6 +76,9 @@ impl Failure {
             Self::NotJson => "the upstream's answer is not a JSON object".into(),
             Self::VendorError => "the upstream answered with an error".into(),
             Self::NotAskedAgain => "this API's answers are not asked again".into(),
+            Self::SignedByCaller => {
+                "the caller signed the request, and the upstream has no key of its own".into()
+            }
         }
     }
 
@@ -91,6 +98,7 @@ impl Failure {
             Self::NotJson => "not_json",
             Self::VendorError => "vendor_error",
             Self::NotAskedAgain => "not_asked_again",
+            Self::SignedByCaller => "signed_by_caller",
         }
     }
 }
@@ -273,7 +281,8 @@ async fn send(
     max_answer_bytes: usize,
     status: &mut Option<u16>,
 ) -> Result<String, Failure> {
-    let url = target(upstream, req.api, &req.path)?;
+    let url = target(upstream, req.api, &platform::retry_path(&req.path))?;
+    let own_key = platform::own_key(upstream, &req.path)?;
     let body = retry_body(req.api, &req.request, &req.rules, req.keep_tools)?;
     let mut request = client
         .post(url)
@@ -282,12 +291,22 @@ async fn send(
         .header("accept-encoding", "identity")
         .body(body.to_string());
     for name in FORWARDED_HEADERS {
+        let credential = matches!(name, "authorization" | "x-api-key" | "api-key");
+        if credential && own_key.is_some() {
+            continue;
+        }
         if let Some(value) = headers.get(name) {
             let mut value =
                 HeaderValue::from_bytes(value.as_bytes()).map_err(|_| Failure::BadHeader)?;
-            value.set_sensitive(matches!(name, "authorization" | "x-api-key" | "api-key"));
+            value.set_sensitive(credential);
             request = request.header(name, value);
         }
+    }
+    if let Some(key) = own_key {
+        let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
+            .map_err(|_| Failure::BadHeader)?;
+        value.set_sensitive(true);
+        request = request.header("authorization", value);
     }
     let call = async {
         let response = request.send().await.map_err(|_| Failure::Unreachable)?;
@@ -380,6 +399,7 @@ mod tests {
             name: "u".into(),
             base_url: Url::parse("https://api.example.com/gateway").unwrap(),
             timeout: std::time::Duration::from_secs(1),
+            api_key: None,
         };
         let ok = target(&upstream, Api::ChatCompletions, "/v1/chat/completions?x=1").unwrap();
         assert_eq!(

@@ -16,6 +16,7 @@ use super::{content_texts, Answer, CallValues, CallerText, Ids, Request, ToolCal
 use crate::json::{push_event, scalars_of_text, scalars_of_value};
 use crate::json::{FieldError, Node, Obj};
 
+pub(crate) mod platform;
 pub(super) mod recovered;
 pub(crate) mod stream;
 
