@@ -307,3 +307,27 @@ fn embeddings_inputs_are_judged_as_any_question() {
         }
     }
 }
+
+#[test]
+fn a_queued_batch_records_its_input_results_under_the_batch_id() {
+    let mut host = livecheck(SEED);
+    let body = batch_request(&[("q-1", CLEAN_QUESTION, false), ("q-2", "Thanks!", false)]);
+    let s = send_request(&mut host, BATCHES, &[], &body, Chunking::Whole);
+    answered_as_it_came(&mut host, s, BATCH_ANSWER, Chunking::Bytes(7));
+    host.finish_stream(s).unwrap();
+    host.advance_time(Duration::from_millis(250));
+    let sent = report_callouts(&host);
+    assert_eq!(sent.len(), 1);
+    let report = report_of(&sent[0]);
+    // The batch's id: what the caller reads its results back by.
+    assert_eq!(report["response_id"], "msgbatch_013Zva2CMHLNnXjNJJKqJ2EF");
+    let results: Vec<(&Value, &Value)> = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (&r["name"], &r["outcome"]))
+        .collect();
+    // One result per check for the batch; no output check read its answer.
+    assert_eq!(results, [(&json!("no-passwords"), &json!("passed"))]);
+    assert!(report.get("background").is_none());
+}

@@ -72,3 +72,64 @@ impl Turn {
             .send_stop(400, stop, reply.content_type, &reply.body)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version() -> Rc<Version> {
+        let policy = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {
+          "live_checks": [
+            {"name": "no-pw", "stage": "input", "kind": "not_contains", "expected": "password"},
+            {"name": "no-card", "stage": "input", "kind": "matches_pattern", "pattern": "\\d{16}",
+             "max_match": 16}]}}}}}"#;
+        Policy::from_json(policy.as_bytes())
+            .unwrap()
+            .select(None, None, None)
+            .unwrap()
+    }
+
+    fn batch(texts: &[(&str, &str)]) -> Vec<BatchRequest> {
+        texts
+            .iter()
+            .map(|(id, text)| BatchRequest {
+                custom_id: (*id).into(),
+                request: Request {
+                    input_text: (*text).into(),
+                    ..Request::default()
+                },
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_stops_at_its_first_refused_request_each_decided_alone() {
+        let version = version();
+        // The two halves of a card number in two requests are no card number.
+        let split = batch(&[("a", "card 12345678"), ("b", "12345678 ok")]);
+        let one = Request {
+            input_text: "card 12345678\n12345678 ok".into(),
+            ..Request::default()
+        };
+        let (verdict, refused) = input_rules(&version, &one, &split);
+        assert_eq!((verdict.stop, refused), (None, None));
+        assert_eq!(verdict.results.len(), 2);
+        let requests = batch(&[("a", "fine"), ("b", "1234567812345678"), ("c", "password")]);
+        let (verdict, refused) = input_rules(&version, &Request::default(), &requests);
+        assert_eq!(refused, Some("b"));
+        assert_eq!(verdict.stop.map(|s| s.check), Some("no-card".to_owned()));
+        let outcomes: Vec<_> = verdict.results.iter().map(|r| r.outcome).collect();
+        assert_eq!(outcomes, [Outcome::Passed, Outcome::Failed]);
+    }
+
+    #[test]
+    fn any_other_question_is_decided_on_its_whole_text() {
+        let request = Request {
+            input_text: "my password".into(),
+            ..Request::default()
+        };
+        let (verdict, refused) = input_rules(&version(), &request, &[]);
+        assert_eq!(refused, None);
+        assert_eq!(verdict.stop.map(|s| s.check), Some("no-pw".to_owned()));
+    }
+}
