@@ -15,8 +15,10 @@
 pub(crate) mod anthropic;
 pub(crate) mod chat;
 mod dialect;
+mod embeddings;
 #[cfg(test)]
 mod fixtures;
+mod message_batches;
 mod peek;
 mod recovered;
 pub(crate) mod responses;
@@ -28,6 +30,7 @@ use serde_json::Value;
 use crate::json::{self, FieldError};
 pub use anthropic::platform::signed_header;
 pub use dialect::{unread_message, Dialect};
+pub use message_batches::BatchRequest;
 pub use peek::{peek_id, PEEK_BYTES};
 pub use recovered::{answer_usage, as_stream, stream_usage, with_usage, Usage};
 
@@ -192,10 +195,7 @@ pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
 pub fn read_request(endpoint: &Endpoint, body: &[u8]) -> Result<Request, BadRequest> {
     let _span = crate::profile::span("phase.parse_request");
     let arena = json::arena_for(body);
-    let body = json::parse_node(body, &arena).map_err(BadRequest::from)?;
-    let json::Node::Object(body) = body else {
-        return Err(BadRequest("the request body must be a JSON object".into()));
-    };
+    let body = request_object(body, &arena)?;
     let mut request = read_body(endpoint.api, body.clone())?;
     if endpoint.api == Api::AnthropicMessages {
         anthropic::platform::read(&body, endpoint.platform)?;
@@ -217,10 +217,40 @@ fn read_body(api: Api, body: json::Obj<'_>) -> Result<Request, BadRequest> {
         Api::Responses => responses::parse_request(&body),
         Api::Completions => not_read_yet(),
         Api::AnthropicComplete => not_read_yet(),
-        Api::Embeddings => not_read_yet(),
-        Api::MessageBatches => not_read_yet(),
+        Api::Embeddings => embeddings::parse_request(&body),
+        Api::MessageBatches => {
+            message_batches::parse_requests(&body).map(|r| message_batches::as_one(&r))
+        }
     }
     .map_err(BadRequest::from)
+}
+
+/// A request body as every reader reads it: one JSON object, parsed strictly.
+fn request_object<'a>(
+    body: &'a [u8],
+    arena: &'a bumpalo::Bump,
+) -> Result<json::Obj<'a>, BadRequest> {
+    match json::parse_node(body, arena).map_err(BadRequest::from)? {
+        json::Node::Object(body) => Ok(body),
+        _ => Err(BadRequest("the request body must be a JSON object".into())),
+    }
+}
+
+/// Reads a Message Batch (`POST …/v1/messages/batches`): each request under its `custom_id`, its
+/// input checks to decide on it alone, and the batch as one request ([`parse_request`]'s).
+pub fn read_batch(body: &[u8]) -> Result<(Request, Vec<BatchRequest>), BadRequest> {
+    let _span = crate::profile::span("phase.parse_request");
+    let arena = json::arena_for(body);
+    let requests = message_batches::parse_requests(&request_object(body, &arena)?)?;
+    Ok((message_batches::as_one(&requests), requests))
+}
+
+/// A Message Batch refused for its request `custom_id` (an input check stopped it): Anthropic's
+/// error, naming the request, never its text. The caller gets status 400.
+pub fn batch_refused(custom_id: &str) -> Reply {
+    Dialect::Anthropic
+        .error(400, &message_batches::refused_message(custom_id))
+        .0
 }
 
 // TODO(issue 54): a placeholder while each API's reader is built; none is left when it lands.
@@ -252,10 +282,18 @@ pub fn parse_answer(api: Api, raw: &[u8], rule_text: bool) -> Result<Answer, Bad
         Api::Responses => responses::parse_answer(&body, rule_text),
         Api::Completions => not_read_yet(),
         Api::AnthropicComplete => not_read_yet(),
-        Api::Embeddings => not_read_yet(),
-        Api::MessageBatches => not_read_yet(),
+        Api::Embeddings | Api::MessageBatches => no_answer(),
     }
     .map_err(BadAnswer::from)
+}
+
+/// What the answer readers say of an input-only API ([`Api::has_answer`]): a turn never reads its
+/// answer, so none is ever asked for; were one, it is unreadable (withheld, never passed unread).
+fn no_answer<T>() -> Result<T, FieldError> {
+    Err(FieldError::must_be(
+        "the answer",
+        "of an API whose answers livecheck reads (embeddings and Message Batches have none)",
+    ))
 }
 
 /// The answer to a refused question (a blocking input check failed, or a Responses request with
@@ -271,8 +309,8 @@ pub fn refusal(api: Api, reply: &str, req: &Request, ids: &Ids) -> Reply {
         (Api::Responses, true) => responses::refusal_stream(reply, req, ids),
         (Api::Completions, _) => json::to_vec(&chat::error(reply)),
         (Api::AnthropicComplete, _) => json::to_vec(&anthropic::error(400, reply)),
-        (Api::Embeddings, _) => json::to_vec(&chat::error(reply)),
-        (Api::MessageBatches, _) => json::to_vec(&anthropic::error(400, reply)),
+        (Api::Embeddings, _) => json::to_vec(&embeddings::refusal(reply)),
+        (Api::MessageBatches, _) => json::to_vec(&message_batches::refusal()),
     };
     Reply {
         content_type: if req.stream { EVENT_STREAM } else { JSON },
@@ -291,8 +329,7 @@ pub fn withheld(api: Api, answer_body: &[u8], reply: &str) -> Result<Vec<u8>, Ba
         Api::Responses => responses::withhold(&mut body, reply),
         Api::Completions => not_read_yet(),
         Api::AnthropicComplete => not_read_yet(),
-        Api::Embeddings => not_read_yet(),
-        Api::MessageBatches => not_read_yet(),
+        Api::Embeddings | Api::MessageBatches => no_answer(),
     }
     .map_err(BadAnswer::from)?;
     Ok(json::to_vec(&Value::Object(body)))

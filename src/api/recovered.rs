@@ -262,8 +262,7 @@ pub fn as_stream(api: Api, body: &[u8], request: &Request) -> Result<Vec<u8>, Ba
         Api::Responses => super::responses::recovered::stream(body),
         Api::Completions => super::not_read_yet(),
         Api::AnthropicComplete => super::not_read_yet(),
-        Api::Embeddings => super::not_read_yet(),
-        Api::MessageBatches => super::not_read_yet(),
+        Api::Embeddings | Api::MessageBatches => super::no_answer(),
     }
     .map_err(BadAnswer::from)
 }

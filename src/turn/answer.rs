@@ -43,10 +43,18 @@ impl Turn {
         if !status.starts_with('2') {
             return Flow::Continue;
         }
+        let identity = host
+            .response_header("content-encoding")
+            .is_none_or(|e| e.trim().eq_ignore_ascii_case("identity"));
+        // An input-only API's answer (embeddings, a queued batch) is not the model's words: it
+        // passes as it came, its first bytes read only for the upstream's id.
+        if !asked.api.has_answer() {
+            if identity && !end_of_stream {
+                self.state = State::Peeking { seen: Vec::new() };
+            }
+            return Flow::Continue;
+        }
         if !has_blocking_output_checks(&asked.version) {
-            let identity = host
-                .response_header("content-encoding")
-                .is_none_or(|e| e.trim().eq_ignore_ascii_case("identity"));
             if identity && has_background_checks(&asked.version) && !end_of_stream {
                 let streamed = host
                     .response_header("content-type")
@@ -61,9 +69,6 @@ impl Turn {
             }
             return Flow::Continue;
         }
-        let identity = host
-            .response_header("content-encoding")
-            .is_none_or(|e| e.trim().eq_ignore_ascii_case("identity"));
         let streamed = host
             .response_header("content-type")
             .is_some_and(|t| t.trim_start().starts_with("text/event-stream"));

@@ -55,11 +55,17 @@ impl Ctx<'_> {
         }
     }
 
-    /// Answers the turn here with `body`, its header naming the stop; nothing goes on.
-    pub(super) fn send_stop(&mut self, stop: &Stop, content_type: &str, body: &[u8]) -> Flow {
+    /// Answers the turn here with `body` and `status`, its header naming the stop; nothing goes on.
+    pub(super) fn send_stop(
+        &mut self,
+        status: u32,
+        stop: &Stop,
+        content_type: &str,
+        body: &[u8],
+    ) -> Flow {
         let header = stop.header_value().unwrap_or_default();
         self.host.send_local_reply(
-            200,
+            status,
             &[
                 ("content-type", content_type),
                 (stop::HEADER, &header),

@@ -131,7 +131,7 @@ impl Turn {
                 self.state = State::Done;
                 let body = mcp::denied(&check.id, &denial.reason);
                 self.cx(host)
-                    .send_stop(&denied_stop(&denial), "application/json", &body)
+                    .send_stop(200, &denied_stop(&denial), "application/json", &body)
             }
         }
     }

@@ -6,6 +6,7 @@
 //! replaced by the withheld form. One place (`Turn`'s callbacks) decides whether the stream goes on.
 
 mod answer;
+mod batch;
 mod context;
 mod judging;
 mod mcp;

@@ -64,8 +64,9 @@ impl Turn {
         }
         // What a retry needs of the headers is kept now: once this callback continues, Envoy no
         // longer lets the filter read them.
-        let source = (version.checks.iter().any(|c| c.recover)
-            || version.tools.rows.iter().any(|r| r.recover))
+        let source = (endpoint.api.has_answer()
+            && (version.checks.iter().any(|c| c.recover)
+                || version.tools.rows.iter().any(|r| r.recover)))
         .then(|| retry_source(host, endpoint.platform))
         .flatten();
         self.state = State::ReadingQuestion {
@@ -141,22 +142,15 @@ impl Turn {
         let Some(body) = host.request_body(body_size) else {
             return self.refuse_request(host, &endpoint, 400, "the request body could not be read");
         };
-        let request = match api::read_request(&endpoint, &body) {
+        let (request, batch) = match batch::read(&endpoint, &body) {
             Ok(r) => r,
             Err(e) => return self.refuse_request(host, &endpoint, 400, &e.to_string()),
         };
-        let rules = decide(
-            &version,
-            Stage::Input,
-            &Reading {
-                rule_text: &request.input_text,
-                failed: None,
-                judged_apply: false,
-                readable: true,
-                judged: &[],
-            },
-            1,
-        );
+        let (rules, refused) = batch::input_rules(&version, &request, &batch);
+        if let (Some(stop), Some(custom_id)) = (&rules.stop, refused) {
+            decided(host, &mut self.record, &version, &rules.results);
+            return self.refuse_batch(host, stop, custom_id);
+        }
         let credentials = self.record.credentials.clone();
         let source = source.and_then(|mut source| {
             source.body = String::from_utf8(body.clone()).ok()?;
@@ -183,6 +177,11 @@ impl Turn {
             && answers_must_be_checked(&asked.version)
         {
             return self.refuse_request(host, &endpoint, 400, BACKGROUND_REFUSED);
+        }
+        if api == Api::MessageBatches
+            && !judge::blocking_judged(&asked.version, Stage::Input).is_empty()
+        {
+            return self.refuse_request(host, &endpoint, 400, batch::BATCH_JUDGED_REFUSED);
         }
         // The judge reads the question only for a judged input check: no copy otherwise.
         let text = if judge::blocking_judged(&asked.version, Stage::Input).is_empty() {
@@ -212,8 +211,10 @@ impl Turn {
             &asked.request,
             &ids,
         );
+        // An input-only API has no answer to refuse with: its refusal is an error.
+        let status = if asked.api.has_answer() { 200 } else { 400 };
         self.cx(host)
-            .send_stop(stop, reply.content_type, &reply.body)
+            .send_stop(status, stop, reply.content_type, &reply.body)
     }
 
     /// A request the filter checks begins: its record (id, person) and the version it runs, from

@@ -268,6 +268,23 @@ pub enum Api {
     MessageBatches,
 }
 
+impl Api {
+    /// Whether the API answers with a model's words that output checks read. Embeddings and
+    /// Message Batches are input only: once the question passed, the answer passes as it came (no
+    /// output check, no hold, no recovery), and a refused question is an error in the vendor's
+    /// shape, since they have no refusal of their own.
+    pub fn has_answer(self) -> bool {
+        match self {
+            Api::AnthropicMessages
+            | Api::ChatCompletions
+            | Api::Responses
+            | Api::Completions
+            | Api::AnthropicComplete => true,
+            Api::Embeddings | Api::MessageBatches => false,
+        }
+    }
+}
+
 /// The request headers a retry carries from the caller to the upstream, as the callout's own
 /// headers: the turn's credentials (Azure OpenAI's key is its `api-key`) and the vendor's version
 /// and account headers.

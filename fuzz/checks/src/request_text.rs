@@ -4,6 +4,8 @@
 //! what this target reads from serde_json's `Value` with the vendor's rules written out plainly.
 //! Whatever the filter refuses is explained by one of those three reasons, in its message.
 
+mod input_only;
+
 use std::collections::HashSet;
 use std::fmt;
 
@@ -240,9 +242,9 @@ fn reference(api: Api, body: &Value) -> Result<Read, ()> {
             users
         }
         // TODO(issue 54): the other APIs' reference readers.
-        Api::Completions | Api::AnthropicComplete | Api::Embeddings | Api::MessageBatches => {
-            return Err(())
-        }
+        Api::Completions | Api::AnthropicComplete => return Err(()),
+        Api::Embeddings => return input_only::embeddings(body),
+        Api::MessageBatches => return input_only::message_batches(body),
     };
     let skip = users.len().saturating_sub(INTENT_MESSAGES);
     Ok(Read {
@@ -261,6 +263,11 @@ pub fn check(input: &[u8]) {
     };
     let api =
         [Api::AnthropicMessages, Api::ChatCompletions, Api::Responses][usize::from(*which % 3)];
+    check_body(api, body);
+}
+
+/// [`check`] for one API's request body.
+pub fn check_body(api: Api, body: &[u8]) {
     let filter = parse_request(api, body);
     let plain = serde_json::from_slice::<Value>(body);
     let duplicates = serde_json::from_slice::<NoDuplicates>(body).is_err() && plain.is_ok();
