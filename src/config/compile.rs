@@ -12,8 +12,8 @@ use serde::de::DeserializeOwned;
 
 use crate::scan::{RuleSet, RuleSetError};
 
+use super::glob::Glob;
 use super::raw::{RawAgent, RawPolicy, RawUnread, RawVersion};
-use super::tools::Glob;
 use super::unread::{self, Unread, DEFAULT_PASS_PATHS};
 use super::{
     authority_of_cluster, valid_token, Agent, Check, ConfigError, Policy, Stage, TokenSource,

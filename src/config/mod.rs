@@ -9,6 +9,7 @@
 //! (`Stage`, `Mode`, `Kind`, `Alert`) live in `crate::check`, below everything that decides.
 
 mod compile;
+mod glob;
 mod live_checks;
 mod raw;
 mod tools;
@@ -20,11 +21,10 @@ use std::rc::Rc;
 
 pub use crate::check::{Alert, Kind, Mode, Stage};
 use crate::scan::RuleSet;
+pub use glob::Glob;
 pub use livecheck_wire::HostGlob;
 pub use raw::{json_schema, schema_for};
-pub use tools::{
-    ArgRule, Glob, ToolChecks, ToolRow, ToolTest, ALLOWED_TOOLS, DEFAULT_TOOL_TIMEOUT_MS,
-};
+pub use tools::{ArgRule, ToolChecks, ToolRow, ToolTest, ALLOWED_TOOLS, DEFAULT_TOOL_TIMEOUT_MS};
 
 pub const DEFAULT_AGENT_HEADER: &str = "x-core-agent";
 pub const DEFAULT_VERSION_HEADER: &str = "x-core-version";

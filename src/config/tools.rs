@@ -8,6 +8,7 @@ use crate::pattern::{compile_forbidden_text, compile_pattern, PatternError, MAX_
 use crate::scan::RuleSet;
 
 use super::compile::{valid_name, At, Compiler, NAME_RULE};
+use super::glob::Glob;
 use super::raw::{RawArgRule, RawToolCheck};
 use super::MAX_JUDGE_TIMEOUT_MS;
 
@@ -87,57 +88,6 @@ impl ToolTest {
 pub struct ArgRule {
     pub pointer: String,
     pub rule: RuleSet,
-}
-
-/// A tool name or a glob over names: `*` any run of characters, `?` any one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Glob(String);
-
-impl Glob {
-    pub fn new(pattern: &str) -> Self {
-        Self(pattern.to_owned())
-    }
-
-    /// `?` stands for one character: ASCII names (nearly all) are matched byte by byte where
-    /// they lie, others as characters.
-    pub fn matches(&self, name: &str) -> bool {
-        if self.0.is_ascii() && name.is_ascii() {
-            return wildcard(self.0.as_bytes(), name.as_bytes());
-        }
-        let pattern: Vec<char> = self.0.chars().collect();
-        let name: Vec<char> = name.chars().collect();
-        wildcard(&pattern, &name)
-    }
-}
-
-/// Iterative wildcard matching with one backtrack point (the last `*`), over bytes or characters.
-fn wildcard<T: Copy + PartialEq + From<u8>>(pattern: &[T], name: &[T]) -> bool {
-    let (any, one) = (T::from(b'*'), T::from(b'?'));
-    let (mut p, mut n) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while n < name.len() {
-        match pattern.get(p) {
-            Some(&c) if c == any => {
-                star = Some((p, n));
-                p += 1;
-            }
-            Some(&c) if c == one || Some(&c) == name.get(n) => {
-                p += 1;
-                n += 1;
-            }
-            _ => match star {
-                Some((sp, sn)) => {
-                    p = sp + 1;
-                    n = sn + 1;
-                    star = Some((sp, sn + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    pattern
-        .get(p..)
-        .is_some_and(|rest| rest.iter().all(|&c| c == any))
 }
 
 /// Tool names and globs: what a model may name a tool, plus the two wildcards.

@@ -5,7 +5,7 @@
 //! unless it cannot (`GET`, `HEAD`, `OPTIONS` without a protocol upgrade) or the operator passed its
 //! path on purpose. An unread endpoint would otherwise be a silent hole.
 
-use super::tools::Glob;
+use super::glob::Glob;
 
 /// The default `pass_paths`: endpoints that make no model generate. Each with why it is safe.
 pub const DEFAULT_PASS_PATHS: [&str; 6] = [
