@@ -18,6 +18,7 @@
 
 mod anthropic;
 mod chat;
+mod complete;
 mod responses;
 
 use std::time::Instant;
@@ -138,7 +139,7 @@ pub fn retry_body(
         Api::Responses => responses::adapt(&mut body, instruction, keep_tools)?,
         // TODO(issue 54): the legacy APIs' retries.
         Api::Completions => return Err(Failure::NotAskedAgain),
-        Api::AnthropicComplete => return Err(Failure::NotAskedAgain),
+        Api::AnthropicComplete => complete::adapt(&mut body, &instruction)?,
         // No answer of theirs is checked, so none is asked again.
         Api::Embeddings | Api::MessageBatches => return Err(Failure::NotAskedAgain),
     }
