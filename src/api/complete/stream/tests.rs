@@ -8,6 +8,8 @@ use crate::sse;
 use crate::stream::caller::{decode, read_by_caller, rewrite, upstream};
 use crate::stream::{Hold, Rewriter};
 
+use super::Complete;
+
 const API: Api = Api::AnthropicComplete;
 
 /// A rule on passwords (check 0) and a judged check (1): in `Hold::Rules` only the rule is read.
@@ -173,4 +175,78 @@ event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"
     let done = rewrite(API, Hold::Rules, &version(), bad, 1 << 10, 1 << 20);
     assert!(done.cut.is_some());
     assert!(decode(API, &done.out).unwrap().text.is_empty());
+}
+
+/// What a reader makes of an event that matters downstream: its lane, ends, its checked text, and
+/// the bytes it goes out as.
+fn seen(format: &mut Complete, data: &str) -> (String, bool, Vec<usize>, Vec<String>, Vec<u8>) {
+    use crate::stream::format::Format;
+    let unit = format
+        .read(sse::Event {
+            event: Some("completion".into()),
+            data: data.to_owned(),
+        })
+        .unwrap();
+    let texts = unit
+        .texts
+        .iter()
+        .map(|t| {
+            t.text.clone().unwrap_or_else(|| {
+                unit.ev
+                    .data()
+                    .pointer(&t.pointer)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    let (lane, terminal, ends) = (format!("{:?}", unit.lane), unit.terminal, unit.ends.clone());
+    format.write(unit.ev, &mut out);
+    (lane, terminal, ends, texts, out)
+}
+
+#[test]
+fn an_event_a_template_reads_is_read_and_written_as_its_json_is() {
+    use crate::stream::format::Format;
+    const FIRST: &str = r#"{"type":"completion","id":"compl_1","completion":" Hel","stop_reason":null,"model":"m"}"#;
+    let same_shape = [
+        r#"{"type":"completion","id":"compl_1","completion":"lo, \"w\u00e9\"\n","stop_reason":null,"model":"m"}"#,
+        "{\"type\":\"completion\",\"id\":\"compl_1\",\"completion\":\"naïve 日本\",\"stop_reason\":null,\"model\":\"m\"}",
+    ];
+    let other_shape = [
+        // Another id, a stop reason, an empty text, a field more, a text JSON refuses.
+        FIRST.replace("compl_1", "compl_2"),
+        FIRST.replace(r#""stop_reason":null"#, r#""stop_reason":"stop_sequence""#),
+        FIRST.replace(r#"" Hel""#, r#""""#),
+        FIRST.replace(r#""model":"m""#, r#""model":"m","extra":1"#),
+        FIRST.replace(r#"" Hel""#, r#""a\qb""#),
+    ];
+    for (next, read_by_template) in same_shape
+        .iter()
+        .map(|s| ((*s).to_owned(), true))
+        .chain(other_shape.into_iter().map(|s| (s, false)))
+    {
+        let request = Request::default();
+        let (mut with, mut without) = (Complete::new(&request), Complete::new(&request));
+        without.without_templates();
+        assert_eq!(seen(&mut with, FIRST), seen(&mut without, FIRST));
+        assert_eq!(
+            with.text_alone(next.as_bytes()).is_some(),
+            read_by_template,
+            "{next}"
+        );
+        if next.contains(r#""a\qb""#) {
+            assert!(with
+                .read(sse::Event {
+                    event: Some("completion".into()),
+                    data: next.clone(),
+                })
+                .is_err());
+            continue;
+        }
+        assert_eq!(seen(&mut with, &next), seen(&mut without, &next), "{next}");
+    }
 }
