@@ -321,3 +321,77 @@ fn a_streaming_caller_gets_the_recovered_answer_as_completion_events() {
     assert_eq!(end.as_deref(), Some("stop_sequence"));
     assert!(!caller.body_text().contains("NL91"));
 }
+
+/// A judged input check and a judged output check, both blocking.
+const JUDGED: &str = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {
+    "blocked_reply": "Not allowed.",
+    "live_checks": [
+        {"name": "on-topic", "stage": "input", "kind": "custom_rule", "expected": "The question is about orders.", "judge_model": "judge-1"},
+        {"name": "polite-out", "stage": "output", "kind": "polite_tone", "judge_model": "judge-1"}
+    ]}}}}}"#;
+
+fn verdicts(host: &mut Host, outcome: &str) {
+    let verdict = format!(
+        r#"{{"outcome": "{outcome}", "score": 0.5, "reason": "because", "usage": {{"input_tokens": 3, "output_tokens": 1}}}}"#
+    );
+    for c in callouts_to(host, "/v1/judge") {
+        host.answer_callout(c.token, &[(":status", "200")], verdict.as_bytes())
+            .unwrap();
+    }
+}
+
+#[test]
+fn judged_checks_read_the_human_turn_and_the_completion() {
+    let mut host = livecheck(JUDGED);
+    let s = ask(&mut host, CLEAN_QUESTION, false);
+    let asked = callouts_to(&host, "/v1/judge");
+    assert_eq!(asked.len(), 1);
+    assert!(question_held(&host, s), "held until judged");
+    let input = json(&asked[0].body);
+    assert_eq!(input["stage"], "input");
+    assert_eq!(
+        input["text"],
+        format!("You answer about orders.\n{CLEAN_QUESTION}"),
+        "the system text and the Human turn, not the markers"
+    );
+    verdicts(&mut host, "passed");
+    assert!(host.upstream_received(s).end_of_stream);
+    answer_with(&mut host, s, "Go away.");
+    let judged = callouts_to(&host, "/v1/judge");
+    assert_eq!(judged.len(), 1);
+    let output = json(&judged[0].body);
+    assert_eq!(output["stage"], "output");
+    assert_eq!(output["text"], "Go away.");
+    assert_eq!(output["question"], CLEAN_QUESTION);
+    assert!(answer_held(&host, s), "held until judged");
+    verdicts(&mut host, "failed");
+    let body = json(&host.caller_received(s).body);
+    assert_eq!(body["completion"], "Not allowed.");
+    assert_eq!(body["stop_reason"], "stop_sequence");
+    assert_eq!(host.metric("livecheck.a.polite-out.failed"), Some(1));
+}
+
+#[test]
+fn a_streamed_answer_is_judged_whole_and_a_failed_one_says_the_blocked_reply() {
+    let mut host = livecheck(JUDGED);
+    let s = ask(&mut host, CLEAN_QUESTION, true);
+    verdicts(&mut host, "passed");
+    send_answer(
+        &mut host,
+        s,
+        &[("content-type", "text/event-stream")],
+        &stream(&["Go ", "away", "."]),
+        Chunking::Bytes(5),
+    );
+    let judged = callouts_to(&host, "/v1/judge");
+    assert_eq!(judged.len(), 1);
+    assert_eq!(json(&judged[0].body)["text"], "Go away.");
+    assert!(
+        !host.caller_received(s).body_text().contains("away"),
+        "the answer text waits for its verdict"
+    );
+    verdicts(&mut host, "failed");
+    let (text, end) = read_events(&host.caller_received(s).body_text());
+    assert_eq!(text, "Not allowed.");
+    assert_eq!(end.as_deref(), Some("stop_sequence"));
+}
