@@ -50,6 +50,8 @@ for name, body in api.items():
         seed("tool_calls", [1 + v, 0], body)
 seed("request_text", [0], '{"messages":[{"role":"user","content":"a"}],"messages":[]}')
 seed("request_text", [2], '{"prompt":{"variables":{"b":"x","a":{"type":"input_text","text":"y"}}},"input":"z"}')
+seed("request_text", [3], '{"model":"claude-2.1","prompt":"Be terse.\\n\\nHuman: a password\\n\\nAssistant: no\\n\\n\\nHuman: why\\n\\nAssistant:","max_tokens_to_sample":9,"stream":true}')
+seed("request_text", [3], '{"prompt":["\\n\\nHuman: a"]}')
 
 seed("tool_calls", [0, 0], '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"to":"NL91ABNA0417164300"}}}')
 seed("tool_calls", [0, 0], '[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]')

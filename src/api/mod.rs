@@ -14,6 +14,7 @@
 
 pub(crate) mod anthropic;
 pub(crate) mod chat;
+pub(crate) mod complete;
 mod dialect;
 mod embeddings;
 #[cfg(test)]
@@ -216,7 +217,7 @@ fn read_body(api: Api, body: json::Obj<'_>) -> Result<Request, BadRequest> {
         Api::ChatCompletions => chat::parse_request(&body),
         Api::Responses => responses::parse_request(&body),
         Api::Completions => not_read_yet(),
-        Api::AnthropicComplete => not_read_yet(),
+        Api::AnthropicComplete => complete::parse_request(&body),
         Api::Embeddings => embeddings::parse_request(&body),
         Api::MessageBatches => {
             message_batches::parse_requests(&body).map(|r| message_batches::as_one(&r))
@@ -281,7 +282,7 @@ pub fn parse_answer(api: Api, raw: &[u8], rule_text: bool) -> Result<Answer, Bad
         Api::ChatCompletions => chat::parse_answer(&body, rule_text),
         Api::Responses => responses::parse_answer(&body, rule_text),
         Api::Completions => not_read_yet(),
-        Api::AnthropicComplete => not_read_yet(),
+        Api::AnthropicComplete => complete::parse_answer(&body, rule_text),
         Api::Embeddings | Api::MessageBatches => no_answer(),
     }
     .map_err(BadAnswer::from)
@@ -308,7 +309,8 @@ pub fn refusal(api: Api, reply: &str, req: &Request, ids: &Ids) -> Reply {
         (Api::Responses, false) => responses::refusal(reply, req, ids),
         (Api::Responses, true) => responses::refusal_stream(reply, req, ids),
         (Api::Completions, _) => json::to_vec(&chat::error(reply)),
-        (Api::AnthropicComplete, _) => json::to_vec(&anthropic::error(400, reply)),
+        (Api::AnthropicComplete, false) => complete::refusal(reply, req, ids),
+        (Api::AnthropicComplete, true) => complete::refusal_stream(reply, req, ids),
         (Api::Embeddings, _) => json::to_vec(&embeddings::refusal(reply)),
         (Api::MessageBatches, _) => json::to_vec(&message_batches::refusal()),
     };
@@ -328,7 +330,7 @@ pub fn withheld(api: Api, answer_body: &[u8], reply: &str) -> Result<Vec<u8>, Ba
         Api::ChatCompletions => chat::withhold(&mut body, reply),
         Api::Responses => responses::withhold(&mut body, reply),
         Api::Completions => not_read_yet(),
-        Api::AnthropicComplete => not_read_yet(),
+        Api::AnthropicComplete => complete::withhold(&mut body, reply),
         Api::Embeddings | Api::MessageBatches => no_answer(),
     }
     .map_err(BadAnswer::from)?;

@@ -108,6 +108,7 @@ impl Field {
             }
             (Api::ChatCompletions | Api::Responses, Field::CacheCreation) => None,
             (Api::Completions, _) => None,
+            // Text Completions state no usage.
             (Api::AnthropicComplete, _) => None,
             (Api::Embeddings, _) => None,
             (Api::MessageBatches, _) => None,
@@ -189,6 +190,10 @@ pub fn stream_usage(api: Api, sse: &[u8]) -> Option<Usage> {
 /// total is not zero.
 pub fn with_usage(api: Api, body: &[u8], total: &Usage) -> Result<Vec<u8>, BadAnswer> {
     let mut body = answer_object(body)?;
+    // An API that states no usage (Anthropic's Text Completions) gets none.
+    if FIELDS.iter().all(|field| field.path(api).is_none()) {
+        return Ok(to_vec(&Value::Object(body)));
+    }
     let usage = body
         .entry("usage")
         .or_insert_with(|| Value::Object(Map::new()));
@@ -261,7 +266,7 @@ pub fn as_stream(api: Api, body: &[u8], request: &Request) -> Result<Vec<u8>, Ba
         Api::ChatCompletions => super::chat::recovered::stream(body, request),
         Api::Responses => super::responses::recovered::stream(body),
         Api::Completions => super::not_read_yet(),
-        Api::AnthropicComplete => super::not_read_yet(),
+        Api::AnthropicComplete => super::complete::recovered::stream(body),
         Api::Embeddings | Api::MessageBatches => super::no_answer(),
     }
     .map_err(BadAnswer::from)

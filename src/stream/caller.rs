@@ -73,7 +73,17 @@ pub fn upstream(api: Api, deltas: &[String]) -> Vec<u8> {
         }
         // TODO(issue 54): the legacy APIs' streams; embeddings and batches never stream.
         Api::Completions => {}
-        Api::AnthropicComplete => {}
+        Api::AnthropicComplete => {
+            let completion = |text: &str, stop: Value| {
+                json!({"type": "completion", "id": "compl_1", "completion": text,
+                       "stop_reason": stop, "model": "m"})
+            };
+            for d in deltas {
+                event(completion(d, Value::Null));
+                event(json!({"type": "ping"}));
+            }
+            event(completion("", json!("stop_sequence")));
+        }
         Api::Embeddings | Api::MessageBatches => {}
     }
     out
@@ -157,6 +167,7 @@ pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, NotInFormat> {
             Api::Responses if kind == Some("response.output_text.delta") => data.get("delta"),
             Api::Responses => None,
             Api::Completions => None,
+            Api::AnthropicComplete if kind == Some("completion") => data.get("completion"),
             Api::AnthropicComplete => None,
             Api::Embeddings => None,
             Api::MessageBatches => None,
@@ -188,7 +199,7 @@ pub fn read_by_caller(api: Api, bytes: &[u8]) -> (Option<String>, Vec<(Option<St
         Api::ChatCompletions => &["/choices/0/delta/content"],
         Api::Responses => &["/delta"],
         Api::Completions => &[],
-        Api::AnthropicComplete => &[],
+        Api::AnthropicComplete => &["/completion"],
         Api::Embeddings => &[],
         Api::MessageBatches => &[],
     };
@@ -287,7 +298,12 @@ mod tests {
     #[test]
     fn what_is_written_upstream_decodes_to_its_deltas() {
         let deltas = ["Pay é".to_owned(), "日本 \"now\"\n".to_owned()];
-        for api in [Api::AnthropicMessages, Api::ChatCompletions, Api::Responses] {
+        for api in [
+            Api::AnthropicMessages,
+            Api::ChatCompletions,
+            Api::Responses,
+            Api::AnthropicComplete,
+        ] {
             let decoded = decode(api, &upstream(api, &deltas));
             assert_eq!(
                 decoded.map(|d| d.text),

@@ -36,6 +36,7 @@ use std::rc::Rc;
 
 use crate::api::anthropic::stream as anthropic;
 use crate::api::chat::stream as chat;
+use crate::api::complete::stream as complete;
 use crate::api::responses::stream as responses;
 use crate::api::{Api, Request, ToolCall};
 use crate::config::Version;
@@ -262,7 +263,7 @@ impl Rewriter {
             Api::Responses => Box::new(responses::Responses::new(request)),
             // TODO(issue 54): the legacy APIs' stream readers.
             Api::Completions => Box::new(unreadable::NoStream),
-            Api::AnthropicComplete => Box::new(unreadable::NoStream),
+            Api::AnthropicComplete => Box::new(complete::Complete::new(request)),
             Api::Embeddings => Box::new(unreadable::NoStream),
             Api::MessageBatches => Box::new(unreadable::NoStream),
         };

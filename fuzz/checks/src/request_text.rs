@@ -213,6 +213,40 @@ fn prompt_variables(body: &Value, pieces: &mut Vec<String>) -> Result<(), ()> {
     Ok(())
 }
 
+/// Anthropic Text Completions: the `prompt` string read a character at a time, each
+/// `"\n\nHuman:"` or `"\n\nAssistant:"` starting a turn; the text before the first (a system
+/// prompt) and every Human turn, trimmed, are read, Assistant turns are not.
+fn prompt_turns(body: &Value, pieces: &mut Vec<String>) -> Result<Vec<String>, ()> {
+    let prompt = body.get("prompt").and_then(Value::as_str).ok_or(())?;
+    let mut turns = vec![("system", String::new())];
+    let mut rest = prompt;
+    while let Some(c) = rest.chars().next() {
+        let next = [("\n\nHuman:", "human"), ("\n\nAssistant:", "assistant")]
+            .into_iter()
+            .find(|(marker, _)| rest.starts_with(marker));
+        if let Some((marker, who)) = next {
+            turns.push((who, String::new()));
+            rest = &rest[marker.len()..];
+            continue;
+        }
+        if let Some((_, text)) = turns.last_mut() {
+            text.push(c);
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    let mut users = Vec::new();
+    for (who, text) in turns {
+        let text = text.trim().to_owned();
+        if who == "human" && !text.is_empty() {
+            users.push(text.clone());
+        }
+        if who != "assistant" {
+            pieces.push(text);
+        }
+    }
+    Ok(users)
+}
+
 fn reference(api: Api, body: &Value) -> Result<Read, ()> {
     if !body.is_object() {
         return Err(());
@@ -241,8 +275,9 @@ fn reference(api: Api, body: &Value) -> Result<Read, ()> {
             flag(body, "background")?;
             users
         }
+        Api::AnthropicComplete => prompt_turns(body, &mut pieces)?,
         // TODO(issue 54): the other APIs' reference readers.
-        Api::Completions | Api::AnthropicComplete => return Err(()),
+        Api::Completions => return Err(()),
         Api::Embeddings => return input_only::embeddings(body),
         Api::MessageBatches => return input_only::message_batches(body),
     };
@@ -261,8 +296,13 @@ pub fn check(input: &[u8]) {
     let [which, body @ ..] = input else {
         return;
     };
-    let api =
-        [Api::AnthropicMessages, Api::ChatCompletions, Api::Responses][usize::from(*which % 3)];
+    let apis = [
+        Api::AnthropicMessages,
+        Api::ChatCompletions,
+        Api::Responses,
+        Api::AnthropicComplete,
+    ];
+    let api = apis[usize::from(*which) % apis.len()];
     check_body(api, body);
 }
 

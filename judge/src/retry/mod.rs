@@ -19,6 +19,7 @@
 
 mod anthropic;
 mod chat;
+mod complete;
 mod platform;
 mod responses;
 
@@ -146,7 +147,7 @@ pub fn retry_body(
         Api::Responses => responses::adapt(&mut body, instruction, keep_tools)?,
         // TODO(issue 54): the legacy APIs' retries.
         Api::Completions => return Err(Failure::NotAskedAgain),
-        Api::AnthropicComplete => return Err(Failure::NotAskedAgain),
+        Api::AnthropicComplete => complete::adapt(&mut body, &instruction)?,
         // No answer of theirs is checked, so none is asked again.
         Api::Embeddings | Api::MessageBatches => return Err(Failure::NotAskedAgain),
     }
