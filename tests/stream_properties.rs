@@ -34,7 +34,12 @@ const POLICY_WORDS: &str = r#"{"default_agent": "a", "agents": {"a": {"published
     {"name": "no-passwords", "stage": "output", "kind": "not_contains", "expected": "password"}
   ]}}}}}"#;
 
-const APIS: [Api; 3] = [Api::AnthropicMessages, Api::ChatCompletions, Api::Responses];
+const APIS: [Api; 4] = [
+    Api::AnthropicMessages,
+    Api::ChatCompletions,
+    Api::Responses,
+    Api::Completions,
+];
 
 fn version() -> Rc<Version> {
     version_of(POLICY)

@@ -14,6 +14,7 @@
 
 pub(crate) mod anthropic;
 pub(crate) mod chat;
+pub(crate) mod completions;
 #[cfg(test)]
 mod fixtures;
 mod peek;
@@ -184,7 +185,7 @@ pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
         Api::AnthropicMessages => anthropic::parse_request(&body),
         Api::ChatCompletions => chat::parse_request(&body),
         Api::Responses => responses::parse_request(&body),
-        Api::Completions => not_read_yet(),
+        Api::Completions => completions::parse_request(&body),
         Api::AnthropicComplete => not_read_yet(),
         Api::Embeddings => not_read_yet(),
         Api::MessageBatches => not_read_yet(),
@@ -233,7 +234,7 @@ pub fn parse_answer(api: Api, raw: &[u8], rule_text: bool) -> Result<Answer, Bad
         Api::AnthropicMessages => anthropic::parse_answer(raw, &body, rule_text),
         Api::ChatCompletions => chat::parse_answer(&body, rule_text),
         Api::Responses => responses::parse_answer(&body, rule_text),
-        Api::Completions => not_read_yet(),
+        Api::Completions => completions::parse_answer(&body, rule_text),
         Api::AnthropicComplete => not_read_yet(),
         Api::Embeddings => not_read_yet(),
         Api::MessageBatches => not_read_yet(),
@@ -252,7 +253,8 @@ pub fn refusal(api: Api, reply: &str, req: &Request, ids: &Ids) -> Reply {
         (Api::ChatCompletions, true) => chat::refusal_stream(reply, req, ids),
         (Api::Responses, false) => responses::refusal(reply, req, ids),
         (Api::Responses, true) => responses::refusal_stream(reply, req, ids),
-        (Api::Completions, _) => json::to_vec(&chat::error(reply)),
+        (Api::Completions, false) => completions::refusal(reply, req, ids),
+        (Api::Completions, true) => completions::refusal_stream(reply, req, ids),
         (Api::AnthropicComplete, _) => json::to_vec(&anthropic::error(400, reply)),
         (Api::Embeddings, _) => json::to_vec(&chat::error(reply)),
         (Api::MessageBatches, _) => json::to_vec(&anthropic::error(400, reply)),
@@ -272,7 +274,7 @@ pub fn withheld(api: Api, answer_body: &[u8], reply: &str) -> Result<Vec<u8>, Ba
         Api::AnthropicMessages => anthropic::withhold(&mut body, reply),
         Api::ChatCompletions => chat::withhold(&mut body, reply),
         Api::Responses => responses::withhold(&mut body, reply),
-        Api::Completions => not_read_yet(),
+        Api::Completions => completions::withhold(&mut body, reply),
         Api::AnthropicComplete => not_read_yet(),
         Api::Embeddings => not_read_yet(),
         Api::MessageBatches => not_read_yet(),
