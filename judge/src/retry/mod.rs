@@ -18,6 +18,7 @@
 
 mod anthropic;
 mod chat;
+mod completions;
 mod responses;
 
 use std::time::Instant;
@@ -51,6 +52,8 @@ pub enum Failure {
     VendorError,
     /// An API whose answers are never asked again.
     NotAskedAgain,
+    /// A legacy completion without one text prompt to put the instruction before.
+    NoPlaceForInstruction,
 }
 
 impl Failure {
@@ -72,6 +75,9 @@ impl Failure {
             Self::NotJson => "the upstream's answer is not a JSON object".into(),
             Self::VendorError => "the upstream answered with an error".into(),
             Self::NotAskedAgain => "this API's answers are not asked again".into(),
+            Self::NoPlaceForInstruction => {
+                "the request has no one text prompt to put the instruction before".into()
+            }
         }
     }
 
@@ -91,6 +97,7 @@ impl Failure {
             Self::NotJson => "not_json",
             Self::VendorError => "vendor_error",
             Self::NotAskedAgain => "not_asked_again",
+            Self::NoPlaceForInstruction => "no_place_for_instruction",
         }
     }
 }
@@ -136,8 +143,8 @@ pub fn retry_body(
         Api::AnthropicMessages => anthropic::adapt(&mut body, instruction, keep_tools),
         Api::ChatCompletions => chat::adapt(&mut body, instruction, keep_tools),
         Api::Responses => responses::adapt(&mut body, instruction, keep_tools)?,
+        Api::Completions => completions::adapt(&mut body, instruction)?,
         // TODO(issue 54): the legacy APIs' retries.
-        Api::Completions => return Err(Failure::NotAskedAgain),
         Api::AnthropicComplete => return Err(Failure::NotAskedAgain),
         // No answer of theirs is checked, so none is asked again.
         Api::Embeddings | Api::MessageBatches => return Err(Failure::NotAskedAgain),
