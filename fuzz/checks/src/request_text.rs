@@ -211,6 +211,30 @@ fn prompt_variables(body: &Value, pieces: &mut Vec<String>) -> Result<(), ()> {
     Ok(())
 }
 
+/// OpenAI's legacy completions: each prompt of `prompt` (a string or an array of strings; token
+/// ids are refused) is a user message, then `suffix`; `stream_options` as Chat's.
+fn completions(body: &Value, pieces: &mut Vec<String>) -> Result<Vec<String>, ()> {
+    let prompts = match body.get("prompt") {
+        Some(Value::String(prompt)) => vec![prompt.clone()],
+        Some(Value::Array(prompts)) => prompts
+            .iter()
+            .map(|p| p.as_str().map(str::to_owned).ok_or(()))
+            .collect::<Result<_, ()>>()?,
+        _ => return Err(()),
+    };
+    let users: Vec<String> = prompts.iter().filter(|p| !p.is_empty()).cloned().collect();
+    pieces.extend(prompts);
+    pieces.extend(opt_str(body, "suffix")?);
+    match body.get("stream_options") {
+        None | Some(Value::Null) => {}
+        Some(options @ Value::Object(_)) => {
+            flag(options, "include_usage")?;
+        }
+        Some(_) => return Err(()),
+    }
+    Ok(users)
+}
+
 fn reference(api: Api, body: &Value) -> Result<Read, ()> {
     if !body.is_object() {
         return Err(());
@@ -239,10 +263,9 @@ fn reference(api: Api, body: &Value) -> Result<Read, ()> {
             flag(body, "background")?;
             users
         }
+        Api::Completions => completions(body, &mut pieces)?,
         // TODO(issue 54): the other APIs' reference readers.
-        Api::Completions | Api::AnthropicComplete | Api::Embeddings | Api::MessageBatches => {
-            return Err(())
-        }
+        Api::AnthropicComplete | Api::Embeddings | Api::MessageBatches => return Err(()),
     };
     let skip = users.len().saturating_sub(INTENT_MESSAGES);
     Ok(Read {
@@ -259,8 +282,12 @@ pub fn check(input: &[u8]) {
     let [which, body @ ..] = input else {
         return;
     };
-    let api =
-        [Api::AnthropicMessages, Api::ChatCompletions, Api::Responses][usize::from(*which % 3)];
+    let api = [
+        Api::AnthropicMessages,
+        Api::ChatCompletions,
+        Api::Responses,
+        Api::Completions,
+    ][usize::from(*which % 4)];
     let filter = parse_request(api, body);
     let plain = serde_json::from_slice::<Value>(body);
     let duplicates = serde_json::from_slice::<NoDuplicates>(body).is_err() && plain.is_ok();
