@@ -315,3 +315,36 @@ fn a_text_that_is_not_a_string_cuts_the_stream() {
     assert!(step.cut.is_some());
     assert!(!String::from_utf8_lossy(&step.out).contains('7'));
 }
+
+#[test]
+fn a_chunk_of_the_last_ones_shape_is_read_without_its_tree_as_the_tree_reads_it() {
+    use crate::sse;
+    use crate::stream::format::Format;
+    let first = r#"{"id":"cmpl-1","object":"text_completion","created":1,"choices":[{"text":"Hel","index":0,"logprobs":null,"finish_reason":null}],"model":"m"}"#;
+    let event = |data: &str| sse::Event {
+        event: None,
+        data: data.to_owned(),
+    };
+    let same_shape = first.replace(r#""Hel""#, r#""lo, w\"orld é\n""#);
+    let other = [
+        first.replace(r#""finish_reason":null"#, r#""finish_reason":"stop""#),
+        first.replace(r#""logprobs":null"#, r#""logprobs":{"tokens":["a"]}"#),
+        first.replace(r#""text":"Hel""#, r#""text":"""#),
+        first.replace("cmpl-1", "cmpl-2"),
+    ];
+    let mut with = super::stream::Completions::new(&Request::default());
+    with.read(event(first)).unwrap();
+    let unit = with.read(event(&same_shape)).unwrap();
+    assert_eq!(
+        unit.ev.join_id(),
+        Some(r#""cmpl-1""#),
+        "read by the template"
+    );
+    assert_eq!(unit.texts[0].text.as_deref(), Some("lo, w\"orld é\n"));
+    for next in &other {
+        let mut reader = super::stream::Completions::new(&Request::default());
+        reader.read(event(first)).unwrap();
+        let unit = reader.read(event(next)).unwrap();
+        assert_eq!(unit.ev.join_id(), None, "read as a tree: {next}");
+    }
+}
