@@ -71,7 +71,6 @@ pub fn upstream(api: Api, deltas: &[String]) -> Vec<u8> {
             event(json!({"type": "response.completed",
                 "sequence_number": deltas.len() + 2, "response": response}));
         }
-        // TODO(issue 54): the legacy APIs' streams; embeddings and batches never stream.
         Api::Completions => {
             let chunk = |text: &str, finish: Value| {
                 json!({"id": "cmpl-1", "object": "text_completion", "created": 1,
@@ -84,6 +83,7 @@ pub fn upstream(api: Api, deltas: &[String]) -> Vec<u8> {
             event(chunk("", json!("stop")));
             sse::encode(&mut out, None, "[DONE]");
         }
+        // TODO(issue 54): the legacy APIs' streams; embeddings and batches never stream.
         Api::AnthropicComplete => {}
         Api::Embeddings | Api::MessageBatches => {}
     }

@@ -261,8 +261,8 @@ impl Rewriter {
             Api::AnthropicMessages => Box::new(anthropic::Anthropic::new(request)),
             Api::ChatCompletions => Box::new(chat::Chat::new(request)),
             Api::Responses => Box::new(responses::Responses::new(request)),
-            // TODO(issue 54): the legacy APIs' stream readers.
             Api::Completions => Box::new(completions::Completions::new(request)),
+            // TODO(issue 54): the legacy APIs' stream readers.
             Api::AnthropicComplete => Box::new(unreadable::NoStream),
             Api::Embeddings => Box::new(unreadable::NoStream),
             Api::MessageBatches => Box::new(unreadable::NoStream),

@@ -5,16 +5,17 @@
 //! same model, conversation and sampling; not streamed; no tool it could call (tools dropped, or,
 //! when the conversation already holds tool calls the vendor must match to their definitions, kept
 //! with the tool choice `none`); and one instruction naming the broken rules, in the request's own
-//! instructions (Anthropic `system`, a last Chat `system` message, Responses `instructions`). The
-//! rejected answer is never part of it: the callout does not carry it.
+//! instructions (Anthropic `system`, a last Chat `system` message, Responses `instructions`; legacy
+//! completions have none, so it goes before their one text prompt). The rejected answer is never
+//! part of it: the callout does not carry it.
 //!
 //! It goes only to the upstream the config names for the turn's authority, with the turn's own
 //! credentials, and comes back as the vendor's answer verbatim or `errored` with a fixed reason.
 //! Logs name the API, upstream, status, outcome and duration; never a body, a rule or a key.
 //!
 //! Each vendor API's rules (its path, where its tools and instructions sit) are in a file of their
-//! own: [`anthropic`], [`chat`], [`responses`]. Here the common part: the failures, the instruction,
-//! the JSON helpers the three share, the target URL and the call upstream.
+//! own: [`anthropic`], [`chat`], [`completions`], [`responses`]. Here the common part: the
+//! failures, the instruction, the JSON helpers they share, the target URL and the call upstream.
 
 mod anthropic;
 mod chat;
