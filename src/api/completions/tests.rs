@@ -348,3 +348,31 @@ fn a_chunk_of_the_last_ones_shape_is_read_without_its_tree_as_the_tree_reads_it(
         assert_eq!(unit.ev.join_id(), None, "read as a tree: {next}");
     }
 }
+
+#[test]
+fn a_held_round_cut_says_the_blocked_reply_then_ends_as_filtered() {
+    let deltas: Vec<String> = ["Your pa", "ssword is ", "hunter2"]
+        .iter()
+        .map(|d| (*d).to_owned())
+        .collect();
+    let upstream = caller::upstream(API, &deltas);
+    let version = version(NO_PASSWORD);
+    for hold in [Hold::WholeText, Hold::Everything] {
+        let request = asked(true, true);
+        let mut rw = Rewriter::new(API, Rc::clone(&version), &request, hold, 1 << 20);
+        let mut out = rw.feed(&upstream).out;
+        let mut step = rw.finish();
+        out.append(&mut step.out);
+        out.extend(rw.cut(0));
+        let text = caller::decode(API, &out).unwrap().text;
+        assert_eq!(text, version.blocked_reply, "{hold:?}");
+        let chunks = events(&out);
+        let n = chunks.len();
+        assert_eq!(
+            chunks[n - 3]["choices"][0]["finish_reason"],
+            "content_filter"
+        );
+        assert_eq!(chunks[n - 2]["choices"], json!([]));
+        assert!(!String::from_utf8_lossy(&out).contains("hunter2"));
+    }
+}
