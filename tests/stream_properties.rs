@@ -34,11 +34,12 @@ const POLICY_WORDS: &str = r#"{"default_agent": "a", "agents": {"a": {"published
     {"name": "no-passwords", "stage": "output", "kind": "not_contains", "expected": "password"}
   ]}}}}}"#;
 
-const APIS: [Api; 4] = [
+const APIS: [Api; 5] = [
     Api::AnthropicMessages,
     Api::ChatCompletions,
     Api::Responses,
     Api::AnthropicComplete,
+    Api::Completions,
 ];
 
 fn version() -> Rc<Version> {

@@ -15,6 +15,7 @@
 pub(crate) mod anthropic;
 pub(crate) mod chat;
 pub(crate) mod complete;
+pub(crate) mod completions;
 mod dialect;
 mod embeddings;
 #[cfg(test)]
@@ -216,7 +217,7 @@ fn read_body(api: Api, body: json::Obj<'_>) -> Result<Request, BadRequest> {
         Api::AnthropicMessages => anthropic::parse_request(&body),
         Api::ChatCompletions => chat::parse_request(&body),
         Api::Responses => responses::parse_request(&body),
-        Api::Completions => not_read_yet(),
+        Api::Completions => completions::parse_request(&body),
         Api::AnthropicComplete => complete::parse_request(&body),
         Api::Embeddings => embeddings::parse_request(&body),
         Api::MessageBatches => {
@@ -254,14 +255,6 @@ pub fn batch_refused(custom_id: &str) -> Reply {
         .0
 }
 
-// TODO(issue 54): a placeholder while each API's reader is built; none is left when it lands.
-fn not_read_yet<T>() -> Result<T, FieldError> {
-    Err(FieldError::must_be(
-        "the request",
-        "of an API livecheck reads",
-    ))
-}
-
 /// Reads a non-streamed answer body; its [`Answer::rule_text`] too when `rule_text` (when a rule
 /// check will read it).
 pub fn parse_answer(api: Api, raw: &[u8], rule_text: bool) -> Result<Answer, BadAnswer> {
@@ -281,7 +274,7 @@ pub fn parse_answer(api: Api, raw: &[u8], rule_text: bool) -> Result<Answer, Bad
         Api::AnthropicMessages => anthropic::parse_answer(raw, &body, rule_text),
         Api::ChatCompletions => chat::parse_answer(&body, rule_text),
         Api::Responses => responses::parse_answer(&body, rule_text),
-        Api::Completions => not_read_yet(),
+        Api::Completions => completions::parse_answer(&body, rule_text),
         Api::AnthropicComplete => complete::parse_answer(&body, rule_text),
         Api::Embeddings | Api::MessageBatches => no_answer(),
     }
@@ -308,7 +301,8 @@ pub fn refusal(api: Api, reply: &str, req: &Request, ids: &Ids) -> Reply {
         (Api::ChatCompletions, true) => chat::refusal_stream(reply, req, ids),
         (Api::Responses, false) => responses::refusal(reply, req, ids),
         (Api::Responses, true) => responses::refusal_stream(reply, req, ids),
-        (Api::Completions, _) => json::to_vec(&chat::error(reply)),
+        (Api::Completions, false) => completions::refusal(reply, req, ids),
+        (Api::Completions, true) => completions::refusal_stream(reply, req, ids),
         (Api::AnthropicComplete, false) => complete::refusal(reply, req, ids),
         (Api::AnthropicComplete, true) => complete::refusal_stream(reply, req, ids),
         (Api::Embeddings, _) => json::to_vec(&embeddings::refusal(reply)),
@@ -329,7 +323,7 @@ pub fn withheld(api: Api, answer_body: &[u8], reply: &str) -> Result<Vec<u8>, Ba
         Api::AnthropicMessages => anthropic::withhold(&mut body, reply),
         Api::ChatCompletions => chat::withhold(&mut body, reply),
         Api::Responses => responses::withhold(&mut body, reply),
-        Api::Completions => not_read_yet(),
+        Api::Completions => completions::withhold(&mut body, reply),
         Api::AnthropicComplete => complete::withhold(&mut body, reply),
         Api::Embeddings | Api::MessageBatches => no_answer(),
     }

@@ -107,6 +107,8 @@ impl Field {
                 Some(&["output_tokens_details", "reasoning_tokens"])
             }
             (Api::ChatCompletions | Api::Responses, Field::CacheCreation) => None,
+            (Api::Completions, Field::Input) => Some(&["prompt_tokens"]),
+            (Api::Completions, Field::Output) => Some(&["completion_tokens"]),
             (Api::Completions, _) => None,
             // Text Completions state no usage.
             (Api::AnthropicComplete, _) => None,
@@ -160,6 +162,7 @@ pub fn stream_usage(api: Api, sse: &[u8]) -> Option<Usage> {
             (Api::AnthropicMessages, Some("message_start")) => data.pointer("/message/usage"),
             (Api::AnthropicMessages, Some("message_delta")) => data.get("usage"),
             (Api::ChatCompletions, _) => data.get("usage"),
+            (Api::Completions, _) => data.get("usage"),
             (
                 Api::Responses,
                 Some("response.completed" | "response.incomplete" | "response.failed"),
@@ -265,7 +268,7 @@ pub fn as_stream(api: Api, body: &[u8], request: &Request) -> Result<Vec<u8>, Ba
         Api::AnthropicMessages => super::anthropic::recovered::stream(body),
         Api::ChatCompletions => super::chat::recovered::stream(body, request),
         Api::Responses => super::responses::recovered::stream(body),
-        Api::Completions => super::not_read_yet(),
+        Api::Completions => super::completions::recovered::stream(body, request),
         Api::AnthropicComplete => super::complete::recovered::stream(body),
         Api::Embeddings | Api::MessageBatches => super::no_answer(),
     }

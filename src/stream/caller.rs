@@ -71,8 +71,18 @@ pub fn upstream(api: Api, deltas: &[String]) -> Vec<u8> {
             event(json!({"type": "response.completed",
                 "sequence_number": deltas.len() + 2, "response": response}));
         }
-        // TODO(issue 54): the legacy APIs' streams; embeddings and batches never stream.
-        Api::Completions => {}
+        Api::Completions => {
+            let chunk = |text: &str, finish: Value| {
+                json!({"id": "cmpl-1", "object": "text_completion", "created": 1,
+                       "choices": [{"text": text, "index": 0, "logprobs": null,
+                                    "finish_reason": finish}], "model": "m"})
+            };
+            for d in deltas {
+                event(chunk(d, Value::Null));
+            }
+            event(chunk("", json!("stop")));
+            sse::encode(&mut out, None, "[DONE]");
+        }
         Api::AnthropicComplete => {
             let completion = |text: &str, stop: Value| {
                 json!({"type": "completion", "id": "compl_1", "completion": text,
@@ -143,7 +153,7 @@ pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, NotInFormat> {
         ..Decoded::default()
     };
     for (i, e) in events.iter().enumerate() {
-        if api == Api::ChatCompletions && e.data == "[DONE]" {
+        if matches!(api, Api::ChatCompletions | Api::Completions) && e.data == "[DONE]" {
             continue;
         }
         let data: Value =
@@ -166,7 +176,7 @@ pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, NotInFormat> {
             Api::ChatCompletions => data.pointer("/choices/0/delta/content"),
             Api::Responses if kind == Some("response.output_text.delta") => data.get("delta"),
             Api::Responses => None,
-            Api::Completions => None,
+            Api::Completions => data.pointer("/choices/0/text"),
             Api::AnthropicComplete if kind == Some("completion") => data.get("completion"),
             Api::AnthropicComplete => None,
             Api::Embeddings => None,
@@ -198,7 +208,7 @@ pub fn read_by_caller(api: Api, bytes: &[u8]) -> (Option<String>, Vec<(Option<St
         Api::AnthropicMessages => &["/delta/text"],
         Api::ChatCompletions => &["/choices/0/delta/content"],
         Api::Responses => &["/delta"],
-        Api::Completions => &[],
+        Api::Completions => &["/choices/0/text"],
         Api::AnthropicComplete => &["/completion"],
         Api::Embeddings => &[],
         Api::MessageBatches => &[],
@@ -303,6 +313,7 @@ mod tests {
             Api::ChatCompletions,
             Api::Responses,
             Api::AnthropicComplete,
+            Api::Completions,
         ] {
             let decoded = decode(api, &upstream(api, &deltas));
             assert_eq!(

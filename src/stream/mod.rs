@@ -37,6 +37,7 @@ use std::rc::Rc;
 use crate::api::anthropic::stream as anthropic;
 use crate::api::chat::stream as chat;
 use crate::api::complete::stream as complete;
+use crate::api::completions::stream as completions;
 use crate::api::responses::stream as responses;
 use crate::api::{Api, Request, ToolCall};
 use crate::config::Version;
@@ -261,8 +262,8 @@ impl Rewriter {
             Api::AnthropicMessages => Box::new(anthropic::Anthropic::new(request)),
             Api::ChatCompletions => Box::new(chat::Chat::new(request)),
             Api::Responses => Box::new(responses::Responses::new(request)),
-            // TODO(issue 54): the legacy APIs' stream readers.
-            Api::Completions => Box::new(unreadable::NoStream),
+            Api::Completions => Box::new(completions::Completions::new(request)),
+            // Their answers never stream: any stream is unreadable.
             Api::AnthropicComplete => Box::new(complete::Complete::new(request)),
             Api::Embeddings => Box::new(unreadable::NoStream),
             Api::MessageBatches => Box::new(unreadable::NoStream),

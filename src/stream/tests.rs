@@ -2104,3 +2104,23 @@ fn what_is_held_whole_meets_its_limit_at_the_same_event_however_the_upstream_is_
     }
     assert!(limited > 100, "the limit was met in {limited} cases");
 }
+
+/// Legacy completion chunks of text alone on the short path are sent as the general path sends
+/// them, however the body is split, held, cut or clean.
+#[test]
+fn a_completion_chunk_on_the_short_path_is_sent_as_the_general_path_sends_it() {
+    let chunk = |text: &str| {
+        format!(
+            "data: {{\"id\":\"cmpl-9\",\"object\":\"text_completion\",\"created\":1,\
+             \"choices\":[{{\"text\":{},\"index\":0,\"logprobs\":null,\"finish_reason\":null}}],\
+             \"model\":\"m\"}}\n\n",
+            serde_json::to_string(text).unwrap()
+        )
+    };
+    let tail = "data: {\"id\":\"cmpl-9\",\"object\":\"text_completion\",\"created\":1,\"choices\":[{\"text\":\"\",\"index\":0,\"logprobs\":null,\"finish_reason\":\"stop\"}],\"model\":\"m\"}\n\ndata: [DONE]\n\n";
+    let stream_of = |texts: &[&str]| {
+        let texts: String = texts.iter().map(|t| chunk(t)).collect();
+        format!("{}{texts}{tail}", chunk("Well, "))
+    };
+    short_path_sends_what_the_general_path_sends(Api::Completions, 0, &stream_of);
+}

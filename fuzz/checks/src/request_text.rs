@@ -247,6 +247,30 @@ fn prompt_turns(body: &Value, pieces: &mut Vec<String>) -> Result<Vec<String>, (
     Ok(users)
 }
 
+/// OpenAI's legacy completions: each prompt of `prompt` (a string or an array of strings; token
+/// ids are refused) is a user message, then `suffix`; `stream_options` as Chat's.
+fn completions(body: &Value, pieces: &mut Vec<String>) -> Result<Vec<String>, ()> {
+    let prompts = match body.get("prompt") {
+        Some(Value::String(prompt)) => vec![prompt.clone()],
+        Some(Value::Array(prompts)) => prompts
+            .iter()
+            .map(|p| p.as_str().map(str::to_owned).ok_or(()))
+            .collect::<Result<_, ()>>()?,
+        _ => return Err(()),
+    };
+    let users: Vec<String> = prompts.iter().filter(|p| !p.is_empty()).cloned().collect();
+    pieces.extend(prompts);
+    pieces.extend(opt_str(body, "suffix")?);
+    match body.get("stream_options") {
+        None | Some(Value::Null) => {}
+        Some(options @ Value::Object(_)) => {
+            flag(options, "include_usage")?;
+        }
+        Some(_) => return Err(()),
+    }
+    Ok(users)
+}
+
 fn reference(api: Api, body: &Value) -> Result<Read, ()> {
     if !body.is_object() {
         return Err(());
@@ -276,8 +300,7 @@ fn reference(api: Api, body: &Value) -> Result<Read, ()> {
             users
         }
         Api::AnthropicComplete => prompt_turns(body, &mut pieces)?,
-        // TODO(issue 54): the other APIs' reference readers.
-        Api::Completions => return Err(()),
+        Api::Completions => completions(body, &mut pieces)?,
         Api::Embeddings => return input_only::embeddings(body),
         Api::MessageBatches => return input_only::message_batches(body),
     };
@@ -301,6 +324,7 @@ pub fn check(input: &[u8]) {
         Api::ChatCompletions,
         Api::Responses,
         Api::AnthropicComplete,
+        Api::Completions,
     ];
     let api = apis[usize::from(*which) % apis.len()];
     check_body(api, body);

@@ -21,7 +21,13 @@ const POLICY: &str = r#"{"default_agent": "a", "agents": {"a": {"published": "1"
     {"name": "no-passwords", "stage": "output", "kind": "not_contains", "expected": "password"}
   ]}}}}}"#;
 
-const APIS: [Api; 3] = [Api::AnthropicMessages, Api::ChatCompletions, Api::Responses];
+const APIS: [Api; 5] = [
+    Api::AnthropicMessages,
+    Api::ChatCompletions,
+    Api::Responses,
+    Api::Completions,
+    Api::AnthropicComplete,
+];
 const HOLDS: [Hold; 3] = [Hold::Rules, Hold::WholeText, Hold::Everything];
 
 /// Pieces a byte above 0x7f stands for: near the rules, multi-byte, and what JSON escapes.
@@ -53,9 +59,9 @@ pub fn check(input: &[u8]) {
     let [mode, size, body @ ..] = input else {
         return;
     };
-    let api = APIS[usize::from(*mode) % 3];
-    let hold = HOLDS[usize::from(*mode / 3) % 3];
-    let raw = (*mode / 9) % 2 == 1;
+    let api = APIS[usize::from(*mode) % APIS.len()];
+    let hold = HOLDS[usize::from(*mode) / APIS.len() % 3];
+    let raw = usize::from(*mode) / APIS.len() / 3 % 2 == 1;
     let version = version_of(POLICY);
     let rules = &version.output_rules;
     let (upstream, sent) = if raw {

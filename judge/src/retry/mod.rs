@@ -5,21 +5,23 @@
 //! same model, conversation and sampling; not streamed; no tool it could call (tools dropped, or,
 //! when the conversation already holds tool calls the vendor must match to their definitions, kept
 //! with the tool choice `none`); and one instruction naming the broken rules, in the request's own
-//! instructions (Anthropic `system`, a last Chat `system` message, Responses `instructions`). The
-//! rejected answer is never part of it: the callout does not carry it.
+//! instructions (Anthropic `system`, a last Chat `system` message, Responses `instructions`; legacy
+//! completions have none, so it goes before their one text prompt). The rejected answer is never
+//! part of it: the callout does not carry it.
 //!
 //! It goes only to the upstream the config names for the turn's authority, with the turn's own
 //! credentials (or the upstream's own key, where the caller's cannot serve: [`platform`]), and
 //! comes back as the vendor's answer verbatim or `errored` with a fixed reason. Logs name the API, upstream, status, outcome and duration; never a body, a rule or a key.
 //!
 //! Each vendor API's rules (its path, where its tools and instructions sit) are in a file of their
-//! own: [`anthropic`], [`chat`], [`responses`]; the platforms' paths and credentials (Vertex,
-//! Bedrock) in [`platform`]. Here the common part: the failures, the instruction,
-//! the JSON helpers the three share, the target URL and the call upstream.
+//! own: [`anthropic`], [`chat`], [`complete`], [`completions`], [`responses`]; the platforms' paths
+//! and credentials (Vertex, Bedrock) in [`platform`]. Here the common part: the failures, the
+//! instruction, the JSON helpers they share, the target URL and the call upstream.
 
 mod anthropic;
 mod chat;
 mod complete;
+mod completions;
 mod platform;
 mod responses;
 
@@ -56,6 +58,8 @@ pub enum Failure {
     NotAskedAgain,
     /// The caller signed the request (Bedrock's SigV4), and the upstream has no key of its own.
     SignedByCaller,
+    /// A legacy completion without one text prompt to put the instruction before.
+    NoPlaceForInstruction,
 }
 
 impl Failure {
@@ -80,6 +84,9 @@ impl Failure {
             Self::SignedByCaller => {
                 "the caller signed the request, and the upstream has no key of its own".into()
             }
+            Self::NoPlaceForInstruction => {
+                "the request has no one text prompt to put the instruction before".into()
+            }
         }
     }
 
@@ -100,6 +107,7 @@ impl Failure {
             Self::VendorError => "vendor_error",
             Self::NotAskedAgain => "not_asked_again",
             Self::SignedByCaller => "signed_by_caller",
+            Self::NoPlaceForInstruction => "no_place_for_instruction",
         }
     }
 }
@@ -145,8 +153,7 @@ pub fn retry_body(
         Api::AnthropicMessages => anthropic::adapt(&mut body, instruction, keep_tools),
         Api::ChatCompletions => chat::adapt(&mut body, instruction, keep_tools),
         Api::Responses => responses::adapt(&mut body, instruction, keep_tools)?,
-        // TODO(issue 54): the legacy APIs' retries.
-        Api::Completions => return Err(Failure::NotAskedAgain),
+        Api::Completions => completions::adapt(&mut body, instruction)?,
         Api::AnthropicComplete => complete::adapt(&mut body, &instruction)?,
         // No answer of theirs is checked, so none is asked again.
         Api::Embeddings | Api::MessageBatches => return Err(Failure::NotAskedAgain),
