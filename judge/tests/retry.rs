@@ -599,6 +599,22 @@ fn the_shipped_configs_name_their_upstreams() {
     assert!(demo.upstreams.for_authority("localhost:10000").is_some());
     let example = Settings::load(&dir.join("example.toml"), &|_| None).unwrap();
     assert!(!example.upstreams.is_empty());
+    let azure = example
+        .upstreams
+        .for_authority("my-resource.openai.azure.com")
+        .unwrap();
+    assert_eq!(
+        azure.base_url.as_str(),
+        "https://my-resource.openai.azure.com/"
+    );
+    let vertex = example
+        .upstreams
+        .for_authority("us-east5-aiplatform.googleapis.com")
+        .unwrap();
+    assert_eq!(
+        vertex.base_url.as_str(),
+        "https://us-east5-aiplatform.googleapis.com/"
+    );
 }
 
 #[test]
