@@ -7,6 +7,7 @@ pub mod api;
 pub mod build_info;
 pub mod check;
 pub mod config;
+pub mod eventstream;
 pub mod fold;
 pub mod frame;
 pub mod host;

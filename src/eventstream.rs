@@ -1,0 +1,957 @@
+//! AWS event streams (`application/vnd.amazon.eventstream`): an incremental decoder that survives
+//! any chunk split, and the encoder. Bedrock's `converse-stream` and `invoke-with-response-stream`
+//! answer in this framing; wired by issue 55 (nothing reads it yet).
+//!
+//! A message is a prelude (total length and headers length, u32 big-endian, then the CRC32 of
+//! those 8 bytes), a block of headers (name length u8, name, value type u8, value), the payload,
+//! and the CRC32 of everything before it. CRC32 is the IEEE polynomial (zlib's, Python's
+//! `binascii.crc32`). Reference: botocore `botocore/eventstream.py` (the decoder boto3 runs) and
+//! <https://docs.aws.amazon.com/AmazonS3/latest/API/RESTSelectObjectAppendix.html>. What cannot be
+//! read (a checksum, a length out of bounds, a header past its block, an unknown value type, a
+//! name given twice) is an error, never a guess; after one, every push answers the same error.
+#![cfg_attr(not(test), allow(dead_code))]
+
+/// The prelude: total length, headers length, prelude CRC.
+const PRELUDE: usize = 12;
+/// The prelude and the message CRC: the length of a message with no headers and no payload.
+const FRAME: usize = PRELUDE + 4;
+
+/// The header naming an event's type (`contentBlockDelta`, `messageStop`, `chunk`...).
+pub const EVENT_TYPE: &str = ":event-type";
+/// The header saying what a message is: `event`, `exception` or `error`.
+pub const MESSAGE_TYPE: &str = ":message-type";
+/// The payload's media type (`application/json` for Bedrock's events and exceptions).
+pub const CONTENT_TYPE: &str = ":content-type";
+/// The header naming a modelled exception (`throttlingException`...) when `:message-type` is `exception`.
+pub const EXCEPTION_TYPE: &str = ":exception-type";
+/// The code of an unmodelled error, when `:message-type` is `error` (with `:error-message`).
+pub const ERROR_CODE: &str = ":error-code";
+/// The text of an unmodelled error.
+pub const ERROR_MESSAGE: &str = ":error-message";
+
+/// A header's value, by its wire type (0 to 9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// Types 0 (true) and 1 (false): no bytes follow.
+    Bool(bool),
+    /// Type 2: one signed byte.
+    Byte(i8),
+    /// Type 3: i16 big-endian.
+    Short(i16),
+    /// Type 4: i32 big-endian.
+    Int(i32),
+    /// Type 5: i64 big-endian.
+    Long(i64),
+    /// Type 6: u16 big-endian length, then the bytes.
+    Bytes(Vec<u8>),
+    /// Type 7: u16 big-endian length, then UTF-8.
+    String(String),
+    /// Type 8: milliseconds since the Unix epoch, i64 big-endian.
+    Timestamp(i64),
+    /// Type 9: 16 bytes.
+    Uuid([u8; 16]),
+}
+
+/// One header: its name and value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub name: String,
+    pub value: Value,
+}
+
+/// One decoded message: its headers in wire order (no name twice) and its payload.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Message {
+    pub headers: Vec<Header>,
+    pub payload: Vec<u8>,
+}
+
+impl Message {
+    /// The value of the header `name`, when the message has it.
+    pub fn header(&self, name: &str) -> Option<&Value> {
+        self.headers
+            .iter()
+            .find(|h| h.name == name)
+            .map(|h| &h.value)
+    }
+
+    /// The header `name` when its value is a string (`None` when absent or of another type).
+    pub fn string(&self, name: &str) -> Option<&str> {
+        match self.header(name)? {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// `:event-type`.
+    pub fn event_type(&self) -> Option<&str> {
+        self.string(EVENT_TYPE)
+    }
+
+    /// `:message-type`.
+    pub fn message_type(&self) -> Option<&str> {
+        self.string(MESSAGE_TYPE)
+    }
+
+    /// `:content-type`.
+    pub fn content_type(&self) -> Option<&str> {
+        self.string(CONTENT_TYPE)
+    }
+
+    /// `:exception-type`.
+    pub fn exception_type(&self) -> Option<&str> {
+        self.string(EXCEPTION_TYPE)
+    }
+}
+
+/// Why a stream cannot be read, or a message cannot be written. Never quotes the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventStreamError {
+    /// A message's total length is over the decoder's limit (or, writing, over `u32::MAX`).
+    TooLong,
+    /// A prelude whose lengths cannot frame a message: a total under 16 bytes, or headers longer
+    /// than the total leaves room for.
+    BadLength,
+    /// The prelude's CRC32 does not match its first 8 bytes.
+    PreludeCrc,
+    /// The message's CRC32 does not match the bytes before it.
+    MessageCrc,
+    /// A header's name or value runs past the end of the headers block.
+    HeaderOverrun,
+    /// A header's value type is not one of 0 to 9.
+    UnknownValueType,
+    /// A header's name, or a string value, is not UTF-8.
+    NotUtf8,
+    /// Two headers of one message have the same name.
+    DuplicateHeader,
+    /// Writing: a header name over 255 bytes, or a string value over 65,535.
+    HeaderTooLong,
+    /// The stream ended inside a message.
+    Truncated,
+}
+
+impl std::fmt::Display for EventStreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::TooLong => "an event stream message is longer than the limit",
+            Self::BadLength => "an event stream prelude's lengths frame no message",
+            Self::PreludeCrc => "an event stream prelude's checksum does not match",
+            Self::MessageCrc => "an event stream message's checksum does not match",
+            Self::HeaderOverrun => "an event stream header runs past its block",
+            Self::UnknownValueType => "an event stream header has an unknown value type",
+            Self::NotUtf8 => "an event stream header is not UTF-8",
+            Self::DuplicateHeader => "an event stream message names a header twice",
+            Self::HeaderTooLong => "an event stream header is too long to write",
+            Self::Truncated => "an event stream ended inside a message",
+        })
+    }
+}
+
+impl std::error::Error for EventStreamError {}
+
+/// Decodes an event stream pushed in chunks of any size.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    /// The incomplete message (bytes, not yet decoded); empty between messages.
+    pending: Vec<u8>,
+    /// The first error: the stream is unreadable from there on.
+    broken: Option<EventStreamError>,
+    limit: usize,
+}
+
+impl Decoder {
+    /// A decoder refusing any message longer than `limit` bytes in all (prelude and CRCs included).
+    pub fn new(limit: usize) -> Self {
+        Self {
+            pending: Vec::new(),
+            broken: None,
+            limit,
+        }
+    }
+
+    /// Feeds a chunk; appends every message it completes to `out`.
+    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<Message>) -> Result<(), EventStreamError> {
+        self.read(bytes, out, false).map(|_| ())
+    }
+
+    /// [`Self::push`] up to the end of the first message it completes: how many bytes of `bytes`
+    /// it read (all of them when it completed none). The rest is for a later push; the messages
+    /// are the same however a stream is split.
+    pub fn push_message(
+        &mut self,
+        bytes: &[u8],
+        out: &mut Vec<Message>,
+    ) -> Result<usize, EventStreamError> {
+        self.read(bytes, out, true)
+    }
+
+    /// The end of the stream: an error when it ended inside a message (or was already broken).
+    pub fn finish(&self) -> Result<(), EventStreamError> {
+        match self.broken {
+            Some(e) => Err(e),
+            None if self.pending.is_empty() => Ok(()),
+            None => Err(EventStreamError::Truncated),
+        }
+    }
+
+    fn read(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<Message>,
+        one: bool,
+    ) -> Result<usize, EventStreamError> {
+        if let Some(e) = self.broken {
+            return Err(e);
+        }
+        let read = self.read_messages(chunk, out, one);
+        if let Err(e) = read {
+            self.broken = Some(e);
+            self.pending = Vec::new();
+        }
+        read
+    }
+
+    fn read_messages(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<Message>,
+        one: bool,
+    ) -> Result<usize, EventStreamError> {
+        let mut bytes = chunk;
+        loop {
+            if self.pending.is_empty() {
+                // The whole message is in this chunk: read in place, not copied.
+                let Some(total) = self.total(bytes)? else {
+                    break;
+                };
+                let Some((frame, rest)) = bytes.split_at_checked(total) else {
+                    break;
+                };
+                out.push(message(frame)?);
+                bytes = rest;
+            } else {
+                // The prelude first, so a bad one fails before the rest is buffered.
+                let want = PRELUDE.saturating_sub(self.pending.len());
+                bytes = self.take(bytes, want);
+                let Some(total) = self.total(&self.pending)? else {
+                    break;
+                };
+                bytes = self.take(bytes, total.saturating_sub(self.pending.len()));
+                if self.pending.len() < total {
+                    break;
+                }
+                out.push(message(&self.pending)?);
+                self.pending.clear();
+            }
+            if one {
+                return Ok(chunk.len() - bytes.len());
+            }
+        }
+        self.pending.extend_from_slice(bytes);
+        Ok(chunk.len())
+    }
+
+    /// Moves up to `n` bytes of `bytes` to the pending message; the bytes left.
+    fn take<'a>(&mut self, bytes: &'a [u8], n: usize) -> &'a [u8] {
+        let (head, rest) = bytes.split_at(n.min(bytes.len()));
+        self.pending.extend_from_slice(head);
+        rest
+    }
+
+    /// The total length of the message `bytes` starts with, once its prelude is there (`None`
+    /// before), its checksum and lengths checked.
+    fn total(&self, bytes: &[u8]) -> Result<Option<usize>, EventStreamError> {
+        let Some(prelude) = bytes.first_chunk::<PRELUDE>() else {
+            return Ok(None);
+        };
+        let (lengths, crc) = prelude.split_at(8);
+        if crc32(lengths) != be32(crc) {
+            return Err(EventStreamError::PreludeCrc);
+        }
+        let (total, headers) = lengths.split_at(4);
+        let total = usize::try_from(be32(total)).map_err(|_| EventStreamError::TooLong)?;
+        let headers = usize::try_from(be32(headers)).map_err(|_| EventStreamError::BadLength)?;
+        if total < FRAME || headers > total - FRAME {
+            return Err(EventStreamError::BadLength);
+        }
+        if total > self.limit {
+            return Err(EventStreamError::TooLong);
+        }
+        Ok(Some(total))
+    }
+}
+
+/// A whole message (its length the prelude's total, checked): its checksum, headers and payload.
+fn message(frame: &[u8]) -> Result<Message, EventStreamError> {
+    let (body, crc) = frame
+        .split_last_chunk::<4>()
+        .ok_or(EventStreamError::BadLength)?;
+    if crc32(body) != be32(crc) {
+        return Err(EventStreamError::MessageCrc);
+    }
+    let (prelude, rest) = body
+        .split_at_checked(PRELUDE)
+        .ok_or(EventStreamError::BadLength)?;
+    let headers_len = prelude.get(4..8).map_or(0, be32);
+    let (mut block, payload) = usize::try_from(headers_len)
+        .ok()
+        .and_then(|n| rest.split_at_checked(n))
+        .ok_or(EventStreamError::BadLength)?;
+    let mut headers: Vec<Header> = Vec::new();
+    while !block.is_empty() {
+        let header = read_header(&mut block)?;
+        if headers.iter().any(|h| h.name == header.name) {
+            return Err(EventStreamError::DuplicateHeader);
+        }
+        headers.push(header);
+    }
+    Ok(Message {
+        headers,
+        payload: payload.to_vec(),
+    })
+}
+
+/// Reads one header from the front of `block`.
+fn read_header(block: &mut &[u8]) -> Result<Header, EventStreamError> {
+    let name_len = usize::from(u8_at(block)?);
+    let name = std::str::from_utf8(bytes_at(block, name_len)?)
+        .map_err(|_| EventStreamError::NotUtf8)?
+        .to_owned();
+    let value = match u8_at(block)? {
+        0 => Value::Bool(true),
+        1 => Value::Bool(false),
+        2 => Value::Byte(i8::from_be_bytes(array_at(block)?)),
+        3 => Value::Short(i16::from_be_bytes(array_at(block)?)),
+        4 => Value::Int(i32::from_be_bytes(array_at(block)?)),
+        5 => Value::Long(i64::from_be_bytes(array_at(block)?)),
+        6 => {
+            let len = usize::from(u16::from_be_bytes(array_at(block)?));
+            Value::Bytes(bytes_at(block, len)?.to_vec())
+        }
+        7 => {
+            let len = usize::from(u16::from_be_bytes(array_at(block)?));
+            let text = std::str::from_utf8(bytes_at(block, len)?)
+                .map_err(|_| EventStreamError::NotUtf8)?;
+            Value::String(text.to_owned())
+        }
+        8 => Value::Timestamp(i64::from_be_bytes(array_at(block)?)),
+        9 => Value::Uuid(array_at(block)?),
+        _ => return Err(EventStreamError::UnknownValueType),
+    };
+    Ok(Header { name, value })
+}
+
+fn bytes_at<'a>(block: &mut &'a [u8], n: usize) -> Result<&'a [u8], EventStreamError> {
+    let (head, rest) = block
+        .split_at_checked(n)
+        .ok_or(EventStreamError::HeaderOverrun)?;
+    *block = rest;
+    Ok(head)
+}
+
+fn array_at<const N: usize>(block: &mut &[u8]) -> Result<[u8; N], EventStreamError> {
+    let (head, rest) = block
+        .split_first_chunk::<N>()
+        .ok_or(EventStreamError::HeaderOverrun)?;
+    *block = rest;
+    Ok(*head)
+}
+
+fn u8_at(block: &mut &[u8]) -> Result<u8, EventStreamError> {
+    array_at::<1>(block).map(|[b]| b)
+}
+
+/// A big-endian u32 from the first 4 bytes (callers pass exactly 4).
+fn be32(bytes: &[u8]) -> u32 {
+    bytes
+        .first_chunk::<4>()
+        .map_or(0, |b| u32::from_be_bytes(*b))
+}
+
+/// Appends one message: `headers` as string values (type 7) in the order given, then `payload`,
+/// both checksums written. On an error nothing is appended.
+pub fn encode(
+    out: &mut Vec<u8>,
+    headers: &[(&str, &str)],
+    payload: &[u8],
+) -> Result<(), EventStreamError> {
+    let mut headers_len = 0usize;
+    for (name, value) in headers {
+        if name.len() > usize::from(u8::MAX) || value.len() > usize::from(u16::MAX) {
+            return Err(EventStreamError::HeaderTooLong);
+        }
+        headers_len += 1 + name.len() + 3 + value.len();
+    }
+    let total = FRAME
+        .checked_add(headers_len)
+        .and_then(|n| n.checked_add(payload.len()))
+        .ok_or(EventStreamError::TooLong)?;
+    let (Ok(total32), Ok(headers32)) = (u32::try_from(total), u32::try_from(headers_len)) else {
+        return Err(EventStreamError::TooLong);
+    };
+    let start = out.len();
+    out.reserve(total);
+    out.extend_from_slice(&total32.to_be_bytes());
+    out.extend_from_slice(&headers32.to_be_bytes());
+    let prelude_crc = crc32(out.get(start..).unwrap_or_default());
+    out.extend_from_slice(&prelude_crc.to_be_bytes());
+    for (name, value) in headers {
+        // Lengths checked above: both fit.
+        out.push(name.len() as u8);
+        out.extend_from_slice(name.as_bytes());
+        out.push(7);
+        out.extend_from_slice(&(value.len() as u16).to_be_bytes());
+        out.extend_from_slice(value.as_bytes());
+    }
+    out.extend_from_slice(payload);
+    let message_crc = crc32(out.get(start..).unwrap_or_default());
+    out.extend_from_slice(&message_crc.to_be_bytes());
+    Ok(())
+}
+
+/// Appends an event as AWS services send one: `:event-type`, `:content-type: application/json`,
+/// `:message-type: event`, and its JSON payload.
+pub fn encode_event(
+    out: &mut Vec<u8>,
+    event_type: &str,
+    json: &[u8],
+) -> Result<(), EventStreamError> {
+    let headers = [
+        (EVENT_TYPE, event_type),
+        (CONTENT_TYPE, "application/json"),
+        (MESSAGE_TYPE, "event"),
+    ];
+    encode(out, &headers, json)
+}
+
+/// Appends a modelled exception: `:exception-type`, `:content-type: application/json`,
+/// `:message-type: exception`, and its JSON payload (`{"message":"..."}`). botocore raises it as
+/// `EventStreamError` with the exception type as its code.
+pub fn encode_exception(
+    out: &mut Vec<u8>,
+    exception_type: &str,
+    json: &[u8],
+) -> Result<(), EventStreamError> {
+    let headers = [
+        (EXCEPTION_TYPE, exception_type),
+        (CONTENT_TYPE, "application/json"),
+        (MESSAGE_TYPE, "exception"),
+    ];
+    encode(out, &headers, json)
+}
+
+/// CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320), a byte a step from a table built at
+/// compile time; what zlib's `crc32` and Python's `binascii.crc32` compute.
+pub fn crc32(bytes: &[u8]) -> u32 {
+    !bytes.iter().fold(!0u32, |crc, &b| {
+        let i = usize::from((crc as u8) ^ b);
+        CRC_TABLE.get(i).copied().unwrap_or(0) ^ (crc >> 8)
+    })
+}
+
+const CRC_TABLE: [u32; 256] = crc_table();
+
+const fn crc_table() -> [u32; 256] {
+    let mut table = [0u32; 256];
+    let mut rest: &mut [u32] = &mut table;
+    let mut byte = 0u32;
+    while let [slot, tail @ ..] = rest {
+        let mut crc = byte;
+        let mut bit = 0;
+        while bit < 8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+            bit += 1;
+        }
+        *slot = crc;
+        rest = tail;
+        byte += 1;
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+
+    use super::*;
+
+    /// Encoded messages from botocore's own tests (boto/botocore `tests/unit/test_eventstream.py`
+    /// at 0e6e2404b85dc336dd2889814e089bde7d1a4c55: `EMPTY_MESSAGE`, `INT8_HEADER`...), the
+    /// bytes reproduced as they are there.
+    mod botocore {
+        pub const EMPTY_MESSAGE: &[u8] =
+            b"\x00\x00\x00\x10\x00\x00\x00\x00\x05\xc2H\xeb}\x98\xc8\xff";
+        pub const INT8_HEADER: &[u8] =
+            b"\x00\x00\x00\x17\x00\x00\x00\x07)\x86\x01X\x04byte\x02\xff\xc2\xf8i\xdc";
+        pub const INT16_HEADER: &[u8] =
+            b"\x00\x00\x00\x19\x00\x00\x00\tq\x0e\x92>\x05short\x03\xff\xff\xb2|\xb6\xcc";
+        pub const INT32_HEADER: &[u8] = b"\x00\x00\x00\x1d\x00\x00\x00\r\x83\xe3\xf0\xe7\x07integer\x04\xff\xff\xff\xff\x8b\x8e\x12\xeb";
+        pub const INT64_HEADER: &[u8] = b"\x00\x00\x00\x1e\x00\x00\x00\x0e]J\xdb\x8d\x04long\x05\xff\xff\xff\xff\xff\xff\xff\xffK\xc22\xda";
+        pub const PAYLOAD_NO_HEADERS: &[u8] =
+            b"\x00\x00\x00\x1d\x00\x00\x00\x00\xfdR\x8cZ{'foo':'bar'}\xc3e96";
+        pub const PAYLOAD_ONE_STR_HEADER: &[u8] = b"\x00\x00\x00=\x00\x00\x00 \x07\xfd\x83\x96\x0ccontent-type\x07\x00\x10application/json{'foo':'bar'}\x8d\x9c\x08\xb1";
+        pub const ALL_HEADERS_TYPES: &[u8] = b"\x00\x00\x00\x62\x00\x00\x00\x52\x03\xb5\xcb\x9c\
+            \x010\x00\x011\x01\x012\x02\x02\x013\x03\x00\x03\
+            \x014\x04\x00\x00\x00\x04\x015\x05\x00\x00\x00\x00\x00\x00\x00\x05\
+            \x016\x06\x00\x05bytes\x017\x07\x00\x04utf8\
+            \x018\x08\x00\x00\x00\x00\x00\x00\x00\x08\x019\x090123456789abcdef\
+            \x63\x35\x36\x71";
+        pub const ERROR_EVENT_MESSAGE: &[u8] = b"\x00\x00\x00\x52\x00\x00\x00\x42\xbf\x23\x63\x7e\
+            \x0d:message-type\x07\x00\x05error\
+            \x0b:error-code\x07\x00\x04code\
+            \x0e:error-message\x07\x00\x07message\
+            \x6b\x6c\xea\x3d";
+
+        pub const CORRUPTED_HEADER_LENGTH: &[u8] = b"\x00\x00\x00=\xff\x00\x01\x02\x07\xfd\x83\x96\x0ccontent-type\x07\x00\x10application/json{'foo':'bar'}\x8d\x9c\x08\xb1";
+        pub const CORRUPTED_HEADERS: &[u8] = b"\x00\x00\x00=\x00\x00\x00 \x07\xfd\x83\x96\x0ccontent+type\x07\x00\x10application/json{'foo':'bar'}\x8d\x9c\x08\xb1";
+        pub const CORRUPTED_LENGTH: &[u8] =
+            b"\x01\x00\x00\x1d\x00\x00\x00\x00\xfdR\x8cZ{'foo':'bar'}\xc3e96";
+        pub const CORRUPTED_PAYLOAD: &[u8] =
+            b"\x00\x00\x00\x1d\x00\x00\x00\x00\xfdR\x8cZ{'foo':'bar'\x8d\xc3e96";
+        pub const DUPLICATE_HEADER: &[u8] = b"\x00\x00\x00\x24\x00\x00\x00\x14\x4b\xb9\x82\xd0\
+            \x04test\x04asdf\x04test\x04asdf\xf3\xf4\x75\x63";
+        /// Well-formed, checksums matching, but headers longer than the message.
+        pub const INVALID_HEADERS_LENGTH: &[u8] =
+            b"\x00\x00\x00\x3d\xff\x00\x01\x02\x15\x83\xf5\xc2\
+            \x0ccontent-type\x07\x00\x10application/json{'foo':'bar'}\x2f\x37\x7f\x5d";
+        /// The prelude of `INVALID_PAYLOAD_LENGTH` (a 24 MiB payload follows it there).
+        pub const INVALID_PAYLOAD_LENGTH_PRELUDE: &[u8] =
+            b"\x01\x80\x00\x21\x00\x00\x00\x00\xdd\x3f\x33\xb1";
+    }
+
+    fn decode_in(chunks: &[&[u8]]) -> Result<Vec<Message>, EventStreamError> {
+        let mut decoder = Decoder::new(1024);
+        let mut out = Vec::new();
+        for chunk in chunks {
+            decoder.push(chunk, &mut out)?;
+        }
+        decoder.finish()?;
+        Ok(out)
+    }
+
+    /// The messages and the error of a stream pushed in `chunks`, all of them pushed.
+    fn decode_until_error(chunks: &[&[u8]], limit: usize) -> (Vec<Message>, EventStreamError) {
+        let mut decoder = Decoder::new(limit);
+        let mut out = Vec::new();
+        for chunk in chunks {
+            if let Err(e) = decoder.push(chunk, &mut out) {
+                return (out, e);
+            }
+        }
+        let e = decoder.finish().unwrap_err();
+        (out, e)
+    }
+
+    fn msg(headers: &[(&str, Value)], payload: &[u8]) -> Message {
+        Message {
+            headers: headers
+                .iter()
+                .map(|(name, value)| Header {
+                    name: (*name).to_owned(),
+                    value: value.clone(),
+                })
+                .collect(),
+            payload: payload.to_vec(),
+        }
+    }
+
+    fn s(text: &str) -> Value {
+        Value::String(text.to_owned())
+    }
+
+    /// A message around a raw headers block, with both checksums right.
+    fn framed(headers: &[u8], payload: &[u8]) -> Vec<u8> {
+        let total = (FRAME + headers.len() + payload.len()) as u32;
+        framed_with(total, headers.len() as u32, headers, payload)
+    }
+
+    /// A message whose prelude says `total` and `headers_len` whatever follows, both checksums
+    /// computed over what is written.
+    fn framed_with(total: u32, headers_len: u32, headers: &[u8], payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&total.to_be_bytes());
+        out.extend_from_slice(&headers_len.to_be_bytes());
+        out.extend_from_slice(&crc32(&out).to_be_bytes());
+        out.extend_from_slice(headers);
+        out.extend_from_slice(payload);
+        out.extend_from_slice(&crc32(&out).to_be_bytes());
+        out
+    }
+
+    /// A Converse stream as Bedrock sends one (event names and payloads from botocore's
+    /// `bedrock-runtime/2023-09-30/service-2.json`, `ConverseStreamOutput`), ending in a stop.
+    fn converse_stream() -> Vec<u8> {
+        let mut out = Vec::new();
+        let events: [(&str, &str); 6] = [
+            ("messageStart", r#"{"role":"assistant"}"#),
+            (
+                "contentBlockDelta",
+                r#"{"contentBlockIndex":0,"delta":{"text":"Hé日本😀"}}"#,
+            ),
+            ("contentBlockStop", r#"{"contentBlockIndex":0}"#),
+            (
+                "contentBlockStart",
+                r#"{"contentBlockIndex":1,"start":{"toolUse":{"toolUseId":"t1","name":"get"}}}"#,
+            ),
+            ("messageStop", r#"{"stopReason":"guardrail_intervened"}"#),
+            (
+                "metadata",
+                r#"{"usage":{"inputTokens":3,"outputTokens":2,"totalTokens":5},"metrics":{"latencyMs":9}}"#,
+            ),
+        ];
+        for (event, json) in events {
+            encode_event(&mut out, event, json.as_bytes()).unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn crc32_is_the_ieee_one() {
+        // The CRC-32/ISO-HDLC check value, and botocore's prelude CRC of `EMPTY_MESSAGE`.
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32(b""), 0);
+        assert_eq!(crc32(&botocore::EMPTY_MESSAGE[..8]), 0x05C2_48EB);
+        assert_eq!(crc32(&botocore::EMPTY_MESSAGE[..12]), 0x7D98_C8FF);
+    }
+
+    #[test]
+    fn botocores_vectors_decode_as_botocore_reads_them() {
+        use botocore::*;
+        let json = b"{'foo':'bar'}";
+        let cases: [(&[u8], Message); 9] = [
+            (EMPTY_MESSAGE, msg(&[], b"")),
+            (INT8_HEADER, msg(&[("byte", Value::Byte(-1))], b"")),
+            (INT16_HEADER, msg(&[("short", Value::Short(-1))], b"")),
+            (INT32_HEADER, msg(&[("integer", Value::Int(-1))], b"")),
+            (INT64_HEADER, msg(&[("long", Value::Long(-1))], b"")),
+            (PAYLOAD_NO_HEADERS, msg(&[], json)),
+            (
+                PAYLOAD_ONE_STR_HEADER,
+                msg(&[("content-type", s("application/json"))], json),
+            ),
+            (
+                ALL_HEADERS_TYPES,
+                msg(
+                    &[
+                        ("0", Value::Bool(true)),
+                        ("1", Value::Bool(false)),
+                        ("2", Value::Byte(2)),
+                        ("3", Value::Short(3)),
+                        ("4", Value::Int(4)),
+                        ("5", Value::Long(5)),
+                        ("6", Value::Bytes(b"bytes".to_vec())),
+                        ("7", s("utf8")),
+                        ("8", Value::Timestamp(8)),
+                        ("9", Value::Uuid(*b"0123456789abcdef")),
+                    ],
+                    b"",
+                ),
+            ),
+            (
+                ERROR_EVENT_MESSAGE,
+                msg(
+                    &[
+                        (MESSAGE_TYPE, s("error")),
+                        (ERROR_CODE, s("code")),
+                        (ERROR_MESSAGE, s("message")),
+                    ],
+                    b"",
+                ),
+            ),
+        ];
+        for (bytes, expected) in &cases {
+            assert_eq!(decode_in(&[bytes]).unwrap(), vec![expected.clone()]);
+        }
+        // All on one stream, as botocore's `test_all_positive_cases`.
+        let all: Vec<u8> = cases.iter().flat_map(|(b, _)| b.iter().copied()).collect();
+        let expected: Vec<Message> = cases.into_iter().map(|(_, m)| m).collect();
+        assert_eq!(decode_in(&[&all]).unwrap(), expected);
+    }
+
+    #[test]
+    fn the_encoder_writes_botocores_bytes() {
+        use botocore::*;
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a [u8], &'a [u8]);
+        let cases: [Case; 4] = [
+            (&[], b"", EMPTY_MESSAGE),
+            (&[], b"{'foo':'bar'}", PAYLOAD_NO_HEADERS),
+            (
+                &[("content-type", "application/json")],
+                b"{'foo':'bar'}",
+                PAYLOAD_ONE_STR_HEADER,
+            ),
+            (
+                &[
+                    (MESSAGE_TYPE, "error"),
+                    (ERROR_CODE, "code"),
+                    (ERROR_MESSAGE, "message"),
+                ],
+                b"",
+                ERROR_EVENT_MESSAGE,
+            ),
+        ];
+        for (headers, payload, expected) in cases {
+            let mut out = b"before".to_vec();
+            encode(&mut out, headers, payload).unwrap();
+            assert_eq!(&out[6..], expected);
+            assert_eq!(&out[..6], b"before");
+        }
+    }
+
+    #[test]
+    fn bedrock_events_round_trip_with_their_headers() {
+        let mut out = Vec::new();
+        let stop = br#"{"stopReason":"guardrail_intervened"}"#;
+        encode_event(&mut out, "messageStop", stop).unwrap();
+        let thrown = br#"{"message":"Rate exceeded"}"#;
+        encode_exception(&mut out, "throttlingException", thrown).unwrap();
+        let messages = decode_in(&[&out]).unwrap();
+        let [event, exception] = &messages[..] else {
+            panic!("two messages: {messages:?}");
+        };
+        assert_eq!(event.event_type(), Some("messageStop"));
+        assert_eq!(event.message_type(), Some("event"));
+        assert_eq!(event.content_type(), Some("application/json"));
+        assert_eq!(event.exception_type(), None);
+        assert_eq!(event.payload, stop);
+        assert_eq!(exception.exception_type(), Some("throttlingException"));
+        assert_eq!(exception.message_type(), Some("exception"));
+        assert_eq!(exception.event_type(), None);
+        assert_eq!(exception.payload, thrown);
+        // A header of another type is not read as a string.
+        let typed = decode_in(&[botocore::INT32_HEADER]).unwrap();
+        assert_eq!(typed[0].header("integer"), Some(&Value::Int(-1)));
+        assert_eq!(typed[0].string("integer"), None);
+    }
+
+    #[test]
+    fn every_split_of_a_stream_gives_the_same_messages() {
+        let mut stream = converse_stream();
+        stream.extend_from_slice(botocore::ALL_HEADERS_TYPES);
+        stream.extend_from_slice(botocore::EMPTY_MESSAGE);
+        stream.extend_from_slice(botocore::PAYLOAD_ONE_STR_HEADER);
+        let stream = &stream[..];
+        let whole = decode_in(&[stream]).unwrap();
+        let names: Vec<Option<&str>> = whole.iter().map(Message::event_type).collect();
+        assert_eq!(
+            names,
+            [
+                Some("messageStart"),
+                Some("contentBlockDelta"),
+                Some("contentBlockStop"),
+                Some("contentBlockStart"),
+                Some("messageStop"),
+                Some("metadata"),
+                None,
+                None,
+                None,
+            ]
+        );
+        for i in 0..=stream.len() {
+            let (a, b) = stream.split_at(i);
+            assert_eq!(decode_in(&[a, b]).unwrap(), whole, "split at {i}");
+        }
+        let bytes: Vec<&[u8]> = stream.chunks(1).flat_map(|b| [b, &b""[..]]).collect();
+        assert_eq!(decode_in(&bytes).unwrap(), whole);
+        for size in [2, 3, 5, 7, 11, 13, 64] {
+            let chunks: Vec<&[u8]> = stream.chunks(size).collect();
+            assert_eq!(decode_in(&chunks).unwrap(), whole, "chunks of {size}");
+        }
+        // A message at a time: each push stops where its message ended, the rest pushed after.
+        for i in 0..=stream.len() {
+            let mut decoder = Decoder::new(1024);
+            let mut out = Vec::new();
+            for chunk in [&stream[..i], &stream[i..]] {
+                let mut rest = chunk;
+                while !rest.is_empty() {
+                    let before = out.len();
+                    let read = decoder.push_message(rest, &mut out).unwrap();
+                    assert!(out.len() - before <= 1, "split at {i}");
+                    assert!(read > 0 && (read == rest.len() || out.len() > before));
+                    rest = &rest[read..];
+                }
+            }
+            decoder.finish().unwrap();
+            assert_eq!(out, whole, "split at {i}, a message at a time");
+        }
+    }
+
+    #[test]
+    fn botocores_corrupt_vectors_are_errors() {
+        use botocore::*;
+        let cases: [(&[u8], EventStreamError); 6] = [
+            (CORRUPTED_LENGTH, EventStreamError::PreludeCrc),
+            (CORRUPTED_HEADER_LENGTH, EventStreamError::PreludeCrc),
+            (CORRUPTED_PAYLOAD, EventStreamError::MessageCrc),
+            (CORRUPTED_HEADERS, EventStreamError::MessageCrc),
+            (DUPLICATE_HEADER, EventStreamError::DuplicateHeader),
+            (INVALID_HEADERS_LENGTH, EventStreamError::BadLength),
+        ];
+        for (bytes, error) in cases {
+            assert_eq!(decode_in(&[bytes]), Err(error), "{bytes:?}");
+        }
+        // botocore refuses that payload for its 24 MiB limit; this decoder for the limit it is given.
+        let mut decoder = Decoder::new(1024);
+        let pushed = decoder.push(INVALID_PAYLOAD_LENGTH_PRELUDE, &mut Vec::new());
+        assert_eq!(pushed, Err(EventStreamError::TooLong));
+    }
+
+    #[test]
+    fn malformed_headers_and_lengths_are_errors() {
+        use EventStreamError::*;
+        let cases: Vec<(Vec<u8>, EventStreamError)> = vec![
+            // A name longer than the block, a name length with nothing after it.
+            (framed(b"\x05ab", b""), HeaderOverrun),
+            (framed(b"\x01", b""), HeaderOverrun),
+            // A name, then no type.
+            (framed(b"\x01a", b""), HeaderOverrun),
+            // Values cut short: each fixed width, and a length past the block.
+            (framed(b"\x01a\x02", b""), HeaderOverrun),
+            (framed(b"\x01a\x03\x00", b""), HeaderOverrun),
+            (framed(b"\x01a\x04\x00\x00\x00", b""), HeaderOverrun),
+            (
+                framed(b"\x01a\x05\x00\x00\x00\x00\x00\x00\x00", b"x"),
+                HeaderOverrun,
+            ),
+            (framed(b"\x01a\x06\x00", b""), HeaderOverrun),
+            (framed(b"\x01a\x06\x00\x03ab", b"c"), HeaderOverrun),
+            (framed(b"\x01a\x07\x00\x03ab", b"c"), HeaderOverrun),
+            (framed(b"\x01a\x08\x00\x00", b""), HeaderOverrun),
+            (framed(b"\x01a\x09012345678901234", b"5"), HeaderOverrun),
+            // Value types past 9.
+            (framed(b"\x01a\x0a", b""), UnknownValueType),
+            (framed(b"\x01a\xff\x00", b""), UnknownValueType),
+            // Not UTF-8: a name, a string value (a byte array may hold anything).
+            (framed(b"\x01\xff\x00", b""), NotUtf8),
+            (framed(b"\x01a\x07\x00\x01\xff", b""), NotUtf8),
+            // A name twice, whatever the values' types.
+            (framed(b"\x01a\x00\x01a\x02\x01", b""), DuplicateHeader),
+            // Lengths that frame no message: under 16 bytes; headers past the payload's end.
+            (framed_with(15, 0, b"", b""), BadLength),
+            (framed_with(0, 0, b"", b""), BadLength),
+            (framed_with(17, 2, b"\x00", b""), BadLength),
+            (framed_with(u32::MAX, u32::MAX, b"", b""), BadLength),
+            // Over the limit.
+            (framed(b"", &[b'x'; 1024 - FRAME + 1]), TooLong),
+        ];
+        for (bytes, error) in &cases {
+            assert_eq!(decode_in(&[bytes]), Err(*error), "{bytes:?}");
+        }
+        // At the limit, and a byte array that is not UTF-8.
+        let at_limit = framed(b"\x01a\x06\x00\x01\xff", &[b'x'; 1024 - FRAME - 6]);
+        assert_eq!(
+            decode_in(&[&at_limit]).unwrap(),
+            vec![msg(
+                &[("a", Value::Bytes(vec![0xff]))],
+                &[b'x'; 1024 - FRAME - 6]
+            )]
+        );
+        // An empty name is a name.
+        assert_eq!(
+            decode_in(&[&framed(b"\x00\x00", b"")]).unwrap(),
+            vec![msg(&[("", Value::Bool(true))], b"")]
+        );
+    }
+
+    #[test]
+    fn an_error_is_the_same_under_every_split_and_the_messages_before_it_are_read() {
+        let mut good = converse_stream();
+        good.extend_from_slice(botocore::INT8_HEADER);
+        let before = decode_in(&[&good]).unwrap();
+        let bad: [(&[u8], EventStreamError); 5] = [
+            (botocore::CORRUPTED_LENGTH, EventStreamError::PreludeCrc),
+            (botocore::CORRUPTED_PAYLOAD, EventStreamError::MessageCrc),
+            (
+                botocore::DUPLICATE_HEADER,
+                EventStreamError::DuplicateHeader,
+            ),
+            (
+                botocore::INVALID_HEADERS_LENGTH,
+                EventStreamError::BadLength,
+            ),
+            (
+                &botocore::PAYLOAD_NO_HEADERS[..20],
+                EventStreamError::Truncated,
+            ),
+        ];
+        for (tail, error) in bad {
+            let stream = [&good[..], tail].concat();
+            for i in 0..=stream.len() {
+                let (a, b) = stream.split_at(i);
+                assert_eq!(
+                    decode_until_error(&[a, b], 1024),
+                    (before.clone(), error),
+                    "split at {i}"
+                );
+            }
+            let bytes: Vec<&[u8]> = stream.chunks(1).collect();
+            assert_eq!(decode_until_error(&bytes, 1024), (before.clone(), error));
+        }
+    }
+
+    #[test]
+    fn a_bad_prelude_fails_before_the_rest_arrives() {
+        // Its 12 bytes are enough: the decoder buffers nothing of a message it cannot frame.
+        let mut decoder = Decoder::new(1 << 20);
+        let mut out = Vec::new();
+        decoder
+            .push(&botocore::CORRUPTED_LENGTH[..11], &mut out)
+            .unwrap();
+        let pushed = decoder.push(&botocore::CORRUPTED_LENGTH[11..12], &mut out);
+        assert_eq!(pushed, Err(EventStreamError::PreludeCrc));
+        let mut decoder = Decoder::new(64);
+        let pushed = decoder.push(botocore::INVALID_PAYLOAD_LENGTH_PRELUDE, &mut out);
+        assert_eq!(pushed, Err(EventStreamError::TooLong));
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_broken_stream_stays_broken() {
+        let mut decoder = Decoder::new(1024);
+        let mut out = Vec::new();
+        let first = decoder.push(botocore::CORRUPTED_PAYLOAD, &mut out);
+        assert_eq!(first, Err(EventStreamError::MessageCrc));
+        // Good messages after it are not read: where the next one starts is not known.
+        let again = decoder.push(botocore::EMPTY_MESSAGE, &mut out);
+        assert_eq!(again, Err(EventStreamError::MessageCrc));
+        let one = decoder.push_message(botocore::EMPTY_MESSAGE, &mut out);
+        assert_eq!(one, Err(EventStreamError::MessageCrc));
+        assert_eq!(decoder.finish(), Err(EventStreamError::MessageCrc));
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_stream_ending_inside_a_message_is_truncated() {
+        for i in 1..botocore::PAYLOAD_ONE_STR_HEADER.len() {
+            let cut = &botocore::PAYLOAD_ONE_STR_HEADER[..i];
+            assert_eq!(decode_in(&[cut]), Err(EventStreamError::Truncated), "{i}");
+        }
+        assert_eq!(decode_in(&[]), Ok(vec![]));
+    }
+
+    #[test]
+    fn the_encoder_refuses_what_it_cannot_frame_and_writes_nothing() {
+        let long_name = "n".repeat(256);
+        let long_value = "v".repeat(65_536);
+        let mut out = b"kept".to_vec();
+        let refused = [
+            encode(&mut out, &[(&long_name, "v")], b""),
+            encode(&mut out, &[("n", &long_value)], b""),
+            encode(&mut out, &[("ok", "v"), (&long_name, "v")], b""),
+        ];
+        assert_eq!(refused, [Err(EventStreamError::HeaderTooLong); 3]);
+        assert_eq!(out, b"kept");
+        // The longest of each is written and read back.
+        let name = "n".repeat(255);
+        let value = "v".repeat(65_535);
+        let mut out = Vec::new();
+        encode(&mut out, &[(&name, &value)], b"p").unwrap();
+        let mut decoder = Decoder::new(1 << 20);
+        let mut messages = Vec::new();
+        decoder.push(&out, &mut messages).unwrap();
+        assert_eq!(messages, vec![msg(&[(&name, s(&value))], b"p")]);
+    }
+}
