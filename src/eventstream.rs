@@ -522,6 +522,19 @@ mod tests {
             b"\x01\x80\x00\x21\x00\x00\x00\x00\xdd\x3f\x33\xb1";
     }
 
+    /// A frame Bedrock's `invoke-with-response-stream` sent (an `InvokeModelWithResponseStream`
+    /// `chunk`: the model's own event base64 in `bytes`, and the random-length padding `p` that
+    /// Bedrock adds), as AI21Labs/ai21-python keeps it in `tests/unittests/test_aws_stream_decoder.py`
+    /// at 661c5f574a3128749fb8316e950e0b2602d8c8d0; both checksums verified with Python's
+    /// `binascii.crc32`.
+    const BEDROCK_CHUNK: &[u8] = b"\x00\x00\x01\x80\x00\x00\x00K\xfe\x96$F\
+        \x0b:event-type\x07\x00\x05chunk\r:content-type\x07\x00\x10application/json\
+        \r:message-type\x07\x00\x05event\
+        {\"bytes\":\"eyJpZCI6ImNtcGwtOTgxZjdmMTc2YWQ0NDE0NTliOTRlNDVlZTI5MmEzMjEiLCJjaG9pY2VzIjpbeyJpbmRleC\
+        I6MCwiZGVsdGEiOnsicm9sZSI6ImFzc2lzdGFudCJ9LCJmaW5pc2hfcmVhc29uIjpudWxsfV0sInVzYWdlIjp7InByb21wd\
+        F90b2tlbnMiOjQ0LCJ0b3RhbF90b2tlbnMiOjQ0LCJjb21wbGV0aW9uX3Rva2VucyI6MH19\",\"p\":\"abcdefghijklmnopq\
+        rstuv\"}5\xca\xa7\x98";
+
     fn decode_in(chunks: &[&[u8]]) -> Result<Vec<Message>, EventStreamError> {
         let mut decoder = Decoder::new(1024);
         let mut out = Vec::new();
@@ -728,11 +741,31 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_bedrock_sent_decodes_and_encodes_byte_for_byte() {
+        let messages = decode_in(&[BEDROCK_CHUNK]).unwrap();
+        let [chunk] = &messages[..] else {
+            panic!("one message: {messages:?}");
+        };
+        assert_eq!(chunk.event_type(), Some("chunk"));
+        assert_eq!(chunk.message_type(), Some("event"));
+        assert_eq!(chunk.content_type(), Some("application/json"));
+        assert!(chunk.payload.starts_with(b"{\"bytes\":\"eyJpZCI6"));
+        assert!(chunk
+            .payload
+            .ends_with(b"\"p\":\"abcdefghijklmnopqrstuv\"}"));
+        // The encoder writes Bedrock's own headers, in Bedrock's order, to the same bytes.
+        let mut out = Vec::new();
+        encode_event(&mut out, "chunk", &chunk.payload).unwrap();
+        assert_eq!(out, BEDROCK_CHUNK);
+    }
+
+    #[test]
     fn every_split_of_a_stream_gives_the_same_messages() {
         let mut stream = converse_stream();
         stream.extend_from_slice(botocore::ALL_HEADERS_TYPES);
         stream.extend_from_slice(botocore::EMPTY_MESSAGE);
         stream.extend_from_slice(botocore::PAYLOAD_ONE_STR_HEADER);
+        stream.extend_from_slice(BEDROCK_CHUNK);
         let stream = &stream[..];
         let whole = decode_in(&[stream]).unwrap();
         let names: Vec<Option<&str>> = whole.iter().map(Message::event_type).collect();
@@ -748,6 +781,7 @@ mod tests {
                 None,
                 None,
                 None,
+                Some("chunk"),
             ]
         );
         for i in 0..=stream.len() {
