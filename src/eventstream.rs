@@ -375,12 +375,110 @@ pub fn encode(
     headers: &[(&str, &str)],
     payload: &[u8],
 ) -> Result<(), EventStreamError> {
+    let headers = headers
+        .iter()
+        .map(|(name, value)| (*name, Out::String(value)));
+    write_message(out, headers, payload)
+}
+
+/// Appends `message` with each header of its own type: the bytes a decoder read it from (the
+/// wire form is fixed by the headers, their order and the payload). On an error nothing is appended.
+pub fn encode_message(out: &mut Vec<u8>, message: &Message) -> Result<(), EventStreamError> {
+    let headers = message
+        .headers
+        .iter()
+        .map(|h| (h.name.as_str(), Out::Value(&h.value)));
+    write_message(out, headers, &message.payload)
+}
+
+/// A header value to write.
+#[derive(Clone, Copy)]
+enum Out<'a> {
+    String(&'a str),
+    Value(&'a Value),
+}
+
+impl Out<'_> {
+    /// Its length on the wire, type byte included; an error when a length does not fit its prefix.
+    fn len(self) -> Result<usize, EventStreamError> {
+        let var = |n: usize| {
+            if n > usize::from(u16::MAX) {
+                return Err(EventStreamError::HeaderTooLong);
+            }
+            Ok(3 + n)
+        };
+        match self {
+            Self::String(s) => var(s.len()),
+            Self::Value(v) => match v {
+                Value::Bool(_) => Ok(1),
+                Value::Byte(_) => Ok(2),
+                Value::Short(_) => Ok(3),
+                Value::Int(_) => Ok(5),
+                Value::Long(_) | Value::Timestamp(_) => Ok(9),
+                Value::Bytes(b) => var(b.len()),
+                Value::String(s) => var(s.len()),
+                Value::Uuid(_) => Ok(17),
+            },
+        }
+    }
+
+    /// Appends its type byte and bytes (lengths checked by [`Self::len`]).
+    fn write(self, out: &mut Vec<u8>) {
+        let var = |out: &mut Vec<u8>, kind: u8, bytes: &[u8]| {
+            out.push(kind);
+            out.extend_from_slice(&u16::try_from(bytes.len()).unwrap_or(0).to_be_bytes());
+            out.extend_from_slice(bytes);
+        };
+        match self {
+            Self::String(s) => var(out, 7, s.as_bytes()),
+            Self::Value(v) => match v {
+                Value::Bool(true) => out.push(0),
+                Value::Bool(false) => out.push(1),
+                Value::Byte(n) => {
+                    out.push(2);
+                    out.extend_from_slice(&n.to_be_bytes());
+                }
+                Value::Short(n) => {
+                    out.push(3);
+                    out.extend_from_slice(&n.to_be_bytes());
+                }
+                Value::Int(n) => {
+                    out.push(4);
+                    out.extend_from_slice(&n.to_be_bytes());
+                }
+                Value::Long(n) => {
+                    out.push(5);
+                    out.extend_from_slice(&n.to_be_bytes());
+                }
+                Value::Bytes(b) => var(out, 6, b),
+                Value::String(s) => var(out, 7, s.as_bytes()),
+                Value::Timestamp(n) => {
+                    out.push(8);
+                    out.extend_from_slice(&n.to_be_bytes());
+                }
+                Value::Uuid(b) => {
+                    out.push(9);
+                    out.extend_from_slice(b);
+                }
+            },
+        }
+    }
+}
+
+/// Frames the headers and the payload: lengths checked before a byte is appended.
+fn write_message<'a>(
+    out: &mut Vec<u8>,
+    headers: impl Iterator<Item = (&'a str, Out<'a>)> + Clone,
+    payload: &[u8],
+) -> Result<(), EventStreamError> {
     let mut headers_len = 0usize;
-    for (name, value) in headers {
-        if name.len() > usize::from(u8::MAX) || value.len() > usize::from(u16::MAX) {
+    for (name, value) in headers.clone() {
+        if name.len() > usize::from(u8::MAX) {
             return Err(EventStreamError::HeaderTooLong);
         }
-        headers_len += 1 + name.len() + 3 + value.len();
+        headers_len = headers_len
+            .checked_add(1 + name.len() + value.len()?)
+            .ok_or(EventStreamError::TooLong)?;
     }
     let total = FRAME
         .checked_add(headers_len)
@@ -396,12 +494,9 @@ pub fn encode(
     let prelude_crc = crc32(out.get(start..).unwrap_or_default());
     out.extend_from_slice(&prelude_crc.to_be_bytes());
     for (name, value) in headers {
-        // Lengths checked above: both fit.
-        out.push(name.len() as u8);
+        out.push(u8::try_from(name.len()).unwrap_or(0));
         out.extend_from_slice(name.as_bytes());
-        out.push(7);
-        out.extend_from_slice(&(value.len() as u16).to_be_bytes());
-        out.extend_from_slice(value.as_bytes());
+        value.write(out);
     }
     out.extend_from_slice(payload);
     let message_crc = crc32(out.get(start..).unwrap_or_default());
@@ -967,6 +1062,48 @@ mod tests {
     }
 
     #[test]
+    fn a_decoded_message_encodes_to_the_bytes_it_came_from() {
+        use botocore::*;
+        for bytes in [
+            EMPTY_MESSAGE,
+            INT8_HEADER,
+            INT16_HEADER,
+            INT32_HEADER,
+            INT64_HEADER,
+            PAYLOAD_NO_HEADERS,
+            PAYLOAD_ONE_STR_HEADER,
+            ALL_HEADERS_TYPES,
+            ERROR_EVENT_MESSAGE,
+            BEDROCK_CHUNK,
+        ] {
+            let [message] = &decode_in(&[bytes]).unwrap()[..] else {
+                panic!("one message");
+            };
+            let mut out = Vec::new();
+            encode_message(&mut out, message).unwrap();
+            assert_eq!(out, bytes);
+        }
+        // Typed values at their extremes.
+        let message = msg(
+            &[
+                ("b", Value::Byte(i8::MIN)),
+                ("s", Value::Short(i16::MAX)),
+                ("i", Value::Int(i32::MIN)),
+                ("l", Value::Long(i64::MAX)),
+                ("t", Value::Timestamp(-1)),
+                ("u", Value::Uuid([0xff; 16])),
+                ("y", Value::Bytes(vec![0, 0xff])),
+                ("e", Value::Bytes(Vec::new())),
+                ("z", s("")),
+            ],
+            b"\x00\xff",
+        );
+        let mut out = Vec::new();
+        encode_message(&mut out, &message).unwrap();
+        assert_eq!(decode_in(&[&out]).unwrap(), vec![message]);
+    }
+
+    #[test]
     fn the_encoder_refuses_what_it_cannot_frame_and_writes_nothing() {
         let long_name = "n".repeat(256);
         let long_value = "v".repeat(65_536);
@@ -977,6 +1114,9 @@ mod tests {
             encode(&mut out, &[("ok", "v"), (&long_name, "v")], b""),
         ];
         assert_eq!(refused, [Err(EventStreamError::HeaderTooLong); 3]);
+        let bytes = msg(&[("b", Value::Bytes(vec![0; 65_536]))], b"");
+        let refused = encode_message(&mut out, &bytes);
+        assert_eq!(refused, Err(EventStreamError::HeaderTooLong));
         assert_eq!(out, b"kept");
         // The longest of each is written and read back.
         let name = "n".repeat(255);
