@@ -408,7 +408,7 @@ bench-floor-stream: wasm venv
 # the main workspace. `make fuzz-cmin` merges the working corpus back into fuzz/corpus/ (a smallest set
 # of inputs with the same coverage).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= sse_decoder stream_rewriter request_text policy tool_calls sidecar_wire
+FUZZ_TARGETS ?= sse_decoder eventstream_decoder stream_rewriter request_text policy tool_calls sidecar_wire
 CARGO_FUZZ   := $(TOOLS)/bin/cargo-fuzz
 .PHONY: fuzz fuzz-cmin fuzz-toolchain
 

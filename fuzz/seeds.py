@@ -3,6 +3,7 @@
 (the stream and API fixtures of the unit tests, the example policies, the sidecar's example config):
 each seed is the target's mode bytes, then a body. `make fuzz` grows a working copy of the corpus in
 fuzz/target/; `make fuzz-cmin` minimizes that back into corpus/. Run from the repository root."""
+import binascii
 import hashlib
 import json
 import pathlib
@@ -39,6 +40,50 @@ for name, body in streams.items():
 for v in range(3):
     seed("stream_rewriter", [v, 3], "Pay to NL91ABNA0417164300 now, password \xff")
 seed("sse_decoder", [2, 0], "\ufeffdata: a\r\ndata:b\r\rid: 1\nevent: x\n: keep-alive\n\n")
+
+
+
+def es_frame(headers, payload, block=None):
+    """An AWS event-stream message framed here, independently of src/eventstream.rs (Python's
+    binascii.crc32): string headers, or a raw headers `block`."""
+    if block is None:
+        block = b"".join(
+            bytes([len(n)]) + n.encode() + b"\x07" + len(v.encode()).to_bytes(2, "big") + v.encode()
+            for n, v in headers
+        )
+    prelude = (16 + len(block) + len(payload)).to_bytes(4, "big") + len(block).to_bytes(4, "big")
+    body = prelude + binascii.crc32(prelude).to_bytes(4, "big") + block + payload
+    return body + binascii.crc32(body).to_bytes(4, "big")
+
+
+def es_event(event, payload):
+    headers = [(":event-type", event), (":content-type", "application/json"), (":message-type", "event")]
+    return es_frame(headers, payload.encode())
+
+
+# A Converse stream (botocore's bedrock-runtime model, ConverseStreamOutput) ending in a guardrail stop.
+converse = b"".join([
+    es_event("messageStart", '{"role":"assistant"}'),
+    es_event("contentBlockDelta", '{"contentBlockIndex":0,"delta":{"text":"H\u00e9 password"},"p":"abcd"}'),
+    es_event("contentBlockStop", '{"contentBlockIndex":0}'),
+    es_event("contentBlockStart", '{"contentBlockIndex":1,"start":{"toolUse":{"toolUseId":"t","name":"pay"}}}'),
+    es_event("contentBlockDelta", '{"contentBlockIndex":1,"delta":{"toolUse":{"input":"{\\"to\\":"}}}'),
+    es_event("messageStop", '{"stopReason":"guardrail_intervened"}'),
+    es_event("metadata", '{"usage":{"inputTokens":1,"outputTokens":2,"totalTokens":3},"metrics":{"latencyMs":4}}'),
+])
+thrown = es_frame([(":exception-type", "throttlingException"), (":content-type", "application/json"),
+                   (":message-type", "exception")], b'{"message":"Rate exceeded"}')
+typed = es_frame(None, b"", block=(
+    b"\x010\x00\x011\x01\x012\x02\x02\x013\x03\x00\x03\x014\x04\x00\x00\x00\x04"
+    b"\x015\x05" + bytes(7) + b"\x05\x016\x06\x00\x05bytes\x017\x07\x00\x04utf8"
+    b"\x018\x08" + bytes(7) + b"\x08\x019\x090123456789abcdef"))
+seed("eventstream_decoder", [255, 6], converse)
+seed("eventstream_decoder", [255, 0], converse + thrown + typed)
+seed("eventstream_decoder", [255, 11], converse[:-3])  # ends inside a message
+seed("eventstream_decoder", [2, 3], converse)  # over a small limit
+seed("eventstream_decoder", [255, 5], typed[:-1] + bytes([typed[-1] ^ 1]))  # a message CRC off
+seed("eventstream_decoder", [255, 2], es_frame(None, b"x", block=b"\x01a\x0a"))  # an unknown type
+seed("eventstream_decoder", [255, 9], es_frame(None, b"", block=b"\x01a\x07\x00\x09ab"))  # overrun
 
 for name, body in api.items():
     v = next((i for k, i in vendor.items() if name.startswith(k)), None)

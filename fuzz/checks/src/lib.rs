@@ -9,6 +9,7 @@
 
 #![cfg(not(target_family = "wasm"))]
 
+pub mod eventstream_decoder;
 pub mod policy;
 pub mod request_text;
 pub mod sidecar_wire;

@@ -11,7 +11,11 @@ use std::path::{Path, PathBuf};
 type Check = fn(&[u8]);
 
 /// Each fuzz target (fuzz_targets/<name>.rs) and the body it fuzzes.
-const TARGETS: [(&str, Check); 6] = [
+const TARGETS: [(&str, Check); 7] = [
+    (
+        "eventstream_decoder",
+        livecheck_fuzz_checks::eventstream_decoder::check,
+    ),
     ("policy", livecheck_fuzz_checks::policy::check),
     ("request_text", livecheck_fuzz_checks::request_text::check),
     ("sidecar_wire", livecheck_fuzz_checks::sidecar_wire::check),
@@ -83,6 +87,11 @@ fn every_fuzz_target_is_replayed_and_has_seeds() {
         replayed,
         "corpus/ and this file's TARGETS"
     );
+}
+
+#[test]
+fn every_eventstream_decoder_seed_decodes_the_same_however_chunked() {
+    replay("eventstream_decoder");
 }
 
 #[test]
