@@ -31,7 +31,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{Answer, CallValues, CallerText, Ids, Request, ToolCall};
+use super::{Answer, CallValues, CallerText, Ids, Request, ToolCall, Usage};
 use crate::json::{scalars_of_value, FieldError, Node, Obj};
 
 /// The finish reason (`Candidate.finishReason`) and block reason (`promptFeedback.blockReason`)
@@ -270,6 +270,26 @@ fn read_part(
         }
     }
     Ok(())
+}
+
+/// `usageMetadata` in livecheck's terms (`GenerateContentResponseUsageMetadata`): input is the
+/// prompt (cached content included) and the tool results Google fed back
+/// (`toolUsePromptTokenCount`); output is the candidates and the thoughts, which Google counts
+/// apart (`totalTokenCount` is the sum of all four), so reasoning is part of the output as
+/// OpenAI's is. A count Google leaves out is 0 (a blocked prompt states no candidates); `None`
+/// without `promptTokenCount`.
+pub(super) fn usage(usage_metadata: &Value) -> Option<Usage> {
+    let count = |key: &str| usage_metadata.get(key).and_then(Value::as_u64);
+    let zero_if_absent = |key: &str| count(key).unwrap_or(0);
+    let thoughts = zero_if_absent("thoughtsTokenCount");
+    Some(Usage {
+        input_tokens: count("promptTokenCount")?
+            .saturating_add(zero_if_absent("toolUsePromptTokenCount")),
+        output_tokens: zero_if_absent("candidatesTokenCount").saturating_add(thoughts),
+        cache_read_tokens: zero_if_absent("cachedContentTokenCount"),
+        cache_creation_tokens: 0,
+        reasoning_tokens: thoughts,
+    })
 }
 
 /// A candidate whose whole content is `reply`, stopped as content that breaks a safety policy.

@@ -393,6 +393,28 @@ fn every_candidate_is_read_and_code_google_ran_reaches_rule_checks_only() {
 }
 
 #[test]
+fn usage_counts_thoughts_as_output_and_tool_results_as_input() {
+    let body: Value = serde_json::from_str(ANSWER_TEXT).unwrap();
+    let mut metadata = body["usageMetadata"].clone();
+    metadata["cachedContentTokenCount"] = json!(4);
+    metadata["toolUsePromptTokenCount"] = json!(3);
+    assert_eq!(
+        usage(&metadata),
+        Some(Usage {
+            input_tokens: 15,
+            output_tokens: 28,
+            cache_read_tokens: 4,
+            cache_creation_tokens: 0,
+            reasoning_tokens: 22,
+        })
+    );
+    let blocked: Value = serde_json::from_str(ANSWER_BLOCKED).unwrap();
+    let blocked = usage(&blocked["usageMetadata"]).unwrap();
+    assert_eq!((blocked.input_tokens, blocked.output_tokens), (9, 0));
+    assert_eq!(usage(&json!({"candidatesTokenCount": 5})), None);
+}
+
+#[test]
 fn a_blocked_prompt_answers_no_text_and_no_call() {
     let a = answer(ANSWER_BLOCKED).unwrap();
     assert_eq!(a.text, "");
@@ -556,4 +578,29 @@ fn googles_error_is_read_as_google_genai_reads_it() {
         json!({"error": {"code": 400, "message": "contents must be an array of objects",
                          "status": "INVALID_ARGUMENT"}})
     );
+}
+
+#[test]
+fn every_prefix_and_byte_flip_of_every_fixture_is_read_without_panic() {
+    for fixture in [REQUEST, ANSWER_TEXT, ANSWER_CALLS, ANSWER_BLOCKED] {
+        let bytes = fixture.as_bytes();
+        let mut bodies: Vec<Vec<u8>> = (0..bytes.len()).map(|n| bytes[..n].to_vec()).collect();
+        for i in 0..bytes.len() {
+            let mut flipped = bytes.to_vec();
+            flipped[i] ^= 0x20;
+            bodies.push(flipped);
+        }
+        for body in &bodies {
+            let arena = crate::json::arena_for(body);
+            if let Ok(Node::Object(object)) = parse_node(body, &arena) {
+                let _ = parse_request(&object);
+            }
+            if let Ok(Node::Object(object)) = parse_answer_node(body, &arena) {
+                let _ = parse_answer(&object, true);
+            }
+            if let Ok(Value::Object(mut map)) = serde_json::from_slice::<Value>(body) {
+                let _ = withhold(&mut map, REPLY);
+            }
+        }
+    }
 }
