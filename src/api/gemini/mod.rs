@@ -38,21 +38,23 @@ use crate::json::{scalars_of_value, FieldError, Node, Obj};
 /// of a stop: both enums' `SAFETY`.
 const STOP_REASON: &str = "SAFETY";
 
-/// A field Google reads under two names (its JSON name and its proto name): the one the body
-/// holds, or an error when it holds both (Google would read one of them; livecheck must not
-/// read the other). `null` is a value here: the field is written.
+/// A field Google reads under two names (its JSON name and its proto name): the name the body
+/// writes it under and its value, or an error when it holds both (Google would read one of them;
+/// livecheck must not read the other). `null` is a value here: the field is written.
 fn either<'a>(
     object: &Obj<'a>,
     json_name: &'static str,
     proto_name: &'static str,
     path: &dyn Fn() -> String,
-) -> Result<Option<&'a Node<'a>>, FieldError> {
+) -> Result<Option<(&'static str, &'a Node<'a>)>, FieldError> {
     match (object.get(json_name), object.get(proto_name)) {
         (Some(_), Some(_)) => Err(FieldError::must_be(
             format!("{}{json_name} and {}{proto_name}", path(), path()),
             "one field, written under one of its two names",
         )),
-        (one, other) => Ok(one.or(other)),
+        (Some(value), None) => Ok(Some((json_name, value))),
+        (None, Some(value)) => Ok(Some((proto_name, value))),
+        (None, None) => Ok(None),
     }
 }
 
@@ -105,14 +107,14 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
     let mut caller = CallerText::default();
     let top = String::new;
     match either(body, "systemInstruction", "system_instruction", &top)? {
-        None | Some(Node::Null) => {}
-        Some(Node::Object(system)) => {
-            let path = || "systemInstruction.".to_owned();
+        None | Some((_, Node::Null)) => {}
+        Some((name, Node::Object(system))) => {
+            let path = || format!("{name}.");
             for piece in part_texts(system, &path)? {
                 caller.piece(piece);
             }
         }
-        Some(_) => return Err(FieldError::must_be("systemInstruction", "an object")),
+        Some((name, _)) => return Err(FieldError::must_be(name, "an object")),
     }
     let contents = match body.get("contents") {
         Some(contents @ (Node::Array(_) | Node::Object(_))) => {
@@ -227,8 +229,8 @@ fn read_part(
         Some(_) => return Err(FieldError::must_be(format!("{}text", path()), "a string")),
     }
     match either(part, "functionCall", "function_call", path)? {
-        None | Some(Node::Null) => {}
-        Some(Node::Object(call)) => {
+        None | Some((_, Node::Null)) => {}
+        Some((name, Node::Object(call))) => {
             let (arguments, args) = match call.get("args") {
                 None | Some(Node::Null) => ("{}".to_owned(), None),
                 Some(args @ Node::Object(_)) => {
@@ -237,7 +239,7 @@ fn read_part(
                 }
                 Some(_) => {
                     return Err(FieldError::must_be(
-                        format!("{}functionCall.args", path()),
+                        format!("{}{name}.args", path()),
                         "an object",
                     ))
                 }
@@ -249,22 +251,22 @@ fn read_part(
                 json: true,
             });
         }
-        Some(_) => {
+        Some((name, _)) => {
             return Err(FieldError::must_be(
-                format!("{}functionCall", path()),
+                format!("{}{name}", path()),
                 "an object",
             ))
         }
     }
     match either(part, "executableCode", "executable_code", path)? {
-        Some(Node::Object(code)) => match code.get("code") {
+        Some((_, Node::Object(code))) => match code.get("code") {
             Some(Node::Str(code)) => values.push(|| vec![(*code).to_owned()]),
             _ => values.push(Vec::new),
         },
-        None | Some(Node::Null) => {}
-        Some(_) => {
+        None | Some((_, Node::Null)) => {}
+        Some((name, _)) => {
             return Err(FieldError::must_be(
-                format!("{}executableCode", path()),
+                format!("{}{name}", path()),
                 "an object",
             ))
         }

@@ -312,6 +312,10 @@ fn a_request_that_is_not_the_documented_shape_is_refused_naming_the_field() {
             r#"{"systemInstruction": {"parts": [{"text": ["a"]}]}, "contents": []}"#,
             "systemInstruction.parts[0].text must be a string",
         ),
+        (
+            r#"{"system_instruction": [], "contents": []}"#,
+            "system_instruction must be an object",
+        ),
     ] {
         assert_eq!(error_text(request(body)), message, "{body}");
     }
@@ -446,6 +450,14 @@ fn an_answer_not_in_the_documented_shape_is_unreadable() {
         (
             r#"{"candidates": [{"content": {"parts": [{"functionCall": {"name": "f", "args": "[1]"}}]}}]}"#,
             "candidates[0].content.parts[0].functionCall.args must be an object",
+        ),
+        (
+            r#"{"candidates": [{"content": {"parts": [{"function_call": []}]}}]}"#,
+            "candidates[0].content.parts[0].function_call must be an object",
+        ),
+        (
+            r#"{"candidates": [{"content": {"parts": [{"executableCode": "print(1)"}]}}]}"#,
+            "candidates[0].content.parts[0].executableCode must be an object",
         ),
     ] {
         assert_eq!(error_text(answer(body)), message, "{body}");
