@@ -14,7 +14,10 @@
 //! that sets the field under both ("oneof field '_system_instruction' is already set",
 //! BerriAI/litellm#37028). So does livecheck, for every field it reads that has two names. The
 //! same docs send one `Content` where `contents` is a list and one `Part` where `parts` is one:
-//! Google reads a lone object as a one-element list, and so does livecheck.
+//! Google reads a lone object as a one-element list, and so does livecheck. In an answer,
+//! google-genai reads a part's `function_call` as a function call (pydantic `populate_by_name`;
+//! checked with google-genai 3.6.1) and refuses a part holding both names: livecheck reads both
+//! and withholds such a part as unreadable.
 //!
 //! Stop shapes, chosen from what google-genai does (it raises on neither: `.text` is `None` when
 //! there is no candidate with parts, and a chat leaves such a turn, question included, out of
