@@ -20,6 +20,7 @@ mod dialect;
 mod embeddings;
 #[cfg(test)]
 mod fixtures;
+pub(crate) mod gemini;
 mod message_batches;
 mod peek;
 mod recovered;
