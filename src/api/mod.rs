@@ -16,6 +16,7 @@ pub(crate) mod anthropic;
 pub(crate) mod chat;
 pub(crate) mod complete;
 pub(crate) mod completions;
+mod converse;
 mod dialect;
 mod embeddings;
 #[cfg(test)]
