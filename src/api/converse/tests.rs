@@ -88,7 +88,7 @@ const ANSWER_TRACED: &str = r#"{
   "usage": {"inputTokens": 40, "outputTokens": 15, "totalTokens": 55},
   "metrics": {"latencyMs": 900},
   "trace": {"guardrail": {"modelOutput": ["The refund window is 30 days. Card 4111 1111 1111 1111."],
-      "outputAssessments": {"gr-1": [{"sensitiveInformationPolicy": {"piiEntities": [{"match": "4111 1111 1111 1111", "type": "CREDIT_DEBIT_CARD_NUMBER", "action": "NONE"}]}}]}},
+      "outputAssessments": {"gr-1": [{"sensitiveInformationPolicy": {"piiEntities": [{"match": "4111 1111 1111 1111", "type": "CREDIT_DEBIT_CARD_NUMBER", "action": "NONE"}], "regexes": []}}]}},
     "promptRouter": {"invokedModelId": "arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-3-haiku-20240307-v1:0"}},
   "performanceConfig": {"latency": "standard"}
 }"#;
