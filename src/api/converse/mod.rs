@@ -23,10 +23,12 @@
 
 #![cfg_attr(not(test), allow(dead_code))]
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::{Answer, CallValues, CallerText, Request, ToolCall, Usage};
-use crate::json::{scalars_of_value, FieldError, Node, Obj};
+use crate::json::{scalars_of_text, scalars_of_value, FieldError, Node, Obj};
 
 /// `StopReason` of a turn a guardrail stopped: a refusal and a withheld answer alike.
 const STOP_REASON: &str = "guardrail_intervened";
@@ -224,13 +226,49 @@ fn prompt_variables<'n>(body: &Obj<'n>) -> Result<Vec<&'n str>, FieldError> {
     Ok(texts)
 }
 
+/// The answer read again for its tool uses' `input` as written, so numbers keep their digits (as
+/// the Anthropic reader does).
+#[derive(Deserialize)]
+struct RawAnswer<'a> {
+    #[serde(borrow)]
+    output: RawOutput<'a>,
+}
+
+#[derive(Deserialize)]
+struct RawOutput<'a> {
+    #[serde(borrow)]
+    message: RawMessage<'a>,
+}
+
+#[derive(Deserialize)]
+struct RawMessage<'a> {
+    #[serde(borrow)]
+    content: Vec<RawBlock<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RawBlock<'a> {
+    #[serde(borrow, default, rename = "toolUse")]
+    tool_use: Option<RawToolUse<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RawToolUse<'a> {
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+}
+
 /// A `ConverseResponse`: the text of `output.message`'s `text` blocks and of its cited content
 /// (`citationsContent.content[].text`, the text a model writes when it cites documents), never
 /// its reasoning (`reasoningContent`, read nowhere as the other APIs' reasoning is not); its
-/// `toolUse` blocks as tool calls, their `input` as the arguments (a server tool's, `type:
-/// "server_tool_use"`, ran at Bedrock: rule checks read its input, it is no call). It asks for a
-/// tool when `stopReason` is `tool_use`. No id: see the module's note.
-pub(super) fn parse_answer(body: &Obj<'_>, rule_text: bool) -> Result<Answer, FieldError> {
+/// `toolUse` blocks as tool calls, their `input` as written (`raw`) as the arguments (a server
+/// tool's, `type: "server_tool_use"`, ran at Bedrock: rule checks read its input, it is no call).
+/// It asks for a tool when `stopReason` is `tool_use`. No id: see the module's note.
+pub(super) fn parse_answer(
+    raw: &[u8],
+    body: &Obj<'_>,
+    rule_text: bool,
+) -> Result<Answer, FieldError> {
     let top = String::new;
     let Some(output) = object(body, "output", &top)? else {
         return Err(FieldError::must_be("output", "an object"));
@@ -246,6 +284,7 @@ pub(super) fn parse_answer(body: &Obj<'_>, rule_text: bool) -> Result<Answer, Fi
     let mut text = String::new();
     let mut values = CallValues::new(rule_text);
     let mut calls = Vec::new();
+    let mut raw_blocks = None;
     for (i, block) in blocks(message.get("content"), &content_path)?
         .into_iter()
         .enumerate()
@@ -267,16 +306,42 @@ pub(super) fn parse_answer(body: &Obj<'_>, rule_text: bool) -> Result<Answer, Fi
                     "a string",
                 ));
             };
-            let input = tool_use.get("input").map(Node::to_value);
-            values.push(|| input.as_ref().map(scalars_of_value).unwrap_or_default());
-            if string(tool_use, "type", &tool_path)? == Some("server_tool_use") {
-                continue;
-            }
-            calls.push(ToolCall {
-                name: name.to_owned(),
-                arguments: input.map_or_else(|| "{}".to_owned(), |input| input.to_string()),
-                json: true,
+            let server_tool = string(tool_use, "type", &tool_path)? == Some("server_tool_use");
+            // Read again only when there is a tool use: its input as written; as parsed where the
+            // raw read found none (a body serde cannot read as the shape, a key written twice). A
+            // tool use without input calls the tool with no arguments, `{}`.
+            let raw_blocks: &Vec<RawBlock> = raw_blocks.get_or_insert_with(|| {
+                serde_json::from_slice::<RawAnswer>(raw)
+                    .map(|a| a.output.message.content)
+                    .unwrap_or_default()
             });
+            let raw_input = raw_blocks
+                .get(i)
+                .and_then(|b| b.tool_use.as_ref())
+                .and_then(|t| t.input);
+            let arguments = match (raw_input, tool_use.get("input")) {
+                (Some(input), Some(_)) => {
+                    values.push(|| scalars_of_text(input.get()));
+                    input.get().to_owned()
+                }
+                (_, Some(input)) => {
+                    let input = input.to_value();
+                    values.push(|| scalars_of_value(&input));
+                    input.to_string()
+                }
+                (_, None) => {
+                    values.push(Vec::new);
+                    "{}".to_owned()
+                }
+            };
+            // A server tool ran at Bedrock: rule checks read its input, it is no call to check.
+            if !server_tool {
+                calls.push(ToolCall {
+                    name: name.to_owned(),
+                    arguments,
+                    json: true,
+                });
+            }
         }
     }
     Ok(Answer {

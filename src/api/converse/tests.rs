@@ -104,7 +104,7 @@ fn request(body: &str) -> Result<Request, FieldError> {
 fn answer(body: &str) -> Result<Answer, FieldError> {
     let arena = crate::json::arena_for(body.as_bytes());
     match parse_answer_node(body.as_bytes(), &arena).unwrap() {
-        Node::Object(body) => parse_answer(&body, true),
+        Node::Object(object) => parse_answer(body.as_bytes(), &object, true),
         _ => panic!("not an object"),
     }
 }
@@ -357,12 +357,12 @@ fn tool_uses_are_tool_calls_with_their_input_as_json_and_a_server_tool_is_none()
         [
             ToolCall {
                 name: "top_song".into(),
-                arguments: r#"{"sign":"WZPZ"}"#.into(),
+                arguments: r#"{"sign": "WZPZ"}"#.into(),
                 json: true
             },
             ToolCall {
                 name: "start_music".into(),
-                arguments: r#"{"energetic":true,"playlist":"password 12","volume":7}"#.into(),
+                arguments: r#"{"energetic": true, "playlist": "password 12", "volume": 7}"#.into(),
                 json: true
             },
         ]
@@ -379,6 +379,29 @@ fn tool_uses_are_tool_calls_with_their_input_as_json_and_a_server_tool_is_none()
         rule_text.contains("password leak"),
         "a server tool's input reaches rule checks"
     );
+}
+
+#[test]
+fn tool_use_input_keeps_its_digits_as_written() {
+    let paid = answer(
+        r#"{"output": {"message": {"role": "assistant", "content": [
+              {"toolUse": {"toolUseId": "t1", "name": "pay", "input": {"amount": 100.50, "to": 12345678901234567890123}}}]}},
+            "stopReason": "tool_use"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        paid.calls[0].arguments,
+        r#"{"amount": 100.50, "to": 12345678901234567890123}"#
+    );
+    assert!(paid.rule_text.unwrap().contains("100.50"));
+    // Where the raw read cannot follow the shape (a key written twice), the parsed input is used.
+    let paid = answer(
+        r#"{"output": {"message": {"role": "assistant", "content": [
+              {"toolUse": {"toolUseId": "t1", "name": "pay", "input": {"amount": 1}, "input": {"amount": 2}}}]}},
+            "stopReason": "tool_use"}"#,
+    )
+    .unwrap();
+    assert_eq!(paid.calls[0].arguments, r#"{"amount":2}"#);
 }
 
 #[test]
@@ -599,7 +622,7 @@ fn every_prefix_and_byte_flip_of_every_fixture_is_read_without_panic() {
                 let _ = parse_request(&object);
             }
             if let Ok(Node::Object(object)) = parse_answer_node(body, &arena) {
-                let _ = parse_answer(&object, true);
+                let _ = parse_answer(body, &object, true);
             }
             if let Ok(Value::Object(mut map)) = serde_json::from_slice::<Value>(body) {
                 let _ = withhold(&mut map, REPLY);
