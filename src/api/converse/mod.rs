@@ -355,13 +355,15 @@ pub(super) fn parse_answer(
 
 /// `usage` (`TokenUsage`) in livecheck's terms: Bedrock counts input apart from the cache reads and
 /// writes (as Anthropic does; `totalTokens` adds all four), and reasoning inside the output
-/// without a count of its own. A count it leaves out is 0; `None` without `inputTokens`.
+/// without a count of its own. The cache counts are 0 when left out; `None` without `inputTokens`
+/// or `outputTokens` (both required by `TokenUsage`), as `recovered::read_usage` reads the others.
+/// The same as rows of `recovered`'s field table would read it: the wiring may use either.
 pub(super) fn usage(usage: &Value) -> Option<Usage> {
     let count = |key: &str| usage.get(key).and_then(Value::as_u64);
     let zero_if_absent = |key: &str| count(key).unwrap_or(0);
     Some(Usage {
         input_tokens: count("inputTokens")?,
-        output_tokens: zero_if_absent("outputTokens"),
+        output_tokens: count("outputTokens")?,
         cache_read_tokens: zero_if_absent("cacheReadInputTokens"),
         cache_creation_tokens: zero_if_absent("cacheWriteInputTokens"),
         reasoning_tokens: 0,

@@ -442,13 +442,16 @@ fn usage_counts_cache_reads_and_writes_apart_from_input() {
         })
     );
     assert_eq!(
-        usage(&json!({"inputTokens": 3})),
+        usage(&json!({"inputTokens": 3, "outputTokens": 4, "totalTokens": 7})),
         Some(Usage {
             input_tokens: 3,
+            output_tokens: 4,
             ..Usage::default()
         })
     );
     assert_eq!(usage(&json!({"outputTokens": 3})), None);
+    assert_eq!(usage(&json!({"inputTokens": 3})), None);
+    assert_eq!(usage(&json!({"inputTokens": "3", "outputTokens": 4})), None);
 }
 
 #[test]
