@@ -341,5 +341,7 @@ pub(super) fn withhold(body: &mut Map<String, Value>, reply: &str) -> Result<(),
     Ok(())
 }
 
+pub(crate) mod stream;
+
 #[cfg(test)]
 mod tests;
