@@ -1,6 +1,6 @@
 //! Gemini `:streamGenerateContent?alt=sse`: each SSE `data:` event is one
 //! `GenerateContentResponse` holding only its new parts, with no event name and no end marker
-//! (the body's end ends the stream). Wired by issue 55 (`Api::Gemini`).
+//! (the body's end ends the stream).
 //!
 //! Each candidate index is a channel: the `text` of its parts, thoughts (`thought: true`) aside
 //! (reasoning, read nowhere as the other readers' reasoning is not). A `functionCall` part comes
@@ -19,8 +19,6 @@
 //! (`GenerateContentResponse`, `Candidate`, `FinishReason.SAFETY`: "When streaming, content is
 //! empty if content filters blocks the output"; `promptFeedback` "only in the first stream
 //! chunk"); example chunks in simonw/llm-gemini#97.
-
-#![cfg_attr(not(test), allow(dead_code))]
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -321,7 +319,7 @@ impl Format for Gemini {
         let Some(Value::Array(candidates)) = chunk.get_mut("candidates") else {
             return;
         };
-        for (k, candidate) in candidates.iter_mut().enumerate() {
+        for candidate in candidates.iter_mut() {
             let parts: Vec<Value> = parts_of(candidate)
                 .unwrap_or_default()
                 .iter()
@@ -330,17 +328,15 @@ impl Format for Gemini {
                     _ => json!({"text": ""}),
                 })
                 .collect();
-            let mut rest = Map::new();
-            rest.insert("content".into(), json!({"role": "model", "parts": parts}));
-            for key in ["finishReason", "index"] {
-                if let Some(value) = candidate.get(key).filter(|v| !v.is_null()) {
-                    rest.insert(key.into(), value.clone());
-                }
+            let Value::Object(candidate) = candidate else {
+                continue;
+            };
+            // Kept in place, in the order they came: the content, the finish, the index.
+            candidate.retain(|key, _| matches!(key.as_str(), "content" | "finishReason" | "index"));
+            if let Some(Value::Object(content)) = candidate.get_mut("content") {
+                content.retain(|key, _| matches!(key.as_str(), "role" | "parts"));
+                content.insert("parts".into(), Value::Array(parts));
             }
-            if !rest.contains_key("index") {
-                rest.insert("index".into(), json!(k));
-            }
-            *candidate = Value::Object(rest);
         }
     }
 

@@ -171,7 +171,7 @@ fn a_split_chunk_keeps_its_finish_for_the_rest_and_the_rest_is_its_text_alone() 
     set(&mut rest, "llo");
     assert_eq!(
         rest.data()["candidates"],
-        json!([{"content": {"role": "model", "parts": [{"text": ""}, {"text": "llo"}]},
+        json!([{"content": {"parts": [{"text": ""}, {"text": "llo"}], "role": "model"},
                 "finishReason": "STOP", "index": 0}])
     );
     assert_eq!(rest.data().get("promptFeedback"), None);
