@@ -303,8 +303,11 @@ impl Format for Gemini {
             return;
         };
         for candidate in candidates {
+            // A null finish (no finish, in proto3 JSON) stays as it came.
             if let Value::Object(candidate) = candidate {
-                candidate.remove("finishReason");
+                if candidate.get("finishReason").is_some_and(|r| !r.is_null()) {
+                    candidate.remove("finishReason");
+                }
             }
         }
     }

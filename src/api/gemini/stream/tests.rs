@@ -175,6 +175,13 @@ fn a_split_chunk_keeps_its_finish_for_the_rest_and_the_rest_is_its_text_alone() 
                 "finishReason": "STOP", "index": 0}])
     );
     assert_eq!(rest.data().get("promptFeedback"), None);
+    // A null finish (proto3 JSON's "not set") stays: both parts keep the chunk's shape.
+    let open = chunk.replace(r#""finishReason": "STOP""#, r#""finishReason": null"#);
+    let unit = gemini.read(event(&open)).unwrap();
+    let mut first = unit.ev.clone();
+    gemini.part(&mut first);
+    assert_eq!(first.data()["candidates"][0]["finishReason"], Value::Null);
+    assert!(first.data()["candidates"][0].get("finishReason").is_some());
     assert_eq!(rest.data()["responseId"], "r-1");
 }
 
