@@ -264,6 +264,37 @@ fn a_streamed_answer_is_cut_where_the_match_starts_under_every_chunking() {
 }
 
 #[test]
+fn a_held_streamed_answer_that_fails_ends_as_the_reply_stopped_for_safety() {
+    // `no-iban` asks for recovery: the round is held whole, and with no retry for Gemini yet the
+    // caller gets the reply instead of anything of the answer.
+    for chunking in CHUNKINGS {
+        let mut host = livecheck(SEED);
+        let s = ask(&mut host, Platform::Gemini, CLEAN_QUESTION, true);
+        send_answer(
+            &mut host,
+            s,
+            &[("content-type", "text/event-stream")],
+            &stream(&["Pay to NL9", "1ABNA04", "17164300", " today."]),
+            chunking,
+        );
+        assert!(callouts_to(&host, "/v1/retry").is_empty(), "no retry");
+        let body = host.caller_received(s).body_text();
+        assert!(
+            !body.contains("NL9") && !body.contains("Pay to"),
+            "{chunking:?}: {body}"
+        );
+        let (chunks, text) = read_chunks(&body);
+        assert!(
+            text.starts_with("I cannot help with that."),
+            "{chunking:?}: {text}"
+        );
+        let last = chunks.last().unwrap();
+        assert_eq!(last["candidates"][0]["finishReason"], "SAFETY");
+        assert_eq!(host.metric("livecheck.orders.no-iban.failed"), Some(1));
+    }
+}
+
+#[test]
 fn a_stream_without_alt_sse_is_not_read_and_refused() {
     let mut host = livecheck(SEED);
     let s = send_request(
