@@ -117,6 +117,17 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
         }
         Some((name, _)) => return Err(FieldError::must_be(name, "an object")),
     }
+    // A request may name content cached at Google earlier (`cachedContents/{id}`: a system
+    // instruction, tools, contents), which livecheck never read: refused, not passed unchecked.
+    match either(body, "cachedContent", "cached_content", &top)? {
+        None | Some((_, Node::Null)) => {}
+        Some((name, _)) => {
+            return Err(FieldError::must_be(
+                name,
+                "absent: content cached at Google is content livecheck cannot check",
+            ))
+        }
+    }
     let contents = match body.get("contents") {
         Some(contents @ (Node::Array(_) | Node::Object(_))) => {
             list(Some(contents), &|| "contents".into())?
