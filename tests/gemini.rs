@@ -404,3 +404,41 @@ fn a_function_call_not_allowed_is_denied_streamed_or_not() {
         }
     }
 }
+
+/// A Gemini turn is recorded as any other: its results reach the sidecar without the turn's text
+/// or the caller's key, whether in `x-goog-api-key` or in the path's `?key=`.
+#[test]
+fn a_gemini_turn_reports_its_results_without_its_key() {
+    let path = format!("{GEMINI_API}:generateContent?key={KEY}");
+    for headers in [vec![("x-goog-api-key", KEY)], vec![]] {
+        let mut host = livecheck(&seed(true));
+        let s = send_request(
+            &mut host,
+            &path,
+            &headers,
+            &request(CLEAN_QUESTION),
+            Chunking::Whole,
+        );
+        send_answer(
+            &mut host,
+            s,
+            &[("content-type", "application/json")],
+            &answer(FORBIDDEN_ANSWER),
+            Chunking::Whole,
+        );
+        assert!(callouts_to(&host, "/v1/retry").is_empty());
+        host.finish_stream(s).unwrap();
+        host.advance_time(std::time::Duration::from_millis(250));
+        let sent = report_callouts(&host);
+        assert_eq!(sent.len(), 1);
+        let report = report_of(&sent[0]);
+        let results = report["results"].as_array().unwrap();
+        let iban = results.iter().find(|r| r["name"] == "no-iban").unwrap();
+        assert_eq!(iban["outcome"], "failed");
+        let body = String::from_utf8_lossy(&sent[0].body);
+        for secret in ["NL91", "AIza", "order 17"] {
+            assert!(!body.contains(secret), "{secret}");
+        }
+        assert!(sent[0].headers.iter().all(|(_, v)| !v.contains("AIza")));
+    }
+}
