@@ -93,7 +93,11 @@ fn text_events(api: Api, deltas: &[String]) -> Vec<String> {
 /// What `api`'s stream says before its first text delta.
 fn opening(api: Api) -> &'static str {
     match api {
-        Api::Completions | Api::AnthropicComplete | Api::Embeddings | Api::MessageBatches => {
+        Api::Completions
+        | Api::AnthropicComplete
+        | Api::Embeddings
+        | Api::MessageBatches
+        | Api::Gemini => {
             unreachable!("the bench streams three APIs, not {api:?}")
         }
         Api::ChatCompletions => "",

@@ -34,12 +34,13 @@ const POLICY_WORDS: &str = r#"{"default_agent": "a", "agents": {"a": {"published
     {"name": "no-passwords", "stage": "output", "kind": "not_contains", "expected": "password"}
   ]}}}}}"#;
 
-const APIS: [Api; 5] = [
+const APIS: [Api; 6] = [
     Api::AnthropicMessages,
     Api::ChatCompletions,
     Api::Responses,
     Api::AnthropicComplete,
     Api::Completions,
+    Api::Gemini,
 ];
 
 fn version() -> Rc<Version> {

@@ -32,6 +32,7 @@ impl Dialect {
             Api::ChatCompletions | Api::Responses | Api::Completions | Api::Embeddings => {
                 Self::OpenAi
             }
+            Api::Gemini => Self::Google,
         }
     }
 

@@ -225,6 +225,7 @@ fn read_body(api: Api, body: json::Obj<'_>) -> Result<Request, BadRequest> {
         Api::MessageBatches => {
             message_batches::parse_requests(&body).map(|r| message_batches::as_one(&r))
         }
+        Api::Gemini => gemini::parse_request(&body),
     }
     .map_err(BadRequest::from)
 }
@@ -278,6 +279,7 @@ pub fn parse_answer(api: Api, raw: &[u8], rule_text: bool) -> Result<Answer, Bad
         Api::Responses => responses::parse_answer(&body, rule_text),
         Api::Completions => completions::parse_answer(&body, rule_text),
         Api::AnthropicComplete => complete::parse_answer(&body, rule_text),
+        Api::Gemini => gemini::parse_answer(&body, rule_text),
         Api::Embeddings | Api::MessageBatches => no_answer(),
     }
     .map_err(BadAnswer::from)
@@ -307,6 +309,8 @@ pub fn refusal(api: Api, reply: &str, req: &Request, ids: &Ids) -> Reply {
         (Api::Completions, true) => completions::refusal_stream(reply, req, ids),
         (Api::AnthropicComplete, false) => complete::refusal(reply, req, ids),
         (Api::AnthropicComplete, true) => complete::refusal_stream(reply, req, ids),
+        (Api::Gemini, false) => gemini::refusal(reply, req, ids),
+        (Api::Gemini, true) => gemini::refusal_stream(reply, req, ids),
         (Api::Embeddings, _) => json::to_vec(&embeddings::refusal(reply)),
         (Api::MessageBatches, _) => json::to_vec(&message_batches::refusal()),
     };
@@ -327,6 +331,7 @@ pub fn withheld(api: Api, answer_body: &[u8], reply: &str) -> Result<Vec<u8>, Ba
         Api::Responses => responses::withhold(&mut body, reply),
         Api::Completions => completions::withhold(&mut body, reply),
         Api::AnthropicComplete => complete::withhold(&mut body, reply),
+        Api::Gemini => gemini::withhold(&mut body, reply),
         Api::Embeddings | Api::MessageBatches => no_answer(),
     }
     .map_err(BadAnswer::from)?;

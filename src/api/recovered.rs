@@ -114,6 +114,8 @@ impl Field {
             (Api::AnthropicComplete, _) => None,
             (Api::Embeddings, _) => None,
             (Api::MessageBatches, _) => None,
+            // Gemini's `usageMetadata` is not a table of fields: [`super::gemini::usage`].
+            (Api::Gemini, _) => None,
         }
     }
 }
@@ -141,6 +143,9 @@ fn read_usage(api: Api, usage: &Value) -> Option<Usage> {
 /// The usage of a non-streamed answer, when it states one.
 pub fn answer_usage(api: Api, body: &[u8]) -> Option<Usage> {
     let body = answer_object(body).ok()?;
+    if api == Api::Gemini {
+        return super::gemini::usage(body.get("usageMetadata")?);
+    }
     read_usage(api, body.get("usage")?)
 }
 
@@ -167,6 +172,8 @@ pub fn stream_usage(api: Api, sse: &[u8]) -> Option<Usage> {
                 Api::Responses,
                 Some("response.completed" | "response.incomplete" | "response.failed"),
             ) => data.pointer("/response/usage"),
+            // Cumulative on every chunk: the last one is the answer's.
+            (Api::Gemini, _) => data.get("usageMetadata"),
             _ => None,
         };
         let Some(Value::Object(found)) = found else {
@@ -184,7 +191,11 @@ pub fn stream_usage(api: Api, sse: &[u8]) -> Option<Usage> {
             _ => usage = Some(found.clone()),
         }
     }
-    read_usage(api, &Value::Object(usage?))
+    let usage = Value::Object(usage?);
+    if api == Api::Gemini {
+        return super::gemini::usage(&usage);
+    }
+    read_usage(api, &usage)
 }
 
 /// The passing non-streamed answer with its usage replaced by `total`, the usage of every attempt
@@ -193,6 +204,10 @@ pub fn stream_usage(api: Api, sse: &[u8]) -> Option<Usage> {
 /// total is not zero.
 pub fn with_usage(api: Api, body: &[u8], total: &Usage) -> Result<Vec<u8>, BadAnswer> {
     let mut body = answer_object(body)?;
+    if api == Api::Gemini {
+        super::gemini::set_usage(&mut body, total).map_err(BadAnswer::from)?;
+        return Ok(to_vec(&Value::Object(body)));
+    }
     // An API that states no usage (Anthropic's Text Completions) gets none.
     if FIELDS.iter().all(|field| field.path(api).is_none()) {
         return Ok(to_vec(&Value::Object(body)));
@@ -270,6 +285,8 @@ pub fn as_stream(api: Api, body: &[u8], request: &Request) -> Result<Vec<u8>, Ba
         Api::Responses => super::responses::recovered::stream(body),
         Api::Completions => super::completions::recovered::stream(body, request),
         Api::AnthropicComplete => super::complete::recovered::stream(body),
+        // A whole response is one chunk of Google's stream (each chunk is a response).
+        Api::Gemini => Ok(super::gemini::as_chunk(&Value::Object(body))),
         Api::Embeddings | Api::MessageBatches => super::no_answer(),
     }
     .map_err(BadAnswer::from)

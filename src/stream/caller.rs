@@ -83,6 +83,19 @@ pub fn upstream(api: Api, deltas: &[String]) -> Vec<u8> {
             event(chunk("", json!("stop")));
             sse::encode(&mut out, None, "[DONE]");
         }
+        Api::Gemini => {
+            // No end marker: the last chunk carries the finish and the usage.
+            let chunk = |text: &str, finish: Value| {
+                json!({"candidates": [{"content": {"parts": [{"text": text}], "role": "model"},
+                                       "finishReason": finish, "index": 0}],
+                       "usageMetadata": {"promptTokenCount": 1, "totalTokenCount": 1},
+                       "modelVersion": "m", "responseId": "r_1"})
+            };
+            for d in deltas {
+                event(chunk(d, Value::Null));
+            }
+            event(chunk("", json!("STOP")));
+        }
         Api::AnthropicComplete => {
             let completion = |text: &str, stop: Value| {
                 json!({"type": "completion", "id": "compl_1", "completion": text,
@@ -179,6 +192,23 @@ pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, NotInFormat> {
             Api::Completions => data.pointer("/choices/0/text"),
             Api::AnthropicComplete if kind == Some("completion") => data.get("completion"),
             Api::AnthropicComplete => None,
+            // The candidate's text parts, joined (a split chunk's rest keeps its other parts as
+            // empty texts).
+            Api::Gemini => {
+                if let Some(Value::Array(parts)) = data.pointer("/candidates/0/content/parts") {
+                    for part in parts {
+                        if part.get("thought") == Some(&json!(true)) {
+                            continue;
+                        }
+                        match part.get("text") {
+                            None | Some(Value::Null) => {}
+                            Some(Value::String(s)) => out.text.push_str(s),
+                            Some(_) => return Err(NotInFormat::TextNotString { event: i }),
+                        }
+                    }
+                }
+                None
+            }
             Api::Embeddings => None,
             Api::MessageBatches => None,
         };
@@ -210,6 +240,7 @@ pub fn read_by_caller(api: Api, bytes: &[u8]) -> (Option<String>, Vec<(Option<St
         Api::Responses => &["/delta"],
         Api::Completions => &["/choices/0/text"],
         Api::AnthropicComplete => &["/completion"],
+        Api::Gemini => &["/candidates/0/content/parts/0/text"],
         Api::Embeddings => &[],
         Api::MessageBatches => &[],
     };

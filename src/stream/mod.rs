@@ -38,6 +38,7 @@ use crate::api::anthropic::stream as anthropic;
 use crate::api::chat::stream as chat;
 use crate::api::complete::stream as complete;
 use crate::api::completions::stream as completions;
+use crate::api::gemini::stream as gemini;
 use crate::api::responses::stream as responses;
 use crate::api::{Api, Request, ToolCall};
 use crate::config::Version;
@@ -263,6 +264,7 @@ impl Rewriter {
             Api::ChatCompletions => Box::new(chat::Chat::new(request)),
             Api::Responses => Box::new(responses::Responses::new(request)),
             Api::Completions => Box::new(completions::Completions::new(request)),
+            Api::Gemini => Box::new(gemini::Gemini::new(request)),
             // Their answers never stream: any stream is unreadable.
             Api::AnthropicComplete => Box::new(complete::Complete::new(request)),
             Api::Embeddings => Box::new(unreadable::NoStream),

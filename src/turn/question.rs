@@ -25,8 +25,9 @@ impl Turn {
             Ok(v) => v,
             Err(e) => return self.refuse_request(host, &endpoint, 400, &e.to_string()),
         };
-        // A platform's credentials (an Azure key, a Google token, an AWS signature) are not the
-        // judge backends': its judged checks use the sidecar's own keys.
+        // A platform's credentials (an Azure key, a Google key or token, an AWS signature) are not
+        // the judge backends': its judged checks use the sidecar's own keys. Gemini's turns are
+        // all on a platform (`Google`, `Vertex`): none of their headers goes to the judge.
         if endpoint.platform == Platform::Direct {
             self.record.credentials = judge::CREDENTIAL_HEADERS
                 .iter()
@@ -64,7 +65,11 @@ impl Turn {
         }
         // What a retry needs of the headers is kept now: once this callback continues, Envoy no
         // longer lets the filter read them.
+        // Gemini is not asked again yet (the sidecar answers `NotAskedAgain`): no source, so its
+        // failed answers are withheld at once and its key (`x-goog-api-key`, or `?key=` in the
+        // path) never leaves the filter.
         let source = (endpoint.api.has_answer()
+            && endpoint.api != Api::Gemini
             && (version.checks.iter().any(|c| c.recover)
                 || version.tools.rows.iter().any(|r| r.recover)))
         .then(|| retry_source(host, endpoint.platform))

@@ -28,6 +28,7 @@ GEMINI = {"contents": [{"role": "user", "parts": [{"text": FORBIDDEN}]}]}
 CONVERSE = {"messages": [{"role": "user", "content": [{"text": FORBIDDEN}]}]}
 BEDROCK_CLAUDE = "/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0"
 VERTEX_CLAUDE = "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4@20250514"
+VERTEX_GEMINI = "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash"
 AZURE = "/openai/deployments/prod-4o"
 API_VERSION = "?api-version=2024-10-21"
 
@@ -56,6 +57,11 @@ READ = [
     (f"{VERTEX_CLAUDE}:rawPredict", _anthropic(anthropic_version="vertex-2023-10-16")),
     (f"{VERTEX_CLAUDE}:streamRawPredict", _anthropic(anthropic_version="vertex-2023-10-16", stream=True)),
     (f"{BEDROCK_CLAUDE}/invoke", _anthropic(anthropic_version="bedrock-2023-05-31")),
+    ("/v1beta/models/gemini-2.5-flash:generateContent?key=AIza-dummy", GEMINI),
+    ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", GEMINI),
+    ("/v1/models/gemini-2.5-flash:generateContent", GEMINI),
+    (f"{VERTEX_GEMINI}:generateContent", GEMINI),
+    (f"{VERTEX_GEMINI}:streamGenerateContent?alt=sse", GEMINI),
 ]
 
 # Paths livecheck does not read (yet): refused, whatever they hold.
@@ -63,13 +69,10 @@ REFUSED = [
     ("POST", f"{BEDROCK_CLAUDE}/invoke-with-response-stream", _anthropic(anthropic_version="bedrock-2023-05-31")),
     ("POST", "/model/amazon.nova-pro-v1%3A0/converse", CONVERSE),
     ("POST", "/model/amazon.nova-pro-v1%3A0/converse-stream", CONVERSE),
-    ("POST", "/v1beta/models/gemini-2.5-flash:generateContent?key=AIza-dummy", GEMINI),
-    ("POST", "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", GEMINI),
-    ("POST", "/v1/models/gemini-2.5-flash:generateContent", GEMINI),
-    ("POST", "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash:generateContent",
-     GEMINI),
-    ("POST", "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash:streamGenerateContent",
-     GEMINI),
+    # Gemini's stream without `alt=sse` is one JSON array, not read yet.
+    ("POST", "/v1beta/models/gemini-2.5-flash:streamGenerateContent?key=AIza-dummy", GEMINI),
+    ("POST", f"{VERTEX_GEMINI}:streamGenerateContent", GEMINI),
+    ("POST", "/v1beta/models/gemini-2.5-flash:countTokens", GEMINI),
     ("POST", "/v1/batches", {"input_file_id": "file-1", "endpoint": "/v1/chat/completions",
                              "completion_window": "24h"}),
     ("POST", "/v1/files", {"purpose": "batch", "text": FORBIDDEN}),

@@ -14,6 +14,12 @@
 //! | Azure OpenAI | `…/openai/deployments/{deployment}/{chat/completions,completions,embeddings,responses}`, `…/openai/responses` | the same; the model is the deployment |
 //! | Vertex AI | `…/publishers/anthropic/models/{model}:rawPredict`, `:streamRawPredict` | Messages; the model in the path |
 //! | Bedrock | `…/model/{model}/invoke` | Messages (never streamed); the model in the path |
+//! | Gemini API | `…/{v1,v1beta}/models/{model}:generateContent`, `:streamGenerateContent?alt=sse` | Gemini; the model in the path |
+//! | Vertex AI | `…/publishers/google/models/{model}:generateContent`, `:streamGenerateContent?alt=sse` | Gemini; the model in the path |
+//!
+//! Gemini's `:streamGenerateContent` without `alt=sse` in the query answers one JSON array sent
+//! piece by piece, which livecheck does not read yet: not a turn (refused by the filter's
+//! default). Whether a Gemini answer streams is its path's: never its body's.
 
 use crate::Api;
 
@@ -29,6 +35,9 @@ pub enum Platform {
     /// Anthropic's models on Amazon Bedrock (`invoke`): requests are signed by the caller (SigV4
     /// over the body), so a retry needs the sidecar's own credentials.
     Bedrock,
+    /// Google's Gemini API (`generativelanguage.googleapis.com`): the caller's key in
+    /// `x-goog-api-key` (or `?key=`), never the judge backends'.
+    Google,
 }
 
 /// A request path livecheck reads: its API and what the path says.
@@ -59,13 +68,16 @@ pub fn endpoint(method: &str, path: &str) -> Option<Endpoint> {
     if method != "POST" {
         return None;
     }
-    let path = path.split(['?', '#']).next().unwrap_or(path);
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
+    let path = path.split('#').next().unwrap_or(path);
+    let query = query.split('#').next().unwrap_or(query);
     let path = path.strip_suffix('/').unwrap_or(path);
     direct(path)
         .map(Endpoint::direct)
         .or_else(|| azure(path))
         .or_else(|| vertex(path))
         .or_else(|| bedrock(path))
+        .or_else(|| gemini(path, query))
 }
 
 /// The vendors' own paths, by suffix.
@@ -138,6 +150,34 @@ fn bedrock(path: &str) -> Option<Endpoint> {
     })
 }
 
+/// Gemini's `…/models/{model}:generateContent` and `:streamGenerateContent`, on the Gemini API
+/// (`/v1/` or `/v1beta/` before `models/`) or on Vertex AI (`…/publishers/google/models/`: any
+/// project and location, or none in express mode). A stream is read only as server-sent events
+/// (`alt=sse` in the query, as google-genai always asks: `models.py`); without it Google answers
+/// one JSON array, not read yet.
+fn gemini(path: &str, query: &str) -> Option<Endpoint> {
+    let (before, rest) = path.rsplit_once("/models/")?;
+    let (model, method) = rest.rsplit_once(':')?;
+    let stream = match method {
+        "generateContent" => false,
+        "streamGenerateContent" if query.split('&').any(|p| p == "alt=sse") => true,
+        _ => return None,
+    };
+    let platform = if before.ends_with("/publishers/google") {
+        Platform::Vertex
+    } else if before.ends_with("/v1") || before.ends_with("/v1beta") {
+        Platform::Google
+    } else {
+        return None;
+    };
+    Some(Endpoint {
+        api: Api::Gemini,
+        platform,
+        model: Some(model_segment(model)?),
+        stream: Some(stream),
+    })
+}
+
 /// One path segment naming a model, percent-decoded; `None` when empty, holding a `/`, or not
 /// UTF-8 once decoded.
 fn model_segment(segment: &str) -> Option<String> {
@@ -191,7 +231,12 @@ mod tests {
             "/v1/models",
             "/openai/deployments/d/images/generations",
             "/v1/projects/p/locations/l/publishers/anthropic/models/count-tokens:rawPredict",
-            "/v1/projects/p/locations/l/publishers/google/models/gemini-2.5-pro:generateContent",
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=json",
+            "/v1beta/models/gemini-2.5-flash:countTokens",
+            "/v1beta/models/gemini-2.5-flash:embedContent",
+            "/v1beta/tunedModels/t:generateContent",
+            "/v1/projects/p/locations/l/publishers/meta/models/llama:generateContent",
             "/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/invoke-with-response-stream",
             "/model/amazon.nova-pro-v1%3A0/converse",
             "/v1/made-up",
@@ -261,6 +306,29 @@ mod tests {
             ))
         );
         assert_eq!(api("/model/a%2Fb/invoke"), None);
+    }
+
+    #[test]
+    fn gemini_paths_name_the_model_and_stream_only_as_server_sent_events() {
+        let read = |path| endpoint("POST", path).map(|e| (e.api, e.platform, e.model, e.stream));
+        let gemini = |platform, stream| {
+            Some((
+                Api::Gemini,
+                platform,
+                Some("gemini-2.5-flash".to_owned()),
+                Some(stream),
+            ))
+        };
+        for (path, platform, stream) in [
+            ("/v1beta/models/gemini-2.5-flash:generateContent", Platform::Google, false),
+            ("/v1/models/gemini-2.5-flash:generateContent?key=k", Platform::Google, false),
+            ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", Platform::Google, true),
+            ("/gw/v1beta/models/gemini-2.5-flash:streamGenerateContent?key=k&alt=sse", Platform::Google, true),
+            ("/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash:generateContent", Platform::Vertex, false),
+            ("/v1beta1/publishers/google/models/gemini-2.5-flash:streamGenerateContent?alt=sse", Platform::Vertex, true),
+        ] {
+            assert_eq!(read(path), gemini(platform, stream), "{path}");
+        }
         assert_eq!(api("/model/%zz/invoke"), None);
     }
 }

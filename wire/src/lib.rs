@@ -266,6 +266,9 @@ pub enum Api {
     /// Anthropic Message Batches, `POST /v1/messages/batches`: every request's input checked
     /// before the batch is queued; no one waits on the answers.
     MessageBatches,
+    /// Google Gemini `generateContent` (`…/models/{model}:generateContent`, and
+    /// `:streamGenerateContent?alt=sse`), on the Gemini API and on Vertex AI.
+    Gemini,
 }
 
 impl Api {
@@ -279,7 +282,8 @@ impl Api {
             | Api::ChatCompletions
             | Api::Responses
             | Api::Completions
-            | Api::AnthropicComplete => true,
+            | Api::AnthropicComplete
+            | Api::Gemini => true,
             Api::Embeddings | Api::MessageBatches => false,
         }
     }

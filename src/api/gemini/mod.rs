@@ -1,6 +1,6 @@
 //! Google Gemini `generateContent`, on the Gemini API (`/v1beta/models/{model}:generateContent`)
 //! and on Vertex AI (`…/publishers/google/models/{model}:generateContent`): one body shape.
-//! Not wired yet: issue 55 adds `Api::Gemini`, its paths and its arms in `api`'s matches.
+//! Read for `Api::Gemini` (issue 55); its stream is [`stream`].
 //!
 //! References: <https://ai.google.dev/api/generate-content> (request and `GenerateContentResponse`),
 //! <https://ai.google.dev/api/caching#Content> (`Content`, `Part`), and google-genai's own reading
@@ -29,8 +29,6 @@
 //!   reads `.text` reads the reply;
 //! - a withheld answer keeps its id, model version, usage and prompt feedback, and each candidate
 //!   becomes the reply with `finishReason: "SAFETY"` (content that stopped for safety).
-
-#![cfg_attr(not(test), allow(dead_code))]
 
 use serde_json::{json, Map, Value};
 
@@ -118,6 +116,17 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
             }
         }
         Some((name, _)) => return Err(FieldError::must_be(name, "an object")),
+    }
+    // A request may name content cached at Google earlier (`cachedContents/{id}`: a system
+    // instruction, tools, contents), which livecheck never read: refused, not passed unchecked.
+    match either(body, "cachedContent", "cached_content", &top)? {
+        None | Some((_, Node::Null)) => {}
+        Some((name, _)) => {
+            return Err(FieldError::must_be(
+                name,
+                "absent: content cached at Google is content livecheck cannot check",
+            ))
+        }
     }
     let contents = match body.get("contents") {
         Some(contents @ (Node::Array(_) | Node::Object(_))) => {
@@ -297,6 +306,44 @@ pub(super) fn usage(usage_metadata: &Value) -> Option<Usage> {
     })
 }
 
+/// Writes `total` (livecheck's terms, [`usage`]) as the answer's `usageMetadata`: the prompt with
+/// the tool results Google fed back, the candidates apart from the thoughts, the cached part, and
+/// the total; other fields (`*TokensDetails`) kept as they were.
+pub(super) fn set_usage(body: &mut Map<String, Value>, total: &Usage) -> Result<(), FieldError> {
+    let usage = body
+        .entry("usageMetadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if usage.is_null() {
+        *usage = Value::Object(Map::new());
+    }
+    let Value::Object(usage) = usage else {
+        return Err(FieldError::must_be("usageMetadata", "an object"));
+    };
+    usage.remove("toolUsePromptTokenCount");
+    usage.insert("promptTokenCount".into(), json!(total.input_tokens));
+    let candidates = total.output_tokens.saturating_sub(total.reasoning_tokens);
+    usage.insert("candidatesTokenCount".into(), json!(candidates));
+    for (key, n) in [
+        ("thoughtsTokenCount", total.reasoning_tokens),
+        ("cachedContentTokenCount", total.cache_read_tokens),
+    ] {
+        if n > 0 || usage.contains_key(key) {
+            usage.insert(key.into(), json!(n));
+        }
+    }
+    let sum = total.input_tokens.saturating_add(total.output_tokens);
+    usage.insert("totalTokenCount".into(), json!(sum));
+    Ok(())
+}
+
+/// A response as one chunk of `:streamGenerateContent?alt=sse`.
+pub(super) fn as_chunk(body: &Value) -> Vec<u8> {
+    let mut out = b"data: ".to_vec();
+    out.extend(crate::json::to_vec(body));
+    out.extend_from_slice(b"\n\n");
+    out
+}
+
 /// A candidate whose whole content is `reply`, stopped as content that breaks a safety policy.
 fn candidate(index: Value, reply: &str) -> Value {
     json!({
@@ -316,6 +363,15 @@ pub(super) fn refusal(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
         "modelVersion": req.model.as_deref().unwrap_or_default(),
         "responseId": ids.token,
     }))
+}
+
+/// The streamed answer to a refused question (`:streamGenerateContent?alt=sse`): the refusal's
+/// body as the one `data:` event of the stream (Google's chunks are whole responses).
+pub(super) fn refusal_stream(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
+    let mut out = b"data: ".to_vec();
+    out.extend(refusal(reply, req, ids));
+    out.extend_from_slice(b"\n\n");
+    out
 }
 
 /// A failed answer rewritten to say `reply`: every candidate (one when there was none) becomes the
@@ -340,6 +396,8 @@ pub(super) fn withhold(body: &mut Map<String, Value>, reply: &str) -> Result<(),
     }
     Ok(())
 }
+
+pub(crate) mod stream;
 
 #[cfg(test)]
 mod tests;

@@ -280,6 +280,21 @@ fn a_field_under_both_its_names_is_refused() {
 }
 
 #[test]
+fn a_request_naming_content_cached_at_google_is_refused() {
+    for name in ["cachedContent", "cached_content"] {
+        let body = format!(r#"{{"{name}": "cachedContents/abc", "contents": []}}"#);
+        assert_eq!(
+            error_text(request(&body)),
+            format!(
+                "{name} must be absent: content cached at Google is content livecheck cannot check"
+            )
+        );
+    }
+    let body = r#"{"cachedContent": null, "contents": [{"parts": [{"text": "hi"}]}]}"#;
+    assert!(request(body).is_ok());
+}
+
+#[test]
 fn a_request_that_is_not_the_documented_shape_is_refused_naming_the_field() {
     for (body, message) in [
         (r#"{}"#, "contents must be an array of objects"),
