@@ -62,6 +62,9 @@ READ = [
     ("/v1/models/gemini-2.5-flash:generateContent", GEMINI),
     (f"{VERTEX_GEMINI}:generateContent", GEMINI),
     (f"{VERTEX_GEMINI}:streamGenerateContent?alt=sse", GEMINI),
+    # An inference-profile ARN as the model id, encoded as one segment as the SDKs encode it.
+    ("/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A111122223333%3Ainference-profile%2F"
+     "us.anthropic.claude-sonnet-4-20250514-v1%3A0/invoke", _anthropic(anthropic_version="bedrock-2023-05-31")),
 ]
 
 # Paths livecheck does not read (yet): refused, whatever they hold.

@@ -178,8 +178,9 @@ fn gemini(path: &str, query: &str) -> Option<Endpoint> {
     })
 }
 
-/// One path segment naming a model, percent-decoded; `None` when empty, holding a `/`, or not
-/// UTF-8 once decoded.
+/// One path segment naming a model, percent-decoded; `None` when empty, holding a `/` as written,
+/// or not UTF-8 once decoded. A `/` written `%2F` is part of the model: Bedrock's inference-profile
+/// and prompt ARNs hold one, and the SDKs encode the whole id as one segment.
 fn model_segment(segment: &str) -> Option<String> {
     if segment.is_empty() || segment.contains('/') {
         return None;
@@ -194,7 +195,7 @@ fn model_segment(segment: &str) -> Option<String> {
     }
     out.extend_from_slice(rest.as_bytes());
     let model = String::from_utf8(out).ok()?;
-    (!model.is_empty() && !model.contains('/')).then_some(model)
+    (!model.is_empty()).then_some(model)
 }
 
 #[cfg(test)]
@@ -305,7 +306,14 @@ mod tests {
                 Some(false)
             ))
         );
-        assert_eq!(api("/model/a%2Fb/invoke"), None);
+        let arn = "arn:aws:bedrock:us-east-1:111122223333:inference-profile/us.anthropic.claude-sonnet-4-20250514-v1:0";
+        let e = endpoint(
+            "POST",
+            "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A111122223333%3Ainference-profile%2Fus.anthropic.claude-sonnet-4-20250514-v1%3A0/invoke",
+        );
+        assert_eq!(e.and_then(|e| e.model).as_deref(), Some(arn));
+        // A `/` as written is no model id's: not read, so refused by the fail-closed default.
+        assert_eq!(api("/model/a/b/invoke"), None);
     }
 
     #[test]
