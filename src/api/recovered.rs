@@ -275,44 +275,5 @@ pub fn as_stream(api: Api, body: &[u8], request: &Request) -> Result<Vec<u8>, Ba
     .map_err(BadAnswer::from)
 }
 
-/// What every chunk of an OpenAI stream (Chat, legacy completions) repeats, from the non-streamed
-/// answer `body`: its `fields`, the chunks' `object`, and `usage: null` when the request asked for
-/// a usage chunk (the vendor says so in every chunk but the last).
-pub(in crate::api) fn openai_chunk_head(
-    body: &Map<String, Value>,
-    fields: &[&str],
-    object: &str,
-    request: &Request,
-) -> Map<String, Value> {
-    let mut head: Map<String, Value> = fields
-        .iter()
-        .filter_map(|k| body.get(*k).map(|v| ((*k).to_owned(), v.clone())))
-        .collect();
-    head.insert("object".into(), json!(object));
-    if request.include_usage {
-        head.insert("usage".into(), Value::Null);
-    }
-    head
-}
-
-/// The end of an OpenAI stream: the usage chunk (no choices, the answer's usage) when the request
-/// asked for one, then `data: [DONE]`.
-pub(in crate::api) fn end_openai_stream(
-    out: &mut Vec<u8>,
-    mut head: Map<String, Value>,
-    body: &Map<String, Value>,
-    request: &Request,
-) {
-    if request.include_usage {
-        head.insert("choices".into(), json!([]));
-        head.insert(
-            "usage".into(),
-            body.get("usage").cloned().unwrap_or(Value::Null),
-        );
-        crate::json::push_event(out, None, &Value::Object(head));
-    }
-    out.extend_from_slice(b"data: [DONE]\n\n");
-}
-
 #[cfg(test)]
 mod tests;

@@ -2,13 +2,13 @@
 //! role, `reasoning_content` (OpenAI-compatible servers) as one delta, content, refusal and tool
 //! calls, then its `finish_reason`; a usage chunk when the request set
 //! `stream_options.include_usage`; then `data: [DONE]`. The common part (usage, the dispatch) is
-//! `api/recovered.rs`.
+//! `api/recovered.rs`. The chunk head and the stream's end are written here for the legacy
+//! completions too, whose stream has Chat's shape.
 //!
 //! Reference: <https://platform.openai.com/docs/api-reference/chat-streaming>.
 
 use serde_json::{json, Map, Value};
 
-use crate::api::recovered::{end_openai_stream, openai_chunk_head};
 use crate::api::Request;
 use crate::json::{push_event, FieldError};
 
@@ -118,4 +118,43 @@ pub(in crate::api) fn stream(
     }
     end_openai_stream(&mut out, head, &body, request);
     Ok(out)
+}
+
+/// What every chunk of an OpenAI stream (Chat, legacy completions) repeats, from the non-streamed
+/// answer `body`: its `fields`, the chunks' `object`, and `usage: null` when the request asked for
+/// a usage chunk (the vendor says so in every chunk but the last).
+pub(in crate::api) fn openai_chunk_head(
+    body: &Map<String, Value>,
+    fields: &[&str],
+    object: &str,
+    request: &Request,
+) -> Map<String, Value> {
+    let mut head: Map<String, Value> = fields
+        .iter()
+        .filter_map(|k| body.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+        .collect();
+    head.insert("object".into(), json!(object));
+    if request.include_usage {
+        head.insert("usage".into(), Value::Null);
+    }
+    head
+}
+
+/// The end of an OpenAI stream: the usage chunk (no choices, the answer's usage) when the request
+/// asked for one, then `data: [DONE]`.
+pub(in crate::api) fn end_openai_stream(
+    out: &mut Vec<u8>,
+    mut head: Map<String, Value>,
+    body: &Map<String, Value>,
+    request: &Request,
+) {
+    if request.include_usage {
+        head.insert("choices".into(), json!([]));
+        head.insert(
+            "usage".into(),
+            body.get("usage").cloned().unwrap_or(Value::Null),
+        );
+        push_event(out, None, &Value::Object(head));
+    }
+    out.extend_from_slice(b"data: [DONE]\n\n");
 }

@@ -7,7 +7,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::api::recovered::{end_openai_stream, openai_chunk_head};
+use crate::api::chat::recovered::{end_openai_stream, openai_chunk_head};
 use crate::api::Request;
 use crate::json::{push_event, FieldError};
 
