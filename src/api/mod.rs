@@ -444,6 +444,18 @@ fn content_texts<'n>(
     }
 }
 
+/// OpenAI's `stream_options.include_usage` (Chat and legacy completions): a streamed answer ends
+/// with a usage chunk.
+fn include_usage(body: &json::Obj<'_>) -> Result<bool, FieldError> {
+    match body.get("stream_options") {
+        None | Some(json::Node::Null) => Ok(false),
+        Some(json::Node::Object(options)) => options
+            .bool_field("include_usage")
+            .map_err(|_| FieldError::must_be("stream_options.include_usage", "a boolean")),
+        Some(_) => Err(FieldError::must_be("stream_options", "an object")),
+    }
+}
+
 /// The argument values of an answer's tool calls, gathered only when its rule text is asked for.
 struct CallValues(Option<Vec<Vec<String>>>);
 

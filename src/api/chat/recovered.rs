@@ -2,7 +2,8 @@
 //! role, `reasoning_content` (OpenAI-compatible servers) as one delta, content, refusal and tool
 //! calls, then its `finish_reason`; a usage chunk when the request set
 //! `stream_options.include_usage`; then `data: [DONE]`. The common part (usage, the dispatch) is
-//! `api/recovered.rs`.
+//! `api/recovered.rs`. The chunk head and the stream's end are written here for the legacy
+//! completions too, whose stream has Chat's shape.
 //!
 //! Reference: <https://platform.openai.com/docs/api-reference/chat-streaming>.
 
@@ -28,15 +29,7 @@ pub(in crate::api) fn stream(
     let Some(Value::Array(choices)) = body.get("choices") else {
         return Err(FieldError::must_be("choices", "an array"));
     };
-    let mut head: Map<String, Value> = CHUNK_HEAD
-        .iter()
-        .filter_map(|k| body.get(*k).map(|v| ((*k).to_owned(), v.clone())))
-        .collect();
-    head.insert("object".into(), json!("chat.completion.chunk"));
-    if request.include_usage {
-        // With include_usage every chunk but the last says `usage: null`, as the vendor sends it.
-        head.insert("usage".into(), Value::Null);
-    }
+    let head = openai_chunk_head(&body, CHUNK_HEAD, "chat.completion.chunk", request);
     let mut out = Vec::new();
     let mut chunk = |index: &Value, delta: Value, logprobs: Value, finish: Value| {
         let mut chunk = head.clone();
@@ -123,15 +116,45 @@ pub(in crate::api) fn stream(
             .unwrap_or(json!("stop"));
         chunk(&index, json!({}), logprobs.unwrap_or(Value::Null), finish);
     }
+    end_openai_stream(&mut out, head, &body, request);
+    Ok(out)
+}
+
+/// What every chunk of an OpenAI stream (Chat, legacy completions) repeats, from the non-streamed
+/// answer `body`: its `fields`, the chunks' `object`, and `usage: null` when the request asked for
+/// a usage chunk (the vendor says so in every chunk but the last).
+pub(in crate::api) fn openai_chunk_head(
+    body: &Map<String, Value>,
+    fields: &[&str],
+    object: &str,
+    request: &Request,
+) -> Map<String, Value> {
+    let mut head: Map<String, Value> = fields
+        .iter()
+        .filter_map(|k| body.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+        .collect();
+    head.insert("object".into(), json!(object));
     if request.include_usage {
-        let mut last = head;
-        last.insert("choices".into(), json!([]));
-        last.insert(
+        head.insert("usage".into(), Value::Null);
+    }
+    head
+}
+
+/// The end of an OpenAI stream: the usage chunk (no choices, the answer's usage) when the request
+/// asked for one, then `data: [DONE]`.
+pub(in crate::api) fn end_openai_stream(
+    out: &mut Vec<u8>,
+    mut head: Map<String, Value>,
+    body: &Map<String, Value>,
+    request: &Request,
+) {
+    if request.include_usage {
+        head.insert("choices".into(), json!([]));
+        head.insert(
             "usage".into(),
             body.get("usage").cloned().unwrap_or(Value::Null),
         );
-        push_event(&mut out, None, &Value::Object(last));
+        push_event(out, None, &Value::Object(head));
     }
     out.extend_from_slice(b"data: [DONE]\n\n");
-    Ok(out)
 }

@@ -41,13 +41,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
         Some(Node::Str(suffix)) => caller.piece(suffix),
         Some(_) => return Err(FieldError::must_be("suffix", "a string")),
     }
-    let include_usage = match body.get("stream_options") {
-        None | Some(Node::Null) => false,
-        Some(Node::Object(options)) => options
-            .bool_field("include_usage")
-            .map_err(|_| FieldError::must_be("stream_options.include_usage", "a boolean"))?,
-        Some(_) => return Err(FieldError::must_be("stream_options", "an object")),
-    };
+    let include_usage = super::include_usage(body)?;
     let (input_text, user_texts) = caller.finish();
     Ok(Request {
         input_text,

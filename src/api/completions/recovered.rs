@@ -7,6 +7,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::api::chat::recovered::{end_openai_stream, openai_chunk_head};
 use crate::api::Request;
 use crate::json::{push_event, FieldError};
 
@@ -21,15 +22,7 @@ pub(in crate::api) fn stream(
     let Some(Value::Array(choices)) = body.get("choices") else {
         return Err(FieldError::must_be("choices", "an array"));
     };
-    let mut head: Map<String, Value> = CHUNK_HEAD
-        .iter()
-        .filter_map(|k| body.get(*k).map(|v| ((*k).to_owned(), v.clone())))
-        .collect();
-    head.insert("object".into(), json!("text_completion"));
-    if request.include_usage {
-        // With include_usage every chunk but the last says `usage: null`, as the vendor sends it.
-        head.insert("usage".into(), Value::Null);
-    }
+    let head = openai_chunk_head(&body, CHUNK_HEAD, "text_completion", request);
     let mut out = Vec::new();
     let mut chunk = |choices: Value| {
         let mut chunk = head.clone();
@@ -52,15 +45,6 @@ pub(in crate::api) fn stream(
             .unwrap_or(json!("stop"));
         chunk(json!([{"text": "", "index": index, "logprobs": null, "finish_reason": finish}]));
     }
-    if request.include_usage {
-        let mut last = head;
-        last.insert("choices".into(), json!([]));
-        last.insert(
-            "usage".into(),
-            body.get("usage").cloned().unwrap_or(Value::Null),
-        );
-        push_event(&mut out, None, &Value::Object(last));
-    }
-    out.extend_from_slice(b"data: [DONE]\n\n");
+    end_openai_stream(&mut out, head, &body, request);
     Ok(out)
 }
