@@ -97,7 +97,8 @@ fn opening(api: Api) -> &'static str {
         | Api::AnthropicComplete
         | Api::Embeddings
         | Api::MessageBatches
-        | Api::Gemini => {
+        | Api::Gemini
+        | Api::Converse => {
             unreachable!("the bench streams three APIs, not {api:?}")
         }
         Api::ChatCompletions => "",

@@ -45,7 +45,6 @@ fn a_post_to_a_path_livecheck_does_not_read_is_refused_in_its_vendors_shape() {
             vec![],
             "google",
         ),
-        ("/model/amazon.nova-pro-v1%3A0/converse", vec![], "bedrock"),
         (
             "/model/anthropic.claude-v2/invoke-with-response-stream",
             vec![],

@@ -33,6 +33,7 @@ impl Dialect {
                 Self::OpenAi
             }
             Api::Gemini => Self::Google,
+            Api::Converse => Self::Bedrock,
         }
     }
 

@@ -226,6 +226,7 @@ fn read_body(api: Api, body: json::Obj<'_>) -> Result<Request, BadRequest> {
             message_batches::parse_requests(&body).map(|r| message_batches::as_one(&r))
         }
         Api::Gemini => gemini::parse_request(&body),
+        Api::Converse => converse::parse_request(&body),
     }
     .map_err(BadRequest::from)
 }
@@ -280,6 +281,7 @@ pub fn parse_answer(api: Api, raw: &[u8], rule_text: bool) -> Result<Answer, Bad
         Api::Completions => completions::parse_answer(&body, rule_text),
         Api::AnthropicComplete => complete::parse_answer(&body, rule_text),
         Api::Gemini => gemini::parse_answer(&body, rule_text),
+        Api::Converse => converse::parse_answer(raw, &body, rule_text),
         Api::Embeddings | Api::MessageBatches => no_answer(),
     }
     .map_err(BadAnswer::from)
@@ -311,6 +313,9 @@ pub fn refusal(api: Api, reply: &str, req: &Request, ids: &Ids) -> Reply {
         (Api::AnthropicComplete, true) => complete::refusal_stream(reply, req, ids),
         (Api::Gemini, false) => gemini::refusal(reply, req, ids),
         (Api::Gemini, true) => gemini::refusal_stream(reply, req, ids),
+        (Api::Converse, false) => converse::refusal(reply),
+        // PLACEHOLDER(h55-converse): the refusal as a Converse event stream (and its content type).
+        (Api::Converse, true) => converse::refusal(reply),
         (Api::Embeddings, _) => json::to_vec(&embeddings::refusal(reply)),
         (Api::MessageBatches, _) => json::to_vec(&message_batches::refusal()),
     };
@@ -332,6 +337,7 @@ pub fn withheld(api: Api, answer_body: &[u8], reply: &str) -> Result<Vec<u8>, Ba
         Api::Completions => completions::withhold(&mut body, reply),
         Api::AnthropicComplete => complete::withhold(&mut body, reply),
         Api::Gemini => gemini::withhold(&mut body, reply),
+        Api::Converse => converse::withhold(&mut body, reply),
         Api::Embeddings | Api::MessageBatches => no_answer(),
     }
     .map_err(BadAnswer::from)?;

@@ -116,6 +116,12 @@ impl Field {
             (Api::MessageBatches, _) => None,
             // Gemini's `usageMetadata` is not a table of fields: [`super::gemini::usage`].
             (Api::Gemini, _) => None,
+            // Bedrock's `inputTokens` leaves cache reads and writes out, as Anthropic's does.
+            (Api::Converse, Field::Input) => Some(&["inputTokens"]),
+            (Api::Converse, Field::Output) => Some(&["outputTokens"]),
+            (Api::Converse, Field::CacheRead) => Some(&["cacheReadInputTokens"]),
+            (Api::Converse, Field::CacheCreation) => Some(&["cacheWriteInputTokens"]),
+            (Api::Converse, Field::Reasoning) => None,
         }
     }
 }
@@ -287,6 +293,8 @@ pub fn as_stream(api: Api, body: &[u8], request: &Request) -> Result<Vec<u8>, Ba
         Api::AnthropicComplete => super::complete::recovered::stream(body),
         // A whole response is one chunk of Google's stream (each chunk is a response).
         Api::Gemini => Ok(super::gemini::as_chunk(&Value::Object(body))),
+        // PLACEHOLDER(h55-converse): a recovered answer as a Converse event stream.
+        Api::Converse => super::no_answer(),
         Api::Embeddings | Api::MessageBatches => super::no_answer(),
     }
     .map_err(BadAnswer::from)

@@ -83,6 +83,8 @@ pub fn upstream(api: Api, deltas: &[String]) -> Vec<u8> {
             event(chunk("", json!("stop")));
             sse::encode(&mut out, None, "[DONE]");
         }
+        // PLACEHOLDER(h55-converse): a Converse event stream.
+        Api::Converse => {}
         Api::Gemini => {
             // No end marker: the last chunk carries the finish and the usage.
             let chunk = |text: &str, finish: Value| {
@@ -211,6 +213,8 @@ pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, NotInFormat> {
             }
             Api::Embeddings => None,
             Api::MessageBatches => None,
+            // PLACEHOLDER(h55-converse)
+            Api::Converse => None,
         };
         match piece {
             None | Some(Value::Null) => {}
@@ -241,6 +245,8 @@ pub fn read_by_caller(api: Api, bytes: &[u8]) -> (Option<String>, Vec<(Option<St
         Api::Completions => &["/choices/0/text"],
         Api::AnthropicComplete => &["/completion"],
         Api::Gemini => &["/candidates/0/content/parts/0/text"],
+        // PLACEHOLDER(h55-converse)
+        Api::Converse => &[],
         Api::Embeddings => &[],
         Api::MessageBatches => &[],
     };

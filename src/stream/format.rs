@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 
 use super::event::{Ev, TextAlone, TextPlace};
+use super::framing::Framing;
 use crate::api::ToolCall;
 use crate::sse;
 
@@ -78,6 +79,10 @@ impl Unit {
 
 /// A vendor's stream format.
 pub(crate) trait Format {
+    /// How the vendor frames this stream's events, with no event longer than `limit` bytes.
+    fn framing(&self, limit: usize) -> Framing {
+        Framing::sse(limit)
+    }
     /// Reads one upstream event.
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable>;
     /// Writes one event for the caller, renumbering what the vendor numbers in emission order,

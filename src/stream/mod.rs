@@ -42,7 +42,6 @@ use crate::api::gemini::stream as gemini;
 use crate::api::responses::stream as responses;
 use crate::api::{Api, Request, ToolCall};
 use crate::config::Version;
-use crate::sse;
 use args::ArgsReader;
 use format::Format;
 use holdback::Holdback;
@@ -52,6 +51,7 @@ mod calls;
 mod cut;
 pub(crate) mod event;
 pub(crate) mod format;
+pub(crate) mod framing;
 mod held;
 mod pointer;
 mod queue;
@@ -185,7 +185,7 @@ pub struct Rewriter {
     format: Box<dyn Format>,
     version: Rc<Version>,
     hold: Hold,
-    decoder: sse::Decoder,
+    decoder: framing::Framing,
     channels: BTreeMap<usize, Channel>,
     queue: VecDeque<Piece>,
     held: Vec<Piece>,
@@ -267,14 +267,17 @@ impl Rewriter {
             Api::Gemini => Box::new(gemini::Gemini::new(request)),
             // Their answers never stream: any stream is unreadable.
             Api::AnthropicComplete => Box::new(complete::Complete::new(request)),
+            // PLACEHOLDER(h55-converse): the Converse event stream's format.
+            Api::Converse => Box::new(unreadable::NoStream),
             Api::Embeddings => Box::new(unreadable::NoStream),
             Api::MessageBatches => Box::new(unreadable::NoStream),
         };
+        let decoder = format.framing(limit);
         Self {
             format,
             version,
             hold,
-            decoder: sse::Decoder::new(limit),
+            decoder,
             channels: BTreeMap::new(),
             queue: VecDeque::new(),
             held: Vec::new(),

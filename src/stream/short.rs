@@ -46,7 +46,10 @@ impl Rewriter {
             && self.awaiting.is_empty()
             && self.answer_id.is_some()
         {
-            let Some((line, named)) = self.decoder.data_line(chunk, self.format.text_name()) else {
+            let Some(sse) = self.decoder.as_sse() else {
+                break;
+            };
+            let Some((line, named)) = sse.data_line(chunk, self.format.text_name()) else {
                 break;
             };
             // Behind a held rest, a text event takes the rest in (`Piece::absorb`): not as it came.
@@ -56,7 +59,7 @@ impl Rewriter {
             let Some((alone, data_len)) = self.format.text_alone(line) else {
                 break;
             };
-            let Some((data, len)) = self.decoder.data_event(line, data_len) else {
+            let Some((data, len)) = sse.data_event(line, data_len) else {
                 break;
             };
             self.format.took(&alone.place);

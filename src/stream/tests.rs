@@ -8,6 +8,7 @@ use super::fixtures::*;
 use super::format::Unit;
 use super::*;
 use crate::config::Policy;
+use crate::sse;
 
 const IBAN: usize = 0;
 const PASSWORD: usize = 1;

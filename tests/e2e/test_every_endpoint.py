@@ -65,13 +65,13 @@ READ = [
     # An inference-profile ARN as the model id, encoded as one segment as the SDKs encode it.
     ("/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A111122223333%3Ainference-profile%2F"
      "us.anthropic.claude-sonnet-4-20250514-v1%3A0/invoke", _anthropic(anthropic_version="bedrock-2023-05-31")),
+    ("/model/amazon.nova-pro-v1%3A0/converse", CONVERSE),
+    ("/model/amazon.nova-pro-v1%3A0/converse-stream", CONVERSE),
 ]
 
 # Paths livecheck does not read (yet): refused, whatever they hold.
 REFUSED = [
     ("POST", f"{BEDROCK_CLAUDE}/invoke-with-response-stream", _anthropic(anthropic_version="bedrock-2023-05-31")),
-    ("POST", "/model/amazon.nova-pro-v1%3A0/converse", CONVERSE),
-    ("POST", "/model/amazon.nova-pro-v1%3A0/converse-stream", CONVERSE),
     # Gemini's stream without `alt=sse` is one JSON array, not read yet.
     ("POST", "/v1beta/models/gemini-2.5-flash:streamGenerateContent?key=AIza-dummy", GEMINI),
     ("POST", f"{VERTEX_GEMINI}:streamGenerateContent", GEMINI),

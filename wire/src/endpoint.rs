@@ -14,6 +14,7 @@
 //! | Azure OpenAI | `…/openai/deployments/{deployment}/{chat/completions,completions,embeddings,responses}`, `…/openai/responses` | the same; the model is the deployment |
 //! | Vertex AI | `…/publishers/anthropic/models/{model}:rawPredict`, `:streamRawPredict` | Messages; the model in the path |
 //! | Bedrock | `…/model/{model}/invoke` | Messages (never streamed); the model in the path |
+//! | Bedrock | `…/model/{model}/converse`, `…/model/{model}/converse-stream` | Converse; the model in the path |
 //! | Gemini API | `…/{v1,v1beta}/models/{model}:generateContent`, `:streamGenerateContent?alt=sse` | Gemini; the model in the path |
 //! | Vertex AI | `…/publishers/google/models/{model}:generateContent`, `:streamGenerateContent?alt=sse` | Gemini; the model in the path |
 //!
@@ -137,16 +138,23 @@ fn vertex(path: &str) -> Option<Endpoint> {
     })
 }
 
-/// `…/model/{model}/invoke`. Its streamed twin, `invoke-with-response-stream`, answers in AWS
-/// event-stream framing, which livecheck does not read yet: not a turn.
+/// `…/model/{model}/invoke` (Anthropic's Messages), `/converse` and `/converse-stream` (Converse,
+/// the stream in AWS event-stream framing). `invoke-with-response-stream` answers Messages events
+/// inside event-stream frames, which livecheck does not read yet: not a turn.
 fn bedrock(path: &str) -> Option<Endpoint> {
-    let rest = path.strip_suffix("/invoke")?;
+    let (rest, operation) = path.rsplit_once('/')?;
+    let (api, stream) = match operation {
+        "invoke" => (Api::AnthropicMessages, false),
+        "converse" => (Api::Converse, false),
+        "converse-stream" => (Api::Converse, true),
+        _ => return None,
+    };
     let (_, model) = rest.rsplit_once("/model/")?;
     Some(Endpoint {
-        api: Api::AnthropicMessages,
+        api,
         platform: Platform::Bedrock,
         model: Some(model_segment(model)?),
-        stream: Some(false),
+        stream: Some(stream),
     })
 }
 
@@ -239,7 +247,6 @@ mod tests {
             "/v1beta/tunedModels/t:generateContent",
             "/v1/projects/p/locations/l/publishers/meta/models/llama:generateContent",
             "/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/invoke-with-response-stream",
-            "/model/amazon.nova-pro-v1%3A0/converse",
             "/v1/made-up",
         ] {
             assert_eq!(endpoint("POST", path), None, "{path}");
@@ -314,6 +321,37 @@ mod tests {
         assert_eq!(e.and_then(|e| e.model).as_deref(), Some(arn));
         // A `/` as written is no model id's: not read, so refused by the fail-closed default.
         assert_eq!(api("/model/a/b/invoke"), None);
+    }
+
+    #[test]
+    fn converse_paths_name_the_model_and_whether_the_answer_streams() {
+        for (path, stream) in [
+            ("/model/amazon.nova-pro-v1%3A0/converse", false),
+            ("/model/amazon.nova-pro-v1%3A0/converse-stream", true),
+        ] {
+            let e = endpoint("POST", path);
+            assert_eq!(
+                e.map(|e| (e.api, e.platform, e.model, e.stream)),
+                Some((
+                    Api::Converse,
+                    Platform::Bedrock,
+                    Some("amazon.nova-pro-v1:0".into()),
+                    Some(stream)
+                ))
+            );
+        }
+        // boto3 encodes an ARN model id as one segment (botocore's service model: `modelId`).
+        let e = endpoint(
+            "POST",
+            "/model/arn%3Aaws%3Abedrock%3Aeu-west-1%3A123456789012%3Aprompt%2FPROMPT12345%3A1/converse",
+        );
+        assert_eq!(
+            e.and_then(|e| e.model),
+            Some("arn:aws:bedrock:eu-west-1:123456789012:prompt/PROMPT12345:1".into())
+        );
+        assert_eq!(api("/model/a/b/converse"), None);
+        assert_eq!(api("/model//converse-stream"), None);
+        assert_eq!(api("/model/m/converse-streams"), None);
     }
 
     #[test]

@@ -269,6 +269,9 @@ pub enum Api {
     /// Google Gemini `generateContent` (`…/models/{model}:generateContent`, and
     /// `:streamGenerateContent?alt=sse`), on the Gemini API and on Vertex AI.
     Gemini,
+    /// Amazon Bedrock Converse (`…/model/{model}/converse`, and `/converse-stream` in AWS
+    /// event-stream framing): one shape for every model Bedrock serves.
+    Converse,
 }
 
 impl Api {
@@ -283,7 +286,8 @@ impl Api {
             | Api::Responses
             | Api::Completions
             | Api::AnthropicComplete
-            | Api::Gemini => true,
+            | Api::Gemini
+            | Api::Converse => true,
             Api::Embeddings | Api::MessageBatches => false,
         }
     }

@@ -303,9 +303,9 @@ fn reference(api: Api, body: &Value) -> Result<Read, ()> {
         Api::Completions => completions(body, &mut pieces)?,
         Api::Embeddings => return input_only::embeddings(body),
         Api::MessageBatches => return input_only::message_batches(body),
-        // No reference reader for Gemini yet (issue 55): `check` never draws it, and a body
-        // checked against it would be called refused.
-        Api::Gemini => return Err(()),
+        // No reference reader for Gemini or Converse yet (issue 55): `check` never draws them,
+        // and a body checked against them would be called refused.
+        Api::Gemini | Api::Converse => return Err(()),
     };
     let skip = users.len().saturating_sub(INTENT_MESSAGES);
     Ok(Read {

@@ -161,6 +161,8 @@ pub fn retry_body(
         // `generateContent` body adapted with the rules as a system instruction, and the
         // caller's `x-goog-api-key` forwarded): its failed answers are withheld.
         Api::Gemini => return Err(Failure::NotAskedAgain),
+        // PLACEHOLDER(h55-retry): Converse asked again with the sidecar's own Bedrock key.
+        Api::Converse => return Err(Failure::NotAskedAgain),
     }
     Ok(Value::Object(body))
 }
@@ -210,6 +212,7 @@ fn api_name(api: Api) -> &'static str {
         Api::Embeddings => "embeddings",
         Api::MessageBatches => "message_batches",
         Api::Gemini => "gemini",
+        Api::Converse => "converse",
     }
 }
 

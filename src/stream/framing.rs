@@ -1,0 +1,201 @@
+//! How a vendor frames the events of a streamed answer: server-sent events for most, other framings
+//! beside them. One decoder per stream, chosen by its [`Format`](super::format::Format); each
+//! framing hands the rewriter [`sse::Event`]s (a name and the data), so a vendor's reader reads
+//! events the same way whatever frames them.
+
+use crate::eventstream;
+use crate::sse;
+
+/// A stream's decoder.
+#[derive(Debug, Clone)]
+pub(crate) enum Framing {
+    /// Server-sent events: `event:` and `data:` lines, events ended by a blank line.
+    Sse(sse::Decoder),
+    /// AWS event-stream messages (Bedrock's `converse-stream`): each becomes an event named by its
+    /// `:event-type`, its payload the data. An exception (`:message-type: exception`) is named
+    /// `exception:` and its `:exception-type`; an error (`:message-type: error`) `error:` and its
+    /// `:error-code`, its `:error-message` the data. `:` is in no event type, so neither is taken
+    /// for an event.
+    #[cfg_attr(not(test), allow(dead_code))]
+    // PLACEHOLDER(h55-converse): its format chooses it.
+    EventStream {
+        decoder: eventstream::Decoder,
+        messages: Vec<eventstream::Message>,
+    },
+}
+
+/// The name an AWS exception message is read under ([`Framing::EventStream`]).
+pub(crate) const EXCEPTION: &str = "exception:";
+/// The name an AWS error message is read under ([`Framing::EventStream`]).
+pub(crate) const ERROR: &str = "error:";
+
+/// The bytes cannot be read in the stream's framing. Never quotes the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BadFraming;
+
+impl Framing {
+    /// Server-sent events, no line (and no event's data) longer than `limit` bytes.
+    pub(crate) fn sse(limit: usize) -> Self {
+        Self::Sse(sse::Decoder::new(limit))
+    }
+
+    /// AWS event-stream messages, none longer than `limit` bytes in all.
+    #[cfg_attr(not(test), allow(dead_code))] // PLACEHOLDER(h55-converse)
+    pub(crate) fn event_stream(limit: usize) -> Self {
+        Self::EventStream {
+            decoder: eventstream::Decoder::new(limit),
+            messages: Vec::new(),
+        }
+    }
+
+    /// Reads up to the end of the first event `bytes` completes, into `out`; returns how many of
+    /// `bytes` it read (all of them when no event completes). The same events come out however
+    /// the stream is split.
+    pub(crate) fn push_event(
+        &mut self,
+        bytes: &[u8],
+        out: &mut Vec<sse::Event>,
+    ) -> Result<usize, BadFraming> {
+        match self {
+            Self::Sse(d) => d.push_event(bytes, out).map_err(|_| BadFraming),
+            Self::EventStream { decoder, messages } => {
+                let read = decoder
+                    .push_message(bytes, messages)
+                    .map_err(|_| BadFraming)?;
+                for message in messages.drain(..) {
+                    out.push(as_event(message)?);
+                }
+                Ok(read)
+            }
+        }
+    }
+
+    /// The end of the stream: a last event, or an error when the stream ended inside one.
+    pub(crate) fn finish(&mut self, out: &mut Vec<sse::Event>) -> Result<(), BadFraming> {
+        match self {
+            Self::Sse(d) => d.finish(out).map_err(|_| BadFraming),
+            Self::EventStream { decoder, .. } => decoder.finish().map_err(|_| BadFraming),
+        }
+    }
+
+    /// The SSE decoder, for the short path that reads a text event's data line in place; `None`
+    /// for any other framing, whose every event goes through the general path.
+    pub(crate) fn as_sse(&self) -> Option<&sse::Decoder> {
+        match self {
+            Self::Sse(d) => Some(d),
+            Self::EventStream { .. } => None,
+        }
+    }
+}
+
+/// An event-stream message as an event: named as [`Framing::EventStream`] says; a message of
+/// another type, without its type's name, or whose payload is not UTF-8 cannot be read.
+fn as_event(message: eventstream::Message) -> Result<sse::Event, BadFraming> {
+    let name = match message.message_type() {
+        Some("event") => message.event_type().map(str::to_owned),
+        Some("exception") => message.exception_type().map(|t| format!("{EXCEPTION}{t}")),
+        Some("error") => message
+            .string(eventstream::ERROR_CODE)
+            .map(|c| format!("{ERROR}{c}")),
+        _ => None,
+    }
+    .ok_or(BadFraming)?;
+    let data = if name.starts_with(ERROR) {
+        message
+            .string(eventstream::ERROR_MESSAGE)
+            .unwrap_or_default()
+            .to_owned()
+    } else {
+        String::from_utf8(message.payload).map_err(|_| BadFraming)?
+    };
+    Ok(sse::Event {
+        event: Some(name),
+        data,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(framing: &mut Framing, mut bytes: &[u8]) -> Result<Vec<sse::Event>, BadFraming> {
+        let mut out = Vec::new();
+        while !bytes.is_empty() {
+            let read = framing.push_event(bytes, &mut out)?;
+            bytes = bytes.get(read..).unwrap_or_default();
+        }
+        framing.finish(&mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn event_stream_messages_are_events_named_by_type_exceptions_and_errors_apart() {
+        let mut stream = Vec::new();
+        eventstream::encode_event(&mut stream, "messageStart", br#"{"role":"assistant"}"#)
+            .expect("frames");
+        eventstream::encode_exception(&mut stream, "throttlingException", br#"{"message":"slow"}"#)
+            .expect("frames");
+        eventstream::encode(
+            &mut stream,
+            &[
+                (":message-type", "error"),
+                (":error-code", "InternalFailure"),
+                (":error-message", "broke"),
+            ],
+            b"",
+        )
+        .expect("frames");
+        let want = vec![
+            sse::Event {
+                event: Some("messageStart".into()),
+                data: r#"{"role":"assistant"}"#.into(),
+            },
+            sse::Event {
+                event: Some("exception:throttlingException".into()),
+                data: r#"{"message":"slow"}"#.into(),
+            },
+            sse::Event {
+                event: Some("error:InternalFailure".into()),
+                data: "broke".into(),
+            },
+        ];
+        for size in [1, 7, stream.len()] {
+            let mut framing = Framing::event_stream(1 << 16);
+            let mut out = Vec::new();
+            for chunk in stream.chunks(size) {
+                let mut rest = chunk;
+                while !rest.is_empty() {
+                    let read = framing.push_event(rest, &mut out).expect("reads");
+                    rest = rest.get(read..).unwrap_or_default();
+                }
+            }
+            framing.finish(&mut out).expect("ends on a message");
+            assert_eq!(out, want, "chunks of {size}");
+        }
+    }
+
+    #[test]
+    fn a_message_without_its_types_name_or_with_a_payload_not_utf8_is_bad_framing() {
+        for (headers, payload) in [
+            (vec![(":message-type", "event")], b"{}".as_slice()),
+            (vec![(":event-type", "x")], b"{}".as_slice()),
+            (
+                vec![(":message-type", "event"), (":event-type", "x")],
+                b"\xff".as_slice(),
+            ),
+        ] {
+            let mut stream = Vec::new();
+            eventstream::encode(&mut stream, &headers, payload).expect("frames");
+            let got = read_all(&mut Framing::event_stream(1 << 16), &stream);
+            assert_eq!(got, Err(BadFraming), "{headers:?}");
+        }
+        let mut stream = Vec::new();
+        eventstream::encode_event(&mut stream, "messageStop", b"{}").expect("frames");
+        stream.pop();
+        assert_eq!(
+            read_all(&mut Framing::event_stream(1 << 16), &stream),
+            Err(BadFraming),
+            "a stream ending inside a message"
+        );
+    }
+}
