@@ -1,7 +1,10 @@
 //! What a caller got, read the way a client reads it: the answer text and whether the vendor's
 //! shape says it was stopped (Anthropic `refusal`, Chat `content_filter`, Responses `incomplete`
-//! with `content_filter`), from a JSON body or an SSE stream. Written apart from the filter's own
-//! readers, so a case checks the filter's output rather than trusting it.
+//! with `content_filter`, Gemini a blocking `finishReason` or `promptFeedback.blockReason`,
+//! Converse `guardrail_intervened` or `content_filtered`), from a JSON body, an SSE stream or
+//! Bedrock's event stream. Written apart from the filter's own readers, so a case checks the
+//! filter's output rather than trusting it (only the event-stream framing is the filter's codec,
+//! itself checked against botocore's test vectors).
 
 use serde_json::Value;
 
@@ -28,6 +31,12 @@ pub fn read(api: Api, body: &[u8]) -> Shown {
         streamed: true,
         ..Shown::default()
     };
+    if api == Api::Converse {
+        read_event_stream(body, &mut shown);
+        return shown;
+    }
+    // Google ends its events with `\r\n\r\n`; SSE allows either line end.
+    let text = text.replace("\r\n", "\n");
     for block in text.split("\n\n") {
         let data: Vec<&str> = block
             .lines()
@@ -80,8 +89,61 @@ fn read_json(api: Api, v: &Value) -> Shown {
             shown.stopped = responses_stopped(v);
         }
         Api::Mcp => read_mcp(v, &mut shown),
+        Api::Gemini => read_gemini(v, &mut shown),
+        Api::Converse => {
+            for block in at(v, "/output/message/content").as_array().into_iter().flatten() {
+                shown.text.push_str(str_at(block, "/text"));
+            }
+            shown.stopped = converse_stopped(at(v, "/stopReason"));
+        }
     }
     shown
+}
+
+/// A Gemini response, or one chunk of its stream (each chunk is a response holding its new
+/// parts): the first candidate's text parts but thoughts, and whether the prompt was blocked or
+/// the candidate stopped for a blocking reason (google-genai's `FinishReason`, `BlockedReason`).
+fn read_gemini(v: &Value, shown: &mut Shown) {
+    for part in at(v, "/candidates/0/content/parts")
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if at(part, "/thought") != &Value::Bool(true) {
+            shown.text.push_str(str_at(part, "/text"));
+        }
+    }
+    let finish = str_at(v, "/candidates/0/finishReason");
+    if matches!(finish, "SAFETY" | "PROHIBITED_CONTENT" | "BLOCKLIST" | "SPII")
+        || !at(v, "/promptFeedback/blockReason").is_null()
+    {
+        shown.stopped = true;
+    }
+}
+
+fn converse_stopped(reason: &Value) -> bool {
+    reason == "guardrail_intervened" || reason == "content_filtered"
+}
+
+/// A Converse stream (AWS event-stream messages, each a `ConverseStreamOutput` member named by
+/// its `:event-type`): text deltas in order, and the stop reason of `messageStop`. A stream that
+/// cannot be framed shows what came before the bad message.
+fn read_event_stream(body: &[u8], shown: &mut Shown) {
+    use livecheck::eventstream::Decoder;
+    let mut messages = Vec::new();
+    let _ = Decoder::new(body.len().max(16)).push(body, &mut messages);
+    for message in messages {
+        let Ok(v) = serde_json::from_slice::<Value>(&message.payload) else {
+            continue;
+        };
+        match message.event_type() {
+            Some("contentBlockDelta") => shown.text.push_str(str_at(&v, "/delta/text")),
+            Some("messageStop") if converse_stopped(at(&v, "/stopReason")) => {
+                shown.stopped = true;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// A JSON-RPC message of an MCP server: a tool result's text parts, and whether it is an error
@@ -127,6 +189,9 @@ fn read_event(api: Api, v: &Value, shown: &mut Shown) {
             _ => {}
         },
         Api::Mcp => read_mcp(v, shown),
+        Api::Gemini => read_gemini(v, shown),
+        // Its stream is not SSE: `read_event_stream`.
+        Api::Converse => {}
     }
 }
 
@@ -169,6 +234,45 @@ mod tests {
         );
         let error = r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"unknown tool"}}"#;
         assert!(read(Api::Mcp, error.as_bytes()).stopped);
+    }
+
+    #[test]
+    fn a_gemini_answer_and_stream_read_their_text_parts_and_blocking_stops() {
+        let blocked = r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"No."}]},"finishReason":"SAFETY","index":0}],"promptFeedback":{"blockReason":"SAFETY"}}"#;
+        let shown = read(Api::Gemini, blocked.as_bytes());
+        assert_eq!((shown.text.as_str(), shown.stopped), ("No.", true));
+        let stream = concat!(
+            "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"x\",\"thought\":true},{\"text\":\"Pay \"}]}}]}\r\n\r\n",
+            "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"to \"}]},\"finishReason\":\"STOP\"}]}\r\n\r\n",
+        );
+        let shown = read(Api::Gemini, stream.as_bytes());
+        assert_eq!(
+            (shown.text.as_str(), shown.stopped, shown.streamed),
+            ("Pay to ", false, true)
+        );
+    }
+
+    #[test]
+    fn a_converse_answer_and_event_stream_read_their_text_and_guardrail_stop() {
+        let body = r#"{"output":{"message":{"role":"assistant","content":[{"text":"No."}]}},"stopReason":"guardrail_intervened"}"#;
+        let shown = read(Api::Converse, body.as_bytes());
+        assert_eq!((shown.text.as_str(), shown.stopped), ("No.", true));
+        let mut stream = Vec::new();
+        for (name, payload) in [
+            ("messageStart", r#"{"role":"assistant"}"#),
+            ("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"text":"Pay "}}"#),
+            ("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"text":"to "}}"#),
+            ("contentBlockStop", r#"{"contentBlockIndex":0}"#),
+            ("messageStop", r#"{"stopReason":"guardrail_intervened"}"#),
+        ] {
+            livecheck::eventstream::encode_event(&mut stream, name, payload.as_bytes())
+                .expect("frames");
+        }
+        let shown = read(Api::Converse, &stream);
+        assert_eq!(
+            (shown.text.as_str(), shown.stopped, shown.streamed),
+            ("Pay to ", true, true)
+        );
     }
 
     #[test]

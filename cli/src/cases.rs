@@ -94,16 +94,35 @@ pub enum Api {
     /// policy's `mcp_paths`): a `tools/call` is checked by the version's `tool_checks` before the
     /// MCP server is called; `answer` is the server's (a JSON-RPC result, or an SSE stream of them).
     Mcp,
+    /// Google Gemini, `POST /v1beta/models/gemini-2.5-flash:generateContent`, or
+    /// `:streamGenerateContent?alt=sse` when the answer streams (`events`): the path says which.
+    Gemini,
+    /// Amazon Bedrock Converse, `POST /model/amazon.nova-lite-v1:0/converse`, or `/converse-stream`
+    /// when the answer streams (`events`, each object one AWS event-stream message).
+    Converse,
 }
 
 impl Api {
-    /// The API's request path.
-    pub fn path(self) -> &'static str {
+    /// The API's request path, for an answer that streams or not (Gemini and Converse: the path
+    /// says which; the others: the body's `stream`).
+    pub fn path(self, streamed: bool) -> &'static str {
+        match (self, streamed) {
+            (Api::Anthropic, _) => "/v1/messages",
+            (Api::Chat, _) => "/v1/chat/completions",
+            (Api::Responses, _) => "/v1/responses",
+            (Api::Mcp, _) => livecheck::config::DEFAULT_MCP_PATH,
+            (Api::Gemini, false) => "/v1beta/models/gemini-2.5-flash:generateContent",
+            (Api::Gemini, true) => "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+            (Api::Converse, false) => "/model/amazon.nova-lite-v1%3A0/converse",
+            (Api::Converse, true) => "/model/amazon.nova-lite-v1%3A0/converse-stream",
+        }
+    }
+
+    /// The content type of a streamed answer: server-sent events, or Bedrock's event stream.
+    pub fn stream_content_type(self) -> &'static str {
         match self {
-            Api::Anthropic => "/v1/messages",
-            Api::Chat => "/v1/chat/completions",
-            Api::Responses => "/v1/responses",
-            Api::Mcp => livecheck::config::DEFAULT_MCP_PATH,
+            Api::Converse => "application/vnd.amazon.eventstream",
+            _ => "text/event-stream",
         }
     }
 }
@@ -144,7 +163,8 @@ pub struct Answer {
     pub body: Option<Body>,
     /// A streamed answer, one body callback per entry: a string is sent byte for byte (it may hold
     /// several SSE events or part of one: the splits the filter must survive), an object is one
-    /// whole SSE event.
+    /// whole SSE event (Converse: one whole AWS event-stream message, its `event` the
+    /// `:event-type`).
     #[serde(default)]
     pub events: Option<Vec<Chunk>>,
 }
@@ -156,7 +176,8 @@ pub enum Chunk {
     /// Bytes as they are.
     Raw(String),
     /// One SSE event: `event: NAME` (when given), `data: DATA` (compact JSON, or a string such
-    /// as `[DONE]` as it is), then a blank line.
+    /// as `[DONE]` as it is), then a blank line. Converse: one AWS event-stream message, `event`
+    /// its `:event-type` (required), `data` its JSON payload.
     Event(Event),
 }
 
@@ -172,8 +193,8 @@ pub struct Event {
 }
 
 impl Chunk {
-    /// The bytes of the body callback.
-    pub fn bytes(&self) -> Vec<u8> {
+    /// The bytes of the body callback, framed as `api` frames its stream.
+    pub fn bytes(&self, api: Api) -> Vec<u8> {
         match self {
             Chunk::Raw(text) => text.as_bytes().to_vec(),
             Chunk::Event(e) => {
@@ -181,6 +202,14 @@ impl Chunk {
                     serde_json::Value::String(s) => s.clone(),
                     other => other.to_string(),
                 };
+                if api == Api::Converse {
+                    let mut out = Vec::new();
+                    let name = e.event.as_deref().unwrap_or_default();
+                    // A message that cannot be framed (a name over 255 bytes) goes as no bytes,
+                    // which the filter reads as a stream that stopped short.
+                    let _ = livecheck::eventstream::encode_event(&mut out, name, data.as_bytes());
+                    return out;
+                }
                 let name = e
                     .event
                     .as_deref()

@@ -221,7 +221,10 @@ impl Filter {
         let path = turn
             .path
             .clone()
-            .unwrap_or_else(|| turn.api.path().to_owned());
+            .unwrap_or_else(|| {
+                let streamed = turn.answer.as_ref().is_some_and(|a| a.events.is_some());
+                turn.api.path(streamed).to_owned()
+            });
         let mut headers: Vec<(String, String)> = vec![
             (":method".into(), "POST".into()),
             (":path".into(), path.clone()),
@@ -262,7 +265,7 @@ impl Filter {
         script.pump(&mut host)?;
         if host.upstream_received(s).end_of_stream {
             let answer = match (&turn.answer, upstream) {
-                (Some(a), _) => Some(recorded(a)),
+                (Some(a), _) => Some(recorded(a, turn.api)),
                 (None, Some(up)) => Some(ask_upstream(&host, s, &path, up)?),
                 (None, None) => None,
             };
@@ -304,7 +307,7 @@ impl Filter {
 /// Response headers and body chunks.
 type Answer = (Vec<(String, String)>, Vec<Vec<u8>>);
 
-fn recorded(a: &crate::cases::Answer) -> Answer {
+fn recorded(a: &crate::cases::Answer, api: crate::cases::Api) -> Answer {
     let streamed = a.events.is_some();
     let mut headers = vec![(":status".to_owned(), a.status.unwrap_or(200).to_string())];
     if !a
@@ -313,7 +316,7 @@ fn recorded(a: &crate::cases::Answer) -> Answer {
         .any(|k| k.eq_ignore_ascii_case("content-type"))
     {
         let ct = if streamed {
-            "text/event-stream"
+            api.stream_content_type()
         } else {
             "application/json"
         };
@@ -321,7 +324,7 @@ fn recorded(a: &crate::cases::Answer) -> Answer {
     }
     headers.extend(a.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
     let chunks = match (&a.events, &a.body) {
-        (Some(events), _) => events.iter().map(crate::cases::Chunk::bytes).collect(),
+        (Some(events), _) => events.iter().map(|e| e.bytes(api)).collect(),
         (None, Some(body)) => vec![body.bytes()],
         (None, None) => Vec::new(),
     };
@@ -346,10 +349,12 @@ fn ask_upstream(host: &Host, s: StreamId, path: &str, up: &Endpoint) -> Result<A
             })
             .cloned(),
     );
-    let streamed = r
+    // Server-sent events go one event per callback; another body (JSON, or Bedrock's event
+    // stream) as one.
+    let sse = r
         .header("content-type")
         .is_some_and(|c| c.starts_with("text/event-stream"));
-    let chunks = if streamed {
+    let chunks = if sse {
         split_events(&r.body)
     } else {
         vec![r.body]
