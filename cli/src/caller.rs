@@ -91,7 +91,11 @@ fn read_json(api: Api, v: &Value) -> Shown {
         Api::Mcp => read_mcp(v, &mut shown),
         Api::Gemini => read_gemini(v, &mut shown),
         Api::Converse => {
-            for block in at(v, "/output/message/content").as_array().into_iter().flatten() {
+            for block in at(v, "/output/message/content")
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
                 shown.text.push_str(str_at(block, "/text"));
             }
             shown.stopped = converse_stopped(at(v, "/stopReason"));
@@ -114,8 +118,10 @@ fn read_gemini(v: &Value, shown: &mut Shown) {
         }
     }
     let finish = str_at(v, "/candidates/0/finishReason");
-    if matches!(finish, "SAFETY" | "PROHIBITED_CONTENT" | "BLOCKLIST" | "SPII")
-        || !at(v, "/promptFeedback/blockReason").is_null()
+    if matches!(
+        finish,
+        "SAFETY" | "PROHIBITED_CONTENT" | "BLOCKLIST" | "SPII"
+    ) || !at(v, "/promptFeedback/blockReason").is_null()
     {
         shown.stopped = true;
     }
@@ -260,8 +266,14 @@ mod tests {
         let mut stream = Vec::new();
         for (name, payload) in [
             ("messageStart", r#"{"role":"assistant"}"#),
-            ("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"text":"Pay "}}"#),
-            ("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"text":"to "}}"#),
+            (
+                "contentBlockDelta",
+                r#"{"contentBlockIndex":0,"delta":{"text":"Pay "}}"#,
+            ),
+            (
+                "contentBlockDelta",
+                r#"{"contentBlockIndex":0,"delta":{"text":"to "}}"#,
+            ),
             ("contentBlockStop", r#"{"contentBlockIndex":0}"#),
             ("messageStop", r#"{"stopReason":"guardrail_intervened"}"#),
         ] {

@@ -218,13 +218,10 @@ impl Filter {
         let mut host = self.host()?;
         let mut script = Script::new(turn, &selected, self.judge.as_ref());
         let s = host.new_stream();
-        let path = turn
-            .path
-            .clone()
-            .unwrap_or_else(|| {
-                let streamed = turn.answer.as_ref().is_some_and(|a| a.events.is_some());
-                turn.api.path(streamed).to_owned()
-            });
+        let path = turn.path.clone().unwrap_or_else(|| {
+            let streamed = turn.answer.as_ref().is_some_and(|a| a.events.is_some());
+            turn.api.path(streamed).to_owned()
+        });
         let mut headers: Vec<(String, String)> = vec![
             (":method".into(), "POST".into()),
             (":path".into(), path.clone()),
