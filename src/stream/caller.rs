@@ -405,6 +405,7 @@ mod tests {
             Api::Responses,
             Api::AnthropicComplete,
             Api::Completions,
+            Api::Converse,
         ] {
             let decoded = decode(api, &upstream(api, &deltas));
             assert_eq!(
@@ -423,5 +424,14 @@ mod tests {
         assert!(decode(Api::ChatCompletions, b"data: [DONE]\n\n").is_ok());
         let bad_text = br#"data: {"choices":[{"delta":{"content":7}}]}"#;
         assert!(decode(Api::ChatCompletions, bad_text).is_err());
+        // Converse: AWS event-stream messages, whole, their text deltas strings.
+        let converse = upstream(Api::Converse, &["Hi".to_owned()]);
+        assert!(decode(Api::Converse, &converse).is_ok());
+        assert!(decode(Api::Converse, &converse[..converse.len() - 1]).is_err());
+        assert!(decode(Api::Converse, b"data: {}\n\n").is_err());
+        let mut bad = Vec::new();
+        eventstream::encode_event(&mut bad, "contentBlockDelta", br#"{"delta":{"text":7}}"#)
+            .unwrap_or_default();
+        assert!(decode(Api::Converse, &bad).is_err());
     }
 }
