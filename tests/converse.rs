@@ -13,11 +13,13 @@ mod common;
 
 use common::fixtures::*;
 use common::*;
+use livecheck::eventstream;
 use livecheck_harness::{Host, StreamId};
 use serde_json::{json, Value};
 
 /// boto3 percent-encodes the model id's `:` in the path.
 const MODEL_PATH: &str = "/model/anthropic.claude-3-haiku-20240307-v1%3A0";
+const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
 const SIGNATURE: &str = "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261207/us-east-1/bedrock/aws4_request, SignedHeaders=content-type;host;x-amz-date, Signature=5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7";
 
 fn path(stream: bool) -> String {
@@ -294,4 +296,368 @@ fn a_converse_turn_reports_its_results_without_its_credentials() {
         .headers
         .iter()
         .all(|(n, v)| !n.starts_with("x-amz") && !v.contains("AWS4")));
+}
+
+/// One event as Bedrock frames it (`:event-type`, `:content-type`, `:message-type`), with the
+/// padding member `p` Bedrock adds to every payload.
+fn frame(out: &mut Vec<u8>, name: &str, mut data: Value) {
+    data["p"] = json!("abcdefghijklmnopqrstuvwxyzABCDEF");
+    eventstream::encode_event(out, name, data.to_string().as_bytes()).unwrap();
+}
+
+fn stream_end(out: &mut Vec<u8>, stop: &str) {
+    frame(out, "messageStop", json!({"stopReason": stop}));
+    frame(
+        out,
+        "metadata",
+        json!({"usage": {"inputTokens": 8, "outputTokens": 6, "totalTokens": 14},
+               "metrics": {"latencyMs": 321}}),
+    );
+}
+
+/// A converse-stream saying `pieces` in one text block, ended as Bedrock ends a turn.
+fn stream(pieces: &[&str]) -> Vec<u8> {
+    let mut out = Vec::new();
+    frame(&mut out, "messageStart", json!({"role": "assistant"}));
+    for piece in pieces {
+        frame(
+            &mut out,
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"text": piece}}),
+        );
+    }
+    frame(
+        &mut out,
+        "contentBlockStop",
+        json!({"contentBlockIndex": 0}),
+    );
+    stream_end(&mut out, "end_turn");
+    out
+}
+
+/// A converse-stream saying a sentence, then calling `name` with `input` in two pieces.
+fn tool_stream(name: &str, input: &Value) -> Vec<u8> {
+    let input = input.to_string();
+    let (a, b) = input.split_at(input.len() / 2);
+    let mut out = Vec::new();
+    frame(&mut out, "messageStart", json!({"role": "assistant"}));
+    frame(
+        &mut out,
+        "contentBlockDelta",
+        json!({"contentBlockIndex": 0, "delta": {"text": "Sending it."}}),
+    );
+    frame(
+        &mut out,
+        "contentBlockStop",
+        json!({"contentBlockIndex": 0}),
+    );
+    frame(
+        &mut out,
+        "contentBlockStart",
+        json!({"contentBlockIndex": 1,
+               "start": {"toolUse": {"toolUseId": "tooluse_1", "name": name}}}),
+    );
+    for piece in [a, b] {
+        frame(
+            &mut out,
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 1, "delta": {"toolUse": {"input": piece}}}),
+        );
+    }
+    frame(
+        &mut out,
+        "contentBlockStop",
+        json!({"contentBlockIndex": 1}),
+    );
+    stream_end(&mut out, "tool_use");
+    out
+}
+
+/// What boto3's `converse_stream` yields from the bytes a caller got: each event's name and
+/// payload. The bytes must be whole AWS event-stream messages, every one an event.
+fn events(bytes: &[u8]) -> Vec<(String, Value)> {
+    let mut decoder = eventstream::Decoder::new(1 << 20);
+    let mut messages = Vec::new();
+    decoder.push(bytes, &mut messages).unwrap();
+    decoder
+        .finish()
+        .expect("the stream ends on a whole message");
+    messages
+        .into_iter()
+        .map(|m| {
+            assert_eq!(m.message_type(), Some("event"));
+            assert_eq!(m.content_type(), Some("application/json"));
+            let name = m.event_type().unwrap().to_owned();
+            (name, json(&m.payload))
+        })
+        .collect()
+}
+
+/// The text deltas' text, as a caller joins it.
+fn streamed_text(events: &[(String, Value)]) -> String {
+    events
+        .iter()
+        .filter(|(name, _)| name == "contentBlockDelta")
+        .filter_map(|(_, d)| d["delta"]["text"].as_str())
+        .collect()
+}
+
+/// The stream ends as Bedrock ends a turn its guardrail stopped: every block that started
+/// stopped, `messageStop` with `guardrail_intervened`, then `metadata` with usage and metrics.
+fn assert_guardrail_end(events: &[(String, Value)], context: &str) {
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.first(), Some(&"messageStart"), "{context}");
+    assert_eq!(
+        names[names.len() - 2..],
+        ["messageStop", "metadata"],
+        "{context}"
+    );
+    assert_eq!(
+        events[events.len() - 2].1["stopReason"],
+        "guardrail_intervened",
+        "{context}"
+    );
+    let metadata = &events[events.len() - 1].1;
+    for count in ["inputTokens", "outputTokens", "totalTokens"] {
+        assert!(metadata["usage"][count].is_u64(), "{context}: {count}");
+    }
+    assert!(metadata["metrics"]["latencyMs"].is_u64(), "{context}");
+    assert_eq!(
+        names.iter().filter(|n| **n == "messageStop").count(),
+        1,
+        "{context}"
+    );
+    let mut open = std::collections::BTreeSet::new();
+    for (name, data) in events {
+        let index = data["contentBlockIndex"].as_u64();
+        match name.as_str() {
+            "contentBlockStart" | "contentBlockDelta" => {
+                open.insert(index.unwrap());
+            }
+            "contentBlockStop" => assert!(open.remove(&index.unwrap()), "{context}"),
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "{context}: every block stopped");
+}
+
+#[test]
+fn a_clean_stream_passes_byte_for_byte_under_every_chunking() {
+    let upstream = stream(&["Your order ", "ships ", "tomorrow."]);
+    for chunking in CHUNKINGS.into_iter().chain([Chunking::Bytes(5)]) {
+        let mut host = livecheck(SEED);
+        let s = ask(&mut host, CLEAN_QUESTION, true);
+        assert_eq!(
+            host.upstream_received(s).body_text(),
+            request(CLEAN_QUESTION)
+        );
+        send_chunks(&mut host, s, EVENT_STREAM, &chunking.split(&upstream));
+        let caller = host.caller_received(s);
+        assert_eq!(caller.status(), Some(200));
+        assert_eq!(caller.header("content-type"), Some(EVENT_STREAM));
+        assert!(caller.header("x-core-check").is_none());
+        assert_eq!(caller.body, upstream, "{chunking:?}");
+    }
+}
+
+#[test]
+fn a_forbidden_question_streamed_is_refused_as_one_whole_event_stream() {
+    let mut host = livecheck(SEED);
+    let s = ask(&mut host, FORBIDDEN_QUESTION, true);
+    assert!(question_held(&host, s));
+    let caller = host.caller_received(s);
+    assert_eq!(caller.status(), Some(200));
+    assert_eq!(caller.header("content-type"), Some(EVENT_STREAM));
+    assert!(caller
+        .header("x-core-check")
+        .unwrap()
+        .contains("no-passwords"));
+    let got = events(&caller.body);
+    assert_guardrail_end(&got, "refused");
+    assert!(streamed_text(&got).contains("Never share a password"));
+    assert_eq!(got[got.len() - 1].1["usage"]["totalTokens"], 0);
+}
+
+/// Every way the frames can be split: 1-byte chunks, every 2-way split, assorted sizes.
+fn splits(body: &[u8]) -> Vec<Vec<&[u8]>> {
+    let mut out: Vec<Vec<&[u8]>> = vec![body.chunks(1).collect()];
+    for at in 1..body.len() {
+        let (a, b) = body.split_at(at);
+        out.push(vec![a, b]);
+    }
+    for size in [2, 3, 7, 16, 64, 100, 333] {
+        out.push(body.chunks(size).collect());
+    }
+    out
+}
+
+#[test]
+fn a_streamed_answer_is_cut_at_the_matchs_first_character_under_every_split() {
+    let upstream = stream(&["Pay to NL9", "1ABNA04", "17164300", " today."]);
+    let mut host = livecheck(&seed(false));
+    for (i, chunks) in splits(&upstream).into_iter().enumerate() {
+        let s = ask(&mut host, CLEAN_QUESTION, true);
+        send_chunks(&mut host, s, EVENT_STREAM, &chunks);
+        let caller = host.caller_received(s);
+        let got = events(&caller.body);
+        assert_eq!(streamed_text(&got), "Pay to ", "split {i}");
+        assert!(
+            !String::from_utf8_lossy(&caller.body).contains("NL9"),
+            "split {i}"
+        );
+        assert_guardrail_end(&got, &format!("split {i}"));
+    }
+    let runs = splits(&upstream).len() as u64;
+    assert_eq!(host.metric("livecheck.orders.no-iban.failed"), Some(runs));
+}
+
+/// A blocking judged output check holds the round whole: when it fails, the caller gets the
+/// reply instead of anything of the answer, stopped as Bedrock's guardrail stops a turn.
+#[test]
+fn a_held_streamed_round_that_fails_its_judge_ends_as_the_reply_stopped() {
+    let judged = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {
+        "blocked_reply": "Not allowed.",
+        "live_checks": [
+            {"name": "polite-out", "stage": "output", "kind": "polite_tone", "judge_model": "judge-1"}
+        ]}}}}}"#;
+    for chunking in CHUNKINGS {
+        let mut host = livecheck(judged);
+        let s = ask(&mut host, CLEAN_QUESTION, true);
+        let upstream = stream(&["Go ", "away."]);
+        send_chunks(&mut host, s, EVENT_STREAM, &chunking.split(&upstream));
+        let judge = callouts_to(&host, "/v1/judge");
+        assert_eq!(judge.len(), 1, "{chunking:?}");
+        assert_eq!(json(&judge[0].body)["text"], "Go away.");
+        assert!(
+            !String::from_utf8_lossy(&host.caller_received(s).body).contains("away"),
+            "{chunking:?}: held"
+        );
+        let verdict = r#"{"outcome": "failed", "score": 0.1, "reason": "rude"}"#;
+        host.answer_callout(judge[0].token, &[(":status", "200")], verdict.as_bytes())
+            .unwrap();
+        let caller = host.caller_received(s);
+        let got = events(&caller.body);
+        assert_eq!(streamed_text(&got), "Not allowed.", "{chunking:?}");
+        assert_guardrail_end(&got, &format!("{chunking:?}"));
+        assert_eq!(
+            got[got.len() - 1].1["usage"]["totalTokens"],
+            14,
+            "the answer's usage"
+        );
+        assert_eq!(host.metric("livecheck.a.polite-out.failed"), Some(1));
+    }
+}
+
+#[test]
+fn a_streamed_tool_use_not_allowed_is_never_shown_and_ends_the_stream() {
+    let upstream = tool_stream("drop_tables", &json!({"table": "orders"}));
+    for chunking in CHUNKINGS {
+        let mut host = livecheck(TOOLS);
+        let s = ask(&mut host, CLEAN_QUESTION, true);
+        send_chunks(&mut host, s, EVENT_STREAM, &chunking.split(&upstream));
+        let caller = host.caller_received(s);
+        assert!(
+            !String::from_utf8_lossy(&caller.body).contains("drop_tables"),
+            "{chunking:?}"
+        );
+        let got = events(&caller.body);
+        assert!(
+            got.iter().all(|(name, _)| name != "contentBlockStart"),
+            "{chunking:?}: nothing of the call"
+        );
+        assert_eq!(
+            streamed_text(&got),
+            "Sending it.The tool is not one this agent may call.",
+            "{chunking:?}"
+        );
+        assert_guardrail_end(&got, &format!("{chunking:?}"));
+        assert_eq!(host.metric("livecheck.mail.allowed_tools.failed"), Some(1));
+    }
+}
+
+#[test]
+fn a_streamed_tool_use_waits_whole_for_its_tool_check_and_a_denial_ends_the_stream() {
+    let input = json!({"to": "bob@ok.example", "body": "Invoice 7"});
+    let upstream = tool_stream("send_email", &input);
+    for deny in [true, false] {
+        let mut host = livecheck(TOOLS);
+        let s = ask(&mut host, CLEAN_QUESTION, true);
+        send_chunks(
+            &mut host,
+            s,
+            EVENT_STREAM,
+            &Chunking::Bytes(7).split(&upstream),
+        );
+        let checks = callouts_to(&host, "/v1/tool-check");
+        assert_eq!(checks.len(), 1);
+        let asked = json(&checks[0].body);
+        assert_eq!(asked["tool"], "send_email");
+        let arguments: Value = serde_json::from_str(asked["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(arguments, input, "the input pieces joined");
+        let before = String::from_utf8_lossy(&host.caller_received(s).body).into_owned();
+        assert!(
+            !before.contains("send_email") && !before.contains("bob@"),
+            "held whole"
+        );
+        let (outcome, reason) = if deny {
+            ("failed", "It attaches an invoice.")
+        } else {
+            ("passed", "Fine.")
+        };
+        let verdict = json!({"outcome": outcome, "reason": reason}).to_string();
+        host.answer_callout(checks[0].token, &[(":status", "200")], verdict.as_bytes())
+            .unwrap();
+        let caller = host.caller_received(s);
+        assert!(caller.end_of_stream);
+        if deny {
+            let got = events(&caller.body);
+            assert!(!String::from_utf8_lossy(&caller.body).contains("bob@"));
+            assert_eq!(streamed_text(&got), "Sending it.No billing info in email.");
+            assert_guardrail_end(&got, "denied");
+            assert_eq!(host.metric("livecheck.mail.no-billing.failed"), Some(1));
+        } else {
+            assert_eq!(caller.body, upstream, "allowed: as it came");
+        }
+    }
+}
+
+/// An exception Bedrock sends in the stream reaches the caller as it came (boto3 raises it).
+#[test]
+fn an_exception_in_the_stream_reaches_the_caller_as_bedrock_sent_it() {
+    let mut upstream = Vec::new();
+    frame(&mut upstream, "messageStart", json!({"role": "assistant"}));
+    frame(
+        &mut upstream,
+        "contentBlockDelta",
+        json!({"contentBlockIndex": 0, "delta": {"text": "Your order "}}),
+    );
+    eventstream::encode_exception(
+        &mut upstream,
+        "modelStreamErrorException",
+        br#"{"message":"The model failed","originalStatusCode":500}"#,
+    )
+    .unwrap();
+    for chunking in CHUNKINGS {
+        let mut host = livecheck(&seed(false));
+        let s = ask(&mut host, CLEAN_QUESTION, true);
+        send_chunks(&mut host, s, EVENT_STREAM, &chunking.split(&upstream));
+        assert_eq!(host.caller_received(s).body, upstream, "{chunking:?}");
+    }
+}
+
+/// A stream that is not whole AWS event-stream messages is never passed unread: what was
+/// confirmed before goes, then the stream ends as a guardrail stop.
+#[test]
+fn a_stream_that_breaks_its_framing_is_cut_where_it_breaks() {
+    let mut upstream = stream(&["Your order ", "ships tomorrow."]);
+    // A byte of the second text delta: its message's CRC no longer holds.
+    let broken = upstream.windows(5).position(|w| w == b"ships").unwrap();
+    upstream[broken] ^= 0x20;
+    let mut host = livecheck(&seed(false));
+    let s = ask(&mut host, CLEAN_QUESTION, true);
+    send_chunks(&mut host, s, EVENT_STREAM, &[&upstream]);
+    let got = events(&host.caller_received(s).body);
+    assert_guardrail_end(&got, "broken");
+    assert_eq!(streamed_text(&got), "Your order ");
+    assert!(!String::from_utf8_lossy(&host.caller_received(s).body).contains("hips"));
 }
