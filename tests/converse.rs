@@ -661,3 +661,33 @@ fn a_stream_that_breaks_its_framing_is_cut_where_it_breaks() {
     assert_eq!(streamed_text(&got), "Your order ");
     assert!(!String::from_utf8_lossy(&host.caller_received(s).body).contains("hips"));
 }
+
+/// `stream_frame_bytes` pads a framed stream with SSE comment lines, which an AWS event stream
+/// cannot hold: a converse-stream is never framed (a cut ends it as without a frame).
+#[test]
+fn a_converse_stream_is_never_padded_with_sse_comments() {
+    let framed = seed(false).replacen("{\n", "{\n  \"stream_frame_bytes\": 65536,\n", 1);
+    for (pieces, cut) in [
+        (&["Your order ", "ships tomorrow."][..], false),
+        (&["Pay to NL9", "1ABNA0417164300"][..], true),
+    ] {
+        let mut host = livecheck(&framed);
+        let s = ask(&mut host, CLEAN_QUESTION, true);
+        let upstream = stream(pieces);
+        send_chunks(
+            &mut host,
+            s,
+            EVENT_STREAM,
+            &Chunking::Bytes(7).split(&upstream),
+        );
+        let caller = host.caller_received(s);
+        assert_eq!(caller.header("content-length"), None, "no frame announced");
+        let got = events(&caller.body);
+        if cut {
+            assert_eq!(streamed_text(&got), "Pay to ");
+            assert_guardrail_end(&got, "cut");
+        } else {
+            assert_eq!(caller.body, upstream);
+        }
+    }
+}

@@ -304,6 +304,11 @@ impl Rewriter {
         }
     }
 
+    /// Whether the stream is server-sent events (a framed stream's padding is SSE comments).
+    pub fn is_sse(&self) -> bool {
+        self.decoder.as_sse().is_some()
+    }
+
     /// The upstream's id of the answer, once an event carried it (`msg_…`, `chatcmpl-…`, `resp_…`).
     pub fn answer_id(&self) -> Option<&str> {
         self.answer_id.as_deref()
