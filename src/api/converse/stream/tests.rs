@@ -500,3 +500,73 @@ fn a_recovered_answers_usage_is_every_attempts_with_bedrocks_total_of_all_four_c
     );
     assert_eq!(out["metrics"], json!({"latencyMs": 321}));
 }
+
+/// Under every hold and chunking, with reasoning and a tool use around the text and a match in
+/// it or not: the caller's bytes are whole event-stream messages, every block that started stops
+/// once, one `messageStop` then `metadata` end them.
+#[test]
+fn every_hold_and_chunking_leaves_a_whole_stream_with_every_block_stopped() {
+    let with_match: Vec<(&str, String)> = STREAM
+        .iter()
+        .map(|(n, d)| (*n, d.replace("Sending ", "Pay NL91ABNA0417164300 ")))
+        .collect();
+    let with_match: Vec<(&str, &str)> = with_match.iter().map(|(n, d)| (*n, d.as_str())).collect();
+    for (events, matched) in [(STREAM, false), (&with_match[..], true)] {
+        let upstream = framed(events);
+        for hold in [Hold::Rules, Hold::WholeText, Hold::Everything] {
+            for size in [1, 3, 7, 50, upstream.len()] {
+                let got =
+                    caller::rewrite(Api::Converse, hold, &version(), &upstream, size, 1 << 20);
+                let out = messages(&got.out);
+                let context = format!("{hold:?} {size}");
+                let names = names(&out);
+                assert_eq!(names.first(), Some(&"messageStart"), "{context}");
+                assert_eq!(
+                    names[names.len() - 2..],
+                    ["messageStop", "metadata"],
+                    "{context}"
+                );
+                assert_eq!(names.iter().filter(|n| **n == "messageStop").count(), 1);
+                let mut open = BTreeSet::new();
+                for (name, data) in &out {
+                    let index = data["contentBlockIndex"].as_u64();
+                    match name.as_str() {
+                        "contentBlockStart" | "contentBlockDelta" => {
+                            open.insert(index.unwrap());
+                        }
+                        "contentBlockStop" => {
+                            assert!(open.remove(&index.unwrap()), "{context}: stopped once")
+                        }
+                        _ => {}
+                    }
+                }
+                assert!(open.is_empty(), "{context}");
+                let text: String = out
+                    .iter()
+                    .filter_map(|(_, d)| d.pointer("/delta/text").and_then(Value::as_str))
+                    .collect();
+                if matched {
+                    // Under the rules the text before the match; held, the blocked reply.
+                    let want = if hold == Hold::Rules {
+                        "Pay "
+                    } else {
+                        "Not allowed."
+                    };
+                    assert_eq!(text, want, "{context}");
+                    assert_eq!(out[out.len() - 2].1["stopReason"], "guardrail_intervened");
+                } else if hold == Hold::Rules {
+                    assert_eq!(text, "Sending it.", "{context}");
+                    assert!(got.out == upstream, "{context}: as it came");
+                } else {
+                    // Held text waits while the tool use streams ahead: the same events, reordered.
+                    assert_eq!(text, "Sending it.", "{context}");
+                    let mut want = messages(&upstream);
+                    let mut out = out;
+                    want.sort_by_key(|(n, d)| format!("{n}{d}"));
+                    out.sort_by_key(|(n, d)| format!("{n}{d}"));
+                    assert!(out == want, "{context}: the upstream's events");
+                }
+            }
+        }
+    }
+}
