@@ -157,9 +157,13 @@ pub fn answer_usage(api: Api, body: &[u8]) -> Option<Usage> {
 
 /// The usage of a complete streamed answer, from its raw SSE bytes: Anthropic's `message_start`
 /// usage updated by every `message_delta` (its counts are cumulative); Chat's usage chunk (only
-/// sent with `stream_options.include_usage`); Responses' usage on its terminal event. `None` when
+/// sent with `stream_options.include_usage`); Responses' usage on its terminal event; Converse's
+/// `metadata` event (an AWS event stream, not SSE). `None` when
 /// the stream states none or cannot be read.
 pub fn stream_usage(api: Api, sse: &[u8]) -> Option<Usage> {
+    if api == Api::Converse {
+        return super::converse::recovered::stream_usage(sse);
+    }
     let mut decoder = sse::Decoder::new(sse.len().max(1));
     let mut events = Vec::new();
     decoder.push(sse, &mut events).ok()?;
@@ -205,7 +209,8 @@ pub fn stream_usage(api: Api, sse: &[u8]) -> Option<Usage> {
 }
 
 /// The passing non-streamed answer with its usage replaced by `total`, the usage of every attempt
-/// summed; everything else unchanged. Chat and Responses get `total_tokens` = input + output; a
+/// summed; everything else unchanged. Chat and Responses get `total_tokens` = input + output
+/// (Converse `totalTokens`, which adds the cache reads and writes too); a
 /// detail count (cached, cache creation, reasoning) is written where the answer has it or the
 /// total is not zero.
 pub fn with_usage(api: Api, body: &[u8], total: &Usage) -> Result<Vec<u8>, BadAnswer> {
@@ -235,9 +240,22 @@ pub fn with_usage(api: Api, body: &[u8], total: &Usage) -> Result<Vec<u8>, BadAn
         let always = matches!(field, Field::Input | Field::Output);
         set_count(usage, path, n, always).map_err(BadAnswer::from)?;
     }
-    if api != Api::AnthropicMessages {
-        let sum = total.input_tokens.saturating_add(total.output_tokens);
-        usage.insert("total_tokens".into(), json!(sum));
+    match api {
+        Api::AnthropicMessages => {}
+        // Bedrock's `totalTokens` adds all four counts (its input leaves the cache out).
+        Api::Converse => {
+            let sum = [total.cache_read_tokens, total.cache_creation_tokens]
+                .iter()
+                .fold(
+                    total.input_tokens.saturating_add(total.output_tokens),
+                    |s, n| s.saturating_add(*n),
+                );
+            usage.insert("totalTokens".into(), json!(sum));
+        }
+        _ => {
+            let sum = total.input_tokens.saturating_add(total.output_tokens);
+            usage.insert("total_tokens".into(), json!(sum));
+        }
     }
     Ok(to_vec(&Value::Object(body)))
 }
@@ -293,8 +311,7 @@ pub fn as_stream(api: Api, body: &[u8], request: &Request) -> Result<Vec<u8>, Ba
         Api::AnthropicComplete => super::complete::recovered::stream(body),
         // A whole response is one chunk of Google's stream (each chunk is a response).
         Api::Gemini => Ok(super::gemini::as_chunk(&Value::Object(body))),
-        // PLACEHOLDER(h55-converse): a recovered answer as a Converse event stream.
-        Api::Converse => super::no_answer(),
+        Api::Converse => super::converse::recovered::stream(body),
         Api::Embeddings | Api::MessageBatches => super::no_answer(),
     }
     .map_err(BadAnswer::from)
