@@ -16,8 +16,8 @@
 //!
 //! Each vendor API's rules (its path, where its tools and instructions sit) are in a file of their
 //! own: [`anthropic`], [`chat`], [`complete`], [`completions`], [`responses`], [`gemini`],
-//! [`converse`]; the platforms' paths
-//! and credentials (Vertex, Bedrock) in [`platform`]. Here the common part: the failures, the
+//! [`converse`]; the platforms' paths and credentials (Vertex, Bedrock, the Gemini API) in
+//! [`platform`]. Here the common part: the failures, the
 //! instruction, the JSON helpers they share, the target URL and the call upstream.
 
 mod anthropic;

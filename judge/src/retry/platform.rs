@@ -6,10 +6,11 @@
 //!   asked again at `:rawPredict`, since a retry is never streamed.
 //!   Gemini on Vertex reuses it the same way; on the Gemini API the caller's key (`x-goog-api-key`,
 //!   or `?key=` in the path) goes as it came.
-//! - Amazon Bedrock (Anthropic's `invoke`, and Converse): the caller signs each request (SigV4 over the method, path, host and body),
-//!   so a changed body cannot reuse its signature. A retry goes only when the upstream has a key of
-//!   its own (`api_key_env`, a Bedrock API key sent as `Authorization: Bearer`); without one it
-//!   fails with a fixed reason and the filter withholds the answer as without `recover`.
+//! - Amazon Bedrock (Anthropic's `invoke`, and Converse): the caller signs each request (SigV4
+//!   over the method, path, host and body), so a changed body cannot reuse its signature. A retry
+//!   goes only when the upstream has a key of its own (`api_key_env`, a Bedrock API key sent as
+//!   `Authorization: Bearer`); without one it fails with a fixed reason and the filter withholds
+//!   the answer as without `recover`.
 //!
 //! An upstream's own key, on any platform, replaces the caller's credentials on the retry (on the
 //! Gemini API as `x-goog-api-key`, and a `?key=` in the path goes).
