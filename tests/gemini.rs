@@ -1,8 +1,9 @@
 //! Google Gemini `generateContent` through the built `.wasm` in the harness, on the Gemini API
 //! (`/v1beta/models/{model}:generateContent`, `:streamGenerateContent?alt=sse`) and on Vertex AI
 //! (`…/publishers/google/models/{model}:…`): the same checks as every API, the model the path
-//! names, Google's stop shapes (`finishReason: "SAFETY"`), no retry yet (a failed answer is
-//! withheld), and the caller's Google key never handed to the judge.
+//! names, Google's stop shapes (`finishReason: "SAFETY"`), a failed answer withheld when no retry
+//! passes (recovery itself: tests/recovery_gemini_converse.rs), and the caller's Google key never
+//! handed to the judge.
 //!
 //! Shapes: <https://ai.google.dev/api/generate-content>; googleapis/python-genai `types.py`
 //! (`GenerateContentResponse`, `Candidate`, `Part`); stream chunks as in simonw/llm-gemini#97.
@@ -129,6 +130,15 @@ fn ask(host: &mut Host, platform: Platform, question: &str, stream: bool) -> Str
     )
 }
 
+/// The sidecar could not ask again: the one retry in flight is answered `errored`.
+fn no_retry(host: &mut Host) {
+    let calls = callouts_to(host, "/v1/retry");
+    assert_eq!(calls.len(), 1, "asked again");
+    let errored = r#"{"outcome": "errored", "reason": "the upstream could not be reached"}"#;
+    host.answer_callout(calls[0].token, &[(":status", "200")], errored.as_bytes())
+        .unwrap();
+}
+
 /// The seed policy with `no-iban` recovering or not.
 fn seed(recover: bool) -> String {
     SEED.replace(r#""recover": true"#, &format!(r#""recover": {recover}"#))
@@ -202,7 +212,7 @@ fn a_forbidden_question_is_refused_as_a_blocked_prompt_before_any_model_is_asked
 
 #[test]
 fn a_forbidden_answer_is_withheld_without_a_retry() {
-    // `no-iban` asks for recovery: Gemini is not asked again yet, so the answer is withheld.
+    // `no-iban` asks for recovery or not: withheld at once, or when the retry has no answer.
     for recover in [false, true] {
         for platform in PLATFORMS {
             let mut host = livecheck(&seed(recover));
@@ -214,6 +224,9 @@ fn a_forbidden_answer_is_withheld_without_a_retry() {
                 &answer(FORBIDDEN_ANSWER),
                 Chunking::Bytes(7),
             );
+            if recover {
+                no_retry(&mut host);
+            }
             assert!(callouts_to(&host, "/v1/retry").is_empty(), "no retry");
             let caller = host.caller_received(s);
             assert!(!caller.body_text().contains("NL91"), "{platform:?}");
@@ -265,7 +278,7 @@ fn a_streamed_answer_is_cut_where_the_match_starts_under_every_chunking() {
 
 #[test]
 fn a_held_streamed_answer_that_fails_ends_as_the_reply_stopped_for_safety() {
-    // `no-iban` asks for recovery: the round is held whole, and with no retry for Gemini yet the
+    // `no-iban` asks for recovery: the round is held whole, and when the retry has no answer the
     // caller gets the reply instead of anything of the answer.
     for chunking in CHUNKINGS {
         let mut host = livecheck(SEED);
@@ -277,7 +290,7 @@ fn a_held_streamed_answer_that_fails_ends_as_the_reply_stopped_for_safety() {
             &stream(&["Pay to NL9", "1ABNA04", "17164300", " today."]),
             chunking,
         );
-        assert!(callouts_to(&host, "/v1/retry").is_empty(), "no retry");
+        no_retry(&mut host);
         let body = host.caller_received(s).body_text();
         assert!(
             !body.contains("NL9") && !body.contains("Pay to"),
@@ -426,7 +439,7 @@ fn a_gemini_turn_reports_its_results_without_its_key() {
             &answer(FORBIDDEN_ANSWER),
             Chunking::Whole,
         );
-        assert!(callouts_to(&host, "/v1/retry").is_empty());
+        no_retry(&mut host);
         host.finish_stream(s).unwrap();
         host.advance_time(std::time::Duration::from_millis(250));
         let sent = report_callouts(&host);

@@ -64,12 +64,9 @@ impl Turn {
             host.set_request_header("accept-encoding", Some("identity"));
         }
         // What a retry needs of the headers is kept now: once this callback continues, Envoy no
-        // longer lets the filter read them.
-        // Gemini is not asked again yet (the sidecar answers `NotAskedAgain`): no source, so its
-        // failed answers are withheld at once and its key (`x-goog-api-key`, or `?key=` in the
-        // path) never leaves the filter.
+        // longer lets the filter read them. A Gemini key (`x-goog-api-key`, or `?key=` in the
+        // path) goes only in the retry callout.
         let source = (endpoint.api.has_answer()
-            && endpoint.api != Api::Gemini
             && (version.checks.iter().any(|c| c.recover)
                 || version.tools.rows.iter().any(|r| r.recover)))
         .then(|| retry_source(host, endpoint.platform))

@@ -294,9 +294,9 @@ impl Api {
 }
 
 /// The request headers a retry carries from the caller to the upstream, as the callout's own
-/// headers: the turn's credentials (Azure OpenAI's key is its `api-key`) and the vendor's version
-/// and account headers.
-pub const FORWARDED_HEADERS: [&str; 7] = [
+/// headers: the turn's credentials (Azure OpenAI's key is its `api-key`, the Gemini API's its
+/// `x-goog-api-key`) and the vendor's version and account headers.
+pub const FORWARDED_HEADERS: [&str; 8] = [
     "authorization",
     "x-api-key",
     "api-key",
@@ -304,6 +304,7 @@ pub const FORWARDED_HEADERS: [&str; 7] = [
     "anthropic-beta",
     "openai-organization",
     "openai-project",
+    "x-goog-api-key",
 ];
 
 /// Ask the model again (`POST /v1/retry`). The turn's [`FORWARDED_HEADERS`] travel as the callout's

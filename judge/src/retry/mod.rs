@@ -5,8 +5,9 @@
 //! same model, conversation and sampling; not streamed; no tool it could call (tools dropped, or,
 //! when the conversation already holds tool calls the vendor must match to their definitions, kept
 //! with the tool choice `none`); and one instruction naming the broken rules, in the request's own
-//! instructions (Anthropic `system`, a last Chat `system` message, Responses `instructions`; legacy
-//! completions have none, so it goes before their one text prompt). The rejected answer is never
+//! instructions (Anthropic `system`, a last Chat `system` message, Responses `instructions`, one
+//! more part of Gemini's system instruction, one more Converse `system` block; legacy completions
+//! have none, so it goes before their one text prompt). The rejected answer is never
 //! part of it: the callout does not carry it.
 //!
 //! It goes only to the upstream the config names for the turn's authority, with the turn's own
@@ -14,14 +15,17 @@
 //! comes back as the vendor's answer verbatim or `errored` with a fixed reason. Logs name the API, upstream, status, outcome and duration; never a body, a rule or a key.
 //!
 //! Each vendor API's rules (its path, where its tools and instructions sit) are in a file of their
-//! own: [`anthropic`], [`chat`], [`complete`], [`completions`], [`responses`]; the platforms' paths
-//! and credentials (Vertex, Bedrock) in [`platform`]. Here the common part: the failures, the
+//! own: [`anthropic`], [`chat`], [`complete`], [`completions`], [`responses`], [`gemini`],
+//! [`converse`]; the platforms' paths and credentials (Vertex, Bedrock, the Gemini API) in
+//! [`platform`]. Here the common part: the failures, the
 //! instruction, the JSON helpers they share, the target URL and the call upstream.
 
 mod anthropic;
 mod chat;
 mod complete;
 mod completions;
+mod converse;
+mod gemini;
 mod platform;
 mod responses;
 
@@ -60,6 +64,8 @@ pub enum Failure {
     SignedByCaller,
     /// A legacy completion without one text prompt to put the instruction before.
     NoPlaceForInstruction,
+    /// A Converse request to a stored prompt, which may not set the `system` the instruction joins.
+    StoredPrompt,
 }
 
 impl Failure {
@@ -87,6 +93,9 @@ impl Failure {
             Self::NoPlaceForInstruction => {
                 "the request has no one text prompt to put the instruction before".into()
             }
+            Self::StoredPrompt => {
+                "a request to a stored prompt cannot carry the instruction".into()
+            }
         }
     }
 
@@ -108,6 +117,7 @@ impl Failure {
             Self::NotAskedAgain => "not_asked_again",
             Self::SignedByCaller => "signed_by_caller",
             Self::NoPlaceForInstruction => "no_place_for_instruction",
+            Self::StoredPrompt => "stored_prompt",
         }
     }
 }
@@ -157,12 +167,8 @@ pub fn retry_body(
         Api::AnthropicComplete => complete::adapt(&mut body, &instruction)?,
         // No answer of theirs is checked, so none is asked again.
         Api::Embeddings | Api::MessageBatches => return Err(Failure::NotAskedAgain),
-        // Gemini's answers are checked, but asking again is not built yet (issue 55: a
-        // `generateContent` body adapted with the rules as a system instruction, and the
-        // caller's `x-goog-api-key` forwarded): its failed answers are withheld.
-        Api::Gemini => return Err(Failure::NotAskedAgain),
-        // PLACEHOLDER(h55-retry): Converse asked again with the sidecar's own Bedrock key.
-        Api::Converse => return Err(Failure::NotAskedAgain),
+        Api::Gemini => gemini::adapt(&mut body, instruction, keep_tools)?,
+        Api::Converse => converse::adapt(&mut body, instruction, keep_tools)?,
     }
     Ok(Value::Object(body))
 }
@@ -297,8 +303,12 @@ async fn send(
     max_answer_bytes: usize,
     status: &mut Option<u16>,
 ) -> Result<String, Failure> {
-    let url = target(upstream, req.api, &platform::retry_path(&req.path))?;
     let own_key = platform::own_key(upstream, &req.path)?;
+    let path = platform::retry_path(&req.path, own_key.is_some());
+    let url = target(upstream, req.api, &path)?;
+    if req.api == Api::Converse && converse::names_a_stored_prompt(&req.path) {
+        return Err(Failure::StoredPrompt);
+    }
     let body = retry_body(req.api, &req.request, &req.rules, req.keep_tools)?;
     let mut request = client
         .post(url)
@@ -307,7 +317,10 @@ async fn send(
         .header("accept-encoding", "identity")
         .body(body.to_string());
     for name in FORWARDED_HEADERS {
-        let credential = matches!(name, "authorization" | "x-api-key" | "api-key");
+        let credential = matches!(
+            name,
+            "authorization" | "x-api-key" | "api-key" | "x-goog-api-key"
+        );
         if credential && own_key.is_some() {
             continue;
         }
@@ -319,10 +332,10 @@ async fn send(
         }
     }
     if let Some(key) = own_key {
-        let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
-            .map_err(|_| Failure::BadHeader)?;
+        let (name, value) = platform::own_key_header(&req.path, key);
+        let mut value = HeaderValue::from_str(&value).map_err(|_| Failure::BadHeader)?;
         value.set_sensitive(true);
-        request = request.header("authorization", value);
+        request = request.header(name, value);
     }
     let call = async {
         let response = request.send().await.map_err(|_| Failure::Unreachable)?;

@@ -1,19 +1,23 @@
-//! Recovery on the platforms that serve the Messages API under their own paths and credentials
+//! Recovery on the platforms that serve a vendor's API under their own paths and credentials
 //! (the paths are [`livecheck_wire::endpoint`]'s):
 //!
 //! - Google Vertex AI: the caller's `authorization: Bearer` is a Google access token, good for any
 //!   request until it expires, so a retry reuses it; a streamed original (`:streamRawPredict`) is
 //!   asked again at `:rawPredict`, since a retry is never streamed.
-//! - Amazon Bedrock: the caller signs each request (SigV4 over the method, path, host and body),
-//!   so a changed body cannot reuse its signature. A retry goes only when the upstream has a key of
-//!   its own (`api_key_env`, a Bedrock API key sent as `Authorization: Bearer`); without one it
-//!   fails with a fixed reason and the filter withholds the answer as without `recover`.
+//!   Gemini on Vertex reuses it the same way; on the Gemini API the caller's key (`x-goog-api-key`,
+//!   or `?key=` in the path) goes as it came.
+//! - Amazon Bedrock (Anthropic's `invoke`, and Converse): the caller signs each request (SigV4
+//!   over the method, path, host and body), so a changed body cannot reuse its signature. A retry
+//!   goes only when the upstream has a key of its own (`api_key_env`, a Bedrock API key sent as
+//!   `Authorization: Bearer`); without one it fails with a fixed reason and the filter withholds
+//!   the answer as without `recover`.
 //!
-//! An upstream's own key, on any platform, replaces the caller's credentials on the retry.
+//! An upstream's own key, on any platform, replaces the caller's credentials on the retry (on the
+//! Gemini API as `x-goog-api-key`, and a `?key=` in the path goes).
 
 use std::borrow::Cow;
 
-use livecheck_wire::Platform;
+use livecheck_wire::{Api, Platform};
 
 use super::Failure;
 use crate::config::{Secret, Upstream};
@@ -21,12 +25,18 @@ use crate::config::{Secret, Upstream};
 const STREAMED: &str = ":streamRawPredict";
 const NOT_STREAMED: &str = ":rawPredict";
 
-/// The path a retry asks at: the original's, but a Vertex `:streamRawPredict` is asked at
-/// `:rawPredict` (the query kept).
-pub(super) fn retry_path(path: &str) -> Cow<'_, str> {
+/// The path a retry asks at: the original's, but a streamed one at its API's path that is not (a
+/// Vertex `:streamRawPredict` at `:rawPredict`, the query kept; Gemini's and Converse's: their
+/// files'). `own_key`: the upstream's key goes in place of the caller's, so a Gemini `?key=` goes.
+pub(super) fn retry_path(path: &str, own_key: bool) -> Cow<'_, str> {
     let (bare, query) = path.split_at(path.find('?').unwrap_or(path.len()));
-    let is_vertex =
-        livecheck_wire::endpoint("POST", path).is_some_and(|e| e.platform == Platform::Vertex);
+    let endpoint = livecheck_wire::endpoint("POST", path);
+    match endpoint.as_ref().map(|e| e.api) {
+        Some(Api::Gemini) => return super::gemini::retry_path(path, own_key),
+        Some(Api::Converse) => return super::converse::retry_path(path),
+        _ => {}
+    }
+    let is_vertex = endpoint.is_some_and(|e| e.platform == Platform::Vertex);
     match bare.strip_suffix(STREAMED) {
         Some(model) if is_vertex => Cow::Owned(format!("{model}{NOT_STREAMED}{query}")),
         _ => Cow::Borrowed(path),
@@ -44,6 +54,19 @@ pub(super) fn own_key<'a>(
     match &upstream.api_key {
         None if signed => Err(Failure::SignedByCaller),
         key => Ok(key.as_ref()),
+    }
+}
+
+/// The header the upstream's own key goes in: the Gemini API's `x-goog-api-key` (an API key, which
+/// Google does not take as a bearer token), else `Authorization: Bearer` (a Bedrock API key, an
+/// OpenAI or Azure key behind a gateway).
+pub(super) fn own_key_header(path: &str, key: &Secret) -> (&'static str, String) {
+    let google =
+        livecheck_wire::endpoint("POST", path).is_some_and(|e| e.platform == Platform::Google);
+    if google {
+        ("x-goog-api-key", key.expose().to_owned())
+    } else {
+        ("authorization", format!("Bearer {}", key.expose()))
     }
 }
 
@@ -71,11 +94,11 @@ mod tests {
     #[test]
     fn a_streamed_vertex_request_is_asked_again_at_raw_predict() {
         assert_eq!(
-            retry_path(&format!("{VERTEX}:streamRawPredict")),
+            retry_path(&format!("{VERTEX}:streamRawPredict"), false),
             format!("{VERTEX}:rawPredict")
         );
         assert_eq!(
-            retry_path(&format!("{VERTEX}:streamRawPredict?alt=sse")),
+            retry_path(&format!("{VERTEX}:streamRawPredict?alt=sse"), false),
             format!("{VERTEX}:rawPredict?alt=sse")
         );
         for path in [
@@ -85,7 +108,7 @@ mod tests {
             // Not a Vertex path: left as it is (and refused as a target).
             "/v1/x:streamRawPredict".to_owned(),
         ] {
-            assert_eq!(retry_path(&path), path);
+            assert_eq!(retry_path(&path, false), path);
         }
     }
 

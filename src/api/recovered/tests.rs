@@ -673,3 +673,26 @@ fn a_body_that_is_not_an_answer_is_bad() {
         assert!(as_stream(api, body, &request(true)).is_err(), "{api:?}");
     }
 }
+
+/// Bedrock's Converse usage is camelCase: the total is its `totalTokens` (input, output, cache
+/// reads and writes), never OpenAI's `total_tokens`.
+#[test]
+fn with_usage_writes_converses_total_under_its_own_name() {
+    let body = r#"{"output": {"message": {"role": "assistant", "content": [{"text": "Hi"}]}},
+        "stopReason": "end_turn", "metrics": {"latencyMs": 9},
+        "usage": {"inputTokens": 8, "outputTokens": 6, "totalTokens": 14}}"#;
+    let total = Usage {
+        input_tokens: 16,
+        output_tokens: 12,
+        cache_read_tokens: 3,
+        cache_creation_tokens: 2,
+        reasoning_tokens: 0,
+    };
+    let out = object(&with_usage(Api::Converse, body.as_bytes(), &total).unwrap());
+    assert_eq!(
+        out["usage"],
+        json!({"inputTokens": 16, "outputTokens": 12, "cacheReadInputTokens": 3,
+               "cacheWriteInputTokens": 2, "totalTokens": 33})
+    );
+    assert_eq!(out["metrics"], json!({"latencyMs": 9}));
+}
