@@ -24,17 +24,6 @@ impl Turn {
         // buffer limit and reset the stream.
         // Nor does a stream whose tool calls are checked: an allowed call is written into the
         // paused buffer after the judge answered, which a frame's fixed length cannot know.
-        let frame = match hold {
-            Hold::Rules if !asked.version.tools.any() => {
-                self.policy.stream_frame_bytes.map(Frame::new)
-            }
-            Hold::Rules => None,
-            Hold::WholeText | Hold::Everything => None,
-        };
-        if let Some(frame) = &frame {
-            host.set_response_header("transfer-encoding", None);
-            host.set_response_header("content-length", Some(&frame.length().to_string()));
-        }
         let rewriter = Rewriter::new(
             asked.api,
             Rc::clone(&asked.version),
@@ -42,6 +31,18 @@ impl Turn {
             hold,
             self.policy.max_body_bytes,
         );
+        let frame = match hold {
+            Hold::Rules if !asked.version.tools.any() => self
+                .policy
+                .stream_frame_bytes
+                .map(|length| Frame::new(length).padded_with(rewriter.padding())),
+            Hold::Rules => None,
+            Hold::WholeText | Hold::Everything => None,
+        };
+        if let Some(frame) = &frame {
+            host.set_response_header("transfer-encoding", None);
+            host.set_response_header("content-length", Some(&frame.length().to_string()));
+        }
         // The copy feeds background checks, and a recovered answer's usage.
         let copy =
             (has_background_checks(&asked.version) || hold == Hold::Everything).then(Vec::new);
