@@ -11,11 +11,15 @@ with and without function calls (function declarations, automatic function calli
 turn (the text as the double sent it), a refused question (the double never receives it; the SDK reads
 Google's blocked shape: `prompt_feedback.block_reason`, `candidates[0].finish_reason == SAFETY`, `.text`
 the reply), a withheld answer, a streamed answer cut at the match's first character, a denied function
-call (`allowed_tools`). google-genai raises on none of Google's own stops (a blocked prompt, a candidate
-stopped for SAFETY), so in none of these may it raise. `X-Core-Check` (read where google-genai exposes
-it, `response.sdk_http_response.headers`) names the check wherever the answer's headers wait for its
-checks: a refused question, a non-streamed answer (`hold_answer_headers`); a stream's headers went on
-before its text was read. The caller's key or token is in no stored result and no log line.
+call (`allowed_tools`), a function call whose arguments hold the match. google-genai raises on none of
+Google's own stops (a blocked prompt, a candidate stopped for SAFETY), and raises on none of these, but
+one: a stream cut while the model goes on is reset after its closing chunk, as shipped (README, "What
+the caller sees after a cut"), and google-genai, reading to the body's end, raises httpx's
+`RemoteProtocolError` after it; with the opt-in length frame (`stream_frame_bytes`) it raises nothing.
+`X-Core-Check` (read where google-genai exposes it, `response.sdk_http_response.headers`) names the check
+wherever the answer's headers wait for its checks: a refused question, a non-streamed answer
+(`hold_answer_headers`); a stream's headers went on before its text was read. The caller's key or token
+is in no stored result and no log line.
 """
 
 from __future__ import annotations
@@ -331,6 +335,23 @@ def test_a_denied_function_call_never_reaches_the_caller(stack, double, platform
     if not stream:
         assert x_core_check(turn.headers) == {"stage": "output", "check": "allowed_tools",
                                               "code": "tool_call_denied"}
+
+
+@platforms
+@streams
+def test_a_function_call_whose_arguments_hold_the_match_is_never_shown(stack, double, platform, stream):
+    leaky = DoubleToolCall("lookup", '{"order": "4711", "pay_to": "NL91ABNA0417164300"}')
+    double.script(sequence=[_answer(["Looking it up."], stream, calls=(leaky,))])
+    turn = _ask(stack, platform, stream, tools=True)
+    assert turn.raised is None
+    assert turn.calls() == []
+    _blocked_shape(turn.last)
+    assert b"NL91" not in turn.raw and b"pay_to" not in turn.raw
+    if stream:
+        assert turn.text == "Looking it up.", "the text before the call streamed"
+    else:
+        assert turn.text == BLOCKED
+        assert x_core_check(turn.headers) == {"stage": "output", "check": "no-iban", "code": "output_check_failed"}
 
 
 # --- what is recorded -----------------------------------------------------------------------------------
