@@ -24,6 +24,7 @@ is in no stored result and no log line.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import secrets
@@ -38,7 +39,7 @@ import pytest
 from google import genai
 from google.genai import types
 
-from cut_support import Tee, x_core_check
+from cut_support import AsyncTee, Tee, x_core_check
 from envoy_process import Envoy, JudgeSidecar, envoy_for_judge, render_config, wasm_path
 from gemini_double import GEMINI_MODEL, RESPONSE_ID, USAGE, gemini_answer, gemini_stream
 from upstream_double import DoubleToolCall
@@ -137,11 +138,14 @@ def stack(double, tmp_path_factory):
 # --- google-genai ------------------------------------------------------------------------------------------
 
 
-def _client(stack, platform: str, tee: Tee, framed: bool = False) -> genai.Client:
-    """google-genai as a user sets it up, pointed at Envoy; `tee` records every byte it reads."""
+def _client(stack, platform: str, tee: Tee | AsyncTee, framed: bool = False) -> genai.Client:
+    """google-genai as a user sets it up, pointed at Envoy; `tee` records every byte it reads (an
+    AsyncTee: the client's `aio` calls)."""
     envoy = stack.framed if framed else stack.envoy
+    transport = ({"httpx_async_client": httpx.AsyncClient(transport=tee)} if isinstance(tee, AsyncTee)
+                 else {"httpx_client": httpx.Client(transport=tee)})
     options = types.HttpOptions(base_url=envoy.url, headers={"x-core-agent": "checked"},
-                                timeout=CLIENT_TIMEOUT_MS, httpx_client=httpx.Client(transport=tee))
+                                timeout=CLIENT_TIMEOUT_MS, **transport)
     if platform == "gemini":
         return genai.Client(api_key=API_KEY, http_options=options)
     credentials = google.oauth2.credentials.Credentials(token=GOOGLE_TOKEN)
@@ -188,21 +192,32 @@ class Turn:
 
 
 def _ask(stack, platform: str, stream: bool, question: str = QUESTION, tools: bool = False,
-         framed: bool = False) -> Turn:
-    """One turn through google-genai; an exception it raises is kept, not raised."""
-    tee = Tee()
-    models = _client(stack, platform, tee, framed).models
+         framed: bool = False, aio: bool = False) -> Turn:
+    """One turn through google-genai (`aio`: its async client); an exception it raises is kept, not raised."""
+    tee = AsyncTee() if aio else Tee()
+    client = _client(stack, platform, tee, framed)
+    asked = {"model": GEMINI_MODEL, "contents": question, "config": _config(tools)}
     responses: list = []
     raised = None
     try:
-        if stream:
-            for chunk in models.generate_content_stream(model=GEMINI_MODEL, contents=question, config=_config(tools)):
-                responses.append(chunk)
+        if aio:
+            asyncio.run(_ask_async(client, stream, asked, responses))
+        elif stream:
+            for chunk in client.models.generate_content_stream(**asked):
+                responses.append(chunk)  # each kept as it comes: a stream may raise after its closing chunk
         else:
-            responses.append(models.generate_content(model=GEMINI_MODEL, contents=question, config=_config(tools)))
+            responses.append(client.models.generate_content(**asked))
     except Exception as e:  # noqa: BLE001 -- whether the SDK raises is what is asserted
         raised = e
     return Turn("".join(r.text or "" for r in responses), responses, raised, bytes(tee.body))
+
+
+async def _ask_async(client: genai.Client, stream: bool, asked: dict, responses: list) -> None:
+    if stream:
+        async for chunk in await client.aio.models.generate_content_stream(**asked):
+            responses.append(chunk)
+    else:
+        responses.append(await client.aio.models.generate_content(**asked))
 
 
 def _answer(pieces: list[str], stream: bool, calls: tuple[DoubleToolCall, ...] = ()):
@@ -286,9 +301,10 @@ framings = pytest.mark.parametrize("framed", [False, True], ids=["as-shipped", "
 @platforms
 @with_calls
 @framings
-def test_a_streamed_answer_is_cut_at_the_matchs_first_character(stack, double, platform, tools, framed):
+@pytest.mark.parametrize("aio", [False, True], ids=["sync", "async"])
+def test_a_streamed_answer_is_cut_at_the_matchs_first_character(stack, double, platform, tools, framed, aio):
     double.script(sequence=[_answer(FORBIDDEN, stream=True, calls=(LOOKUP,) if tools else ())])
-    turn = _ask(stack, platform, stream=True, tools=tools, framed=framed)
+    turn = _ask(stack, platform, stream=True, tools=tools, framed=framed, aio=aio)
     assert turn.text == BEFORE_THE_MATCH
     _blocked_shape(turn.last)
     assert turn.calls() == [], "nothing after the cut, the call included"
