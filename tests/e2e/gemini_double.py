@@ -2,9 +2,10 @@
 answer alike), with text and with `functionCall` parts.
 
 Whole (`:generateContent`): one `GenerateContentResponse`, `candidates[0].content.parts` the text part
-then one part per function call, `finishReason: "STOP"` (Gemini's finish for a turn that calls a
-function too), `usageMetadata`, `modelVersion`, `responseId` (https://ai.google.dev/api/generate-content,
-GenerateContentResponse; https://ai.google.dev/gemini-api/docs/function-calling for the call's shape).
+then one part per function call, `finishReason: "STOP"` (a turn that calls a function too: Google's
+`FinishReason` has no value for a call made as asked, python-genai `types.py`), `usageMetadata`, `modelVersion`,
+`responseId` (https://ai.google.dev/api/generate-content, GenerateContentResponse;
+https://ai.google.dev/gemini-api/docs/function-calling for the call's shape).
 Streamed (`:streamGenerateContent?alt=sse`): one SSE `data:` event per HTTP chunk, each a
 GenerateContentResponse holding only its new parts (a text piece, or a function call whole: Gemini
 never splits a call), repeating `modelVersion` and `responseId`; the last holds `finishReason: "STOP"`
