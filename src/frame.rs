@@ -9,22 +9,42 @@
 //! `content-length`; a cut writes the closing events and pads the body to that length with SSE
 //! comment lines, which every client skips, and the stream is closed at the next upstream chunk
 //! (or by the root's timer) so the model stops generating. An answer that ends on its own is
-//! padded the same way. Measured in `docs/cut-matrix.md`.
+//! padded the same way. Measured in `docs/cut-matrix.md`. A stream whose clients read any line
+//! but a blank one as data is padded with blank lines instead ([`Padding`], its format's choice).
 
 /// The longest padding unit: `:`, dots, and a blank line. Each comment ends with a blank line so
 /// clients that gather lines until one (the Anthropic SDK's decoder) never pile up the padding.
 const LINE: usize = 1024;
+
+/// What fills a frame once its stream is over: lines its clients skip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Padding {
+    /// SSE comment lines of up to [`LINE`] bytes: few lines for a client to read.
+    Comments,
+    /// Blank lines alone (`\n`), for clients that read every other line as data, comments too.
+    BlankLines,
+}
 
 /// How many bytes of a framed stream went out, against the length its headers announced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frame {
     length: usize,
     sent: usize,
+    padding: Padding,
 }
 
 impl Frame {
     pub fn new(length: usize) -> Self {
-        Self { length, sent: 0 }
+        Self {
+            length,
+            sent: 0,
+            padding: Padding::Comments,
+        }
+    }
+
+    /// The same frame, padded with `padding`.
+    pub fn padded_with(self, padding: Padding) -> Self {
+        Self { padding, ..self }
     }
 
     /// The `content-length` the response headers announce.
@@ -45,9 +65,13 @@ impl Frame {
         self.sent = self.sent.saturating_add(n);
     }
 
-    /// SSE comment lines filling the frame to its length; records them as sent.
+    /// Lines filling the frame to its length ([`Padding`]); records them as sent.
     pub fn pad(&mut self) -> Vec<u8> {
         let mut left = self.length.saturating_sub(self.sent);
+        if self.padding == Padding::BlankLines {
+            self.sent(left);
+            return vec![b'\n'; left];
+        }
         let mut out = Vec::with_capacity(left);
         while left > 0 {
             let line = left.min(LINE);
@@ -98,6 +122,18 @@ mod tests {
                 !text.contains(".\n:"),
                 "every comment is its own event: {text:?}"
             );
+            assert!(frame.pad().is_empty(), "a full frame pads nothing more");
+        }
+    }
+
+    #[test]
+    fn blank_line_padding_fills_the_frame_exactly_with_blank_lines_alone() {
+        for (length, sent) in [(4096, 100), (10, 9), (10, 10), (3000, 0)] {
+            let mut frame = Frame::new(length).padded_with(Padding::BlankLines);
+            frame.sent(sent);
+            let pad = frame.pad();
+            assert_eq!(pad.len(), length - sent, "{length} {sent}");
+            assert!(pad.iter().all(|b| *b == b'\n'), "{pad:?}");
             assert!(frame.pad().is_empty(), "a full frame pads nothing more");
         }
     }

@@ -455,3 +455,45 @@ fn a_gemini_turn_reports_its_results_without_its_key() {
         assert!(sent[0].headers.iter().all(|(_, v)| !v.contains("AIza")));
     }
 }
+
+/// The opt-in length frame (`stream_frame_bytes`) pads a Gemini stream with blank lines alone,
+/// clean or cut: Google's SDKs read every other line as data (google-genai raises
+/// `UnknownApiResponseError` on an SSE comment line; the JavaScript SDK fails a stream that ends
+/// with anything but whitespace after its last event).
+#[test]
+fn a_framed_stream_is_padded_with_blank_lines_alone_clean_or_cut() {
+    const FRAME: usize = 64 * 1024;
+    let config = seed(false).replacen('{', &format!("{{\"stream_frame_bytes\": {FRAME}, "), 1);
+    let clean: &[&str] = &["Your order ", "ships tomorrow."];
+    let forbidden: &[&str] = &["Pay to NL9", "1ABNA04", "17164300", " today."];
+    for platform in PLATFORMS {
+        for (pieces, said) in [
+            (clean, "Your order ships tomorrow."),
+            (forbidden, "Pay to "),
+        ] {
+            let mut host = livecheck(&config);
+            let s = ask(&mut host, platform, CLEAN_QUESTION, true);
+            send_answer(
+                &mut host,
+                s,
+                &[("content-type", "text/event-stream")],
+                &stream(pieces),
+                Chunking::Bytes(7),
+            );
+            let caller = host.caller_received(s);
+            assert_eq!(
+                caller.header("content-length"),
+                Some(FRAME.to_string().as_str())
+            );
+            let body = caller.body_text();
+            assert_eq!(body.len(), FRAME, "{platform:?} {said:?}");
+            let (_, text) = read_chunks(&body);
+            assert_eq!(text, said, "{platform:?}");
+            let events_end = body.rfind("}\n\n").unwrap() + "}\n\n".len();
+            assert!(
+                body[events_end..].bytes().all(|b| b == b'\n'),
+                "{platform:?} {said:?}: the padding is blank lines alone"
+            );
+        }
+    }
+}

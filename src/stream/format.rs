@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use super::event::{Ev, TextAlone, TextPlace};
 use super::framing::Framing;
 use crate::api::ToolCall;
+use crate::frame::Padding;
 use crate::sse;
 
 /// An event that cannot be read: the stream is unreadable.
@@ -82,6 +83,11 @@ pub(crate) trait Format {
     /// How the vendor frames this stream's events, with no event longer than `limit` bytes.
     fn framing(&self, limit: usize) -> Framing {
         Framing::sse(limit)
+    }
+    /// What fills the opt-in length frame ([`crate::frame`]) once the stream is over: lines every
+    /// client of this stream skips.
+    fn padding(&self) -> Padding {
+        Padding::Comments
     }
     /// Reads one upstream event.
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable>;

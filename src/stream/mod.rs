@@ -313,6 +313,11 @@ impl Rewriter {
     pub fn answer_id(&self) -> Option<&str> {
         self.answer_id.as_deref()
     }
+
+    /// What pads this stream's length frame: its format's choice.
+    pub fn padding(&self) -> crate::frame::Padding {
+        self.format.padding()
+    }
 }
 
 impl Channel {

@@ -31,11 +31,12 @@ impl Turn {
             hold,
             self.policy.max_body_bytes,
         );
-        // Nor one framed other than as SSE (an AWS event stream): the padding is SSE comments.
+        // Nor one framed other than as SSE (an AWS event stream): the padding is SSE's.
         let frame = match hold {
-            Hold::Rules if !asked.version.tools.any() && rewriter.is_sse() => {
-                self.policy.stream_frame_bytes.map(Frame::new)
-            }
+            Hold::Rules if !asked.version.tools.any() && rewriter.is_sse() => self
+                .policy
+                .stream_frame_bytes
+                .map(|length| Frame::new(length).padded_with(rewriter.padding())),
             Hold::Rules => None,
             Hold::WholeText | Hold::Everything => None,
         };

@@ -26,6 +26,7 @@ use serde_json::{json, Map, Value};
 
 use super::STOP_REASON;
 use crate::api::{Request, ToolCall};
+use crate::frame::Padding;
 use crate::sse;
 use crate::stream::event::Ev;
 use crate::stream::format::{Format, Lane, TextIn, TextKind, Unit, Unreadable};
@@ -185,6 +186,16 @@ fn candidates_of(data: &Value) -> Result<&[Value], Unreadable> {
 }
 
 impl Format for Gemini {
+    /// Google's readers take every line but a blank one for data: google-genai parses a line that
+    /// does not start `data: ` as JSON (an error body) and raises `UnknownApiResponseError` on an
+    /// SSE comment (python-genai `_api_client.py` `_iter_response_stream`, checked with 3.6.1
+    /// through Envoy); the JavaScript SDK fails a stream that ends with anything but whitespace
+    /// after its last `data:` event (google-gemini/generative-ai-js
+    /// `packages/main/src/requests/stream-reader.ts` `getResponseStream`).
+    fn padding(&self) -> Padding {
+        Padding::BlankLines
+    }
+
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
         let (data, as_it_came) = util::parse(&event)?;
         let Value::Object(chunk) = &data else {
