@@ -27,6 +27,7 @@ import boto3
 import botocore.config
 import botocore.exceptions
 import pytest
+import urllib3
 
 from converse_double import (
     EVENT_STREAM,
@@ -64,6 +65,7 @@ BLOCKED = "I cannot help with that. Never share a password in this conversation.
 NOT_ALLOWED = "The tool is not one this agent may call."
 GUARDRAIL = "guardrail_intervened"
 CLIENT_TIMEOUT = 15
+FRAME = 64 * 1024  # the smallest `stream_frame_bytes`
 
 POLICY = {
     "agent_header": "x-core-agent",
@@ -95,6 +97,16 @@ def envoy(double, tmp_path_factory):
     e.stop()
 
 
+@pytest.fixture(scope="module")
+def framed_envoy(double, tmp_path_factory):
+    """As `envoy`, with the opt-in length frame (and one request per connection, which it needs)."""
+    config = render_config(wasm_path("livecheck.wasm"), double.port, one_request_per_connection=True,
+                           plugin_configuration=json.dumps({"stream_frame_bytes": FRAME, **POLICY}))
+    e = Envoy(config, tmp_path_factory.mktemp("envoy-converse-framed"))
+    yield e
+    e.stop()
+
+
 @pytest.fixture
 def sigv4():
     """The double's signature check for this test's requests (dummy credentials, as the client's)."""
@@ -122,6 +134,7 @@ class Turn:
         self.events: list[dict] = []
         self.texts: dict[int, str] = {}
         self.tool_uses: list[dict] = []
+        self.raised: Optional[BaseException] = None
         if not streamed:
             blocks = response["output"]["message"]["content"]
             self.texts = {i: b["text"] for i, b in enumerate(blocks) if "text" in b}
@@ -131,23 +144,29 @@ class Turn:
             return
         self.stop_reason, self.usage = None, None
         inputs: dict[int, str] = {}
-        for e in response["stream"]:  # iterating raises nothing in any case below
-            self.events.append(e)
-            ((kind, body),) = e.items()
-            if kind == "contentBlockStart" and "toolUse" in body["start"]:
-                self.tool_uses.append(dict(body["start"]["toolUse"]))
-                inputs[body["contentBlockIndex"]] = ""
-            elif kind == "contentBlockDelta" and "text" in body["delta"]:
-                i = body["contentBlockIndex"]
-                self.texts[i] = self.texts.get(i, "") + body["delta"]["text"]
-            elif kind == "contentBlockDelta" and "toolUse" in body["delta"]:
-                inputs[body["contentBlockIndex"]] += body["delta"]["toolUse"]["input"]
-            elif kind == "messageStop":
-                self.stop_reason = body["stopReason"]
-            elif kind == "metadata":
-                self.usage = body["usage"]
+        try:
+            for e in response["stream"]:
+                self._read(e, inputs)
+        except Exception as e:  # noqa: BLE001 - what iterating raised is what the tests judge
+            self.raised = e
         for use, text in zip(self.tool_uses, inputs.values()):
             use["input"] = json.loads(text or "{}")
+
+    def _read(self, e: dict, inputs: dict[int, str]) -> None:
+        self.events.append(e)
+        ((kind, body),) = e.items()
+        if kind == "contentBlockStart" and "toolUse" in body["start"]:
+            self.tool_uses.append(dict(body["start"]["toolUse"]))
+            inputs[body["contentBlockIndex"]] = ""
+        elif kind == "contentBlockDelta" and "text" in body["delta"]:
+            i = body["contentBlockIndex"]
+            self.texts[i] = self.texts.get(i, "") + body["delta"]["text"]
+        elif kind == "contentBlockDelta" and "toolUse" in body["delta"]:
+            inputs[body["contentBlockIndex"]] += body["delta"]["toolUse"]["input"]
+        elif kind == "messageStop":
+            self.stop_reason = body["stopReason"]
+        elif kind == "metadata":
+            self.usage = body["usage"]
 
     @property
     def text(self) -> str:
@@ -158,12 +177,15 @@ class Turn:
 
 
 def _turn(envoy: Envoy, streamed: bool, question: str = QUESTION, model: str = MODEL,
-          secret_key: str = SECRET_KEY, **request) -> Turn:
+          secret_key: str = SECRET_KEY, may_raise: bool = False, **request) -> Turn:
+    """One call; iterating its stream raises nothing unless `may_raise` (then `Turn.raised` says what)."""
     client = _client(envoy, secret_key)
     call = client.converse_stream if streamed else client.converse
     response = call(modelId=model, messages=[{"role": "user", "content": [{"text": question}]}],
                     inferenceConfig={"maxTokens": 256}, **request)
-    return Turn(response, streamed)
+    turn = Turn(response, streamed)
+    assert may_raise or turn.raised is None, repr(turn.raised)
+    return turn
 
 
 def _answer(streamed: bool, sigv4: SigV4Check, pieces: list[str], calls: tuple = ()):
@@ -188,14 +210,18 @@ def _events_sent(pieces: list[str], calls: tuple = ()) -> list[dict]:
 
 
 def _assert_stopped(turn: Turn, streamed: bool, check: str, code: str) -> None:
-    """The stop every caller reads as Bedrock's own guardrail's, with the check named where it can be."""
+    """The stop every caller reads as Bedrock's own guardrail's, with the check named where it can be: in
+    the headers of a refusal and of a whole answer (held with its body); a stream's headers went on before
+    its answer was decided (README: X-Core-Check), so there the stop reason is all the caller has."""
     assert turn.stop_reason == GUARDRAIL
     if streamed:
         assert turn.headers["content-type"] == EVENT_STREAM
         assert turn.kinds()[-2:] == ["messageStop", "metadata"], turn.kinds()
-    found = x_core_check(turn.headers)
-    assert found == {"stage": "output" if code != "input_check_failed" else "input", "check": check,
-                     "code": code}, turn.headers
+    if streamed and code != "input_check_failed":
+        assert x_core_check(turn.headers) is None
+        return
+    stage = "input" if code == "input_check_failed" else "output"
+    assert x_core_check(turn.headers) == {"stage": stage, "check": check, "code": code}, turn.headers
 
 
 # --- a clean turn -------------------------------------------------------------------------------------------
@@ -270,17 +296,39 @@ def test_a_forbidden_answer_is_withheld(envoy, double, sigv4):
     assert sigv4.verdicts == [None]
 
 
-def test_a_streamed_answer_is_cut_at_the_matchs_first_character(envoy, double, sigv4):
-    double.script(sequence=[_answer(True, sigv4, FORBIDDEN)])
-    turn = _turn(envoy, True)
+def _assert_cut_where_the_match_starts(turn: Turn) -> None:
     assert turn.text == BEFORE_MATCH, "exactly the text before the match, then the stop"
     dumped = json.dumps(turn.events).encode()
     for piece in NEVER_SENT:
         assert piece not in dumped, f"{piece!r} reached the caller"
-    assert turn.stop_reason == GUARDRAIL
-    assert turn.kinds()[-2:] == ["messageStop", "metadata"], turn.kinds()
-    assert turn.headers["content-type"] == EVENT_STREAM
+    _assert_stopped(turn, True, "no-iban", "output_check_failed")
+
+
+def test_a_streamed_answer_is_cut_at_the_matchs_first_character(envoy, double, sigv4):
+    """Unframed (the shipped default): the closing events, then the reset that stops the model. boto3
+    yields every event through `metadata`, then raises urllib3's ProtocolError reading on, as the Anthropic
+    and Responses SDKs raise a connection error after a cut (README: Streamed answers)."""
+    double.script(sequence=[_answer(True, sigv4, FORBIDDEN)])
+    turn = _turn(envoy, True, may_raise=True)
+    _assert_cut_where_the_match_starts(turn)
+    assert isinstance(turn.raised, urllib3.exceptions.ProtocolError), repr(turn.raised)
     assert sigv4.verdicts == [None]
+
+
+def test_framed_a_streamed_cut_ends_as_bedrocks_stop_and_raises_nothing(framed_envoy, double, sigv4):
+    """With the opt-in length frame (`stream_frame_bytes`) the cut stream is padded to its announced
+    length, so boto3 reads it to its end and its iterator ends normally."""
+    double.script(sequence=[_answer(True, sigv4, FORBIDDEN)])
+    turn = _turn(framed_envoy, True)
+    _assert_cut_where_the_match_starts(turn)
+    assert turn.headers["content-length"] == str(FRAME)
+
+
+def test_framed_a_clean_stream_reads_as_bedrock_sent_it(framed_envoy, double, sigv4):
+    double.script(sequence=[_answer(True, sigv4, CLEAN)])
+    turn = _turn(framed_envoy, True)
+    assert turn.events == _events_sent(CLEAN)
+    assert turn.headers["content-length"] == str(FRAME)
 
 
 # --- tool calls ---------------------------------------------------------------------------------------------
