@@ -24,8 +24,16 @@ impl Turn {
         // buffer limit and reset the stream.
         // Nor does a stream whose tool calls are checked: an allowed call is written into the
         // paused buffer after the judge answered, which a frame's fixed length cannot know.
+        let rewriter = Rewriter::new(
+            asked.api,
+            Rc::clone(&asked.version),
+            &asked.request,
+            hold,
+            self.policy.max_body_bytes,
+        );
+        // Nor one framed other than as SSE (an AWS event stream): the padding is SSE comments.
         let frame = match hold {
-            Hold::Rules if !asked.version.tools.any() => {
+            Hold::Rules if !asked.version.tools.any() && rewriter.is_sse() => {
                 self.policy.stream_frame_bytes.map(Frame::new)
             }
             Hold::Rules => None,
@@ -35,13 +43,6 @@ impl Turn {
             host.set_response_header("transfer-encoding", None);
             host.set_response_header("content-length", Some(&frame.length().to_string()));
         }
-        let rewriter = Rewriter::new(
-            asked.api,
-            Rc::clone(&asked.version),
-            &asked.request,
-            hold,
-            self.policy.max_body_bytes,
-        );
         // The copy feeds background checks, and a recovered answer's usage.
         let copy =
             (has_background_checks(&asked.version) || hold == Hold::Everything).then(Vec::new);
