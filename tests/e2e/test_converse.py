@@ -5,10 +5,13 @@ event-stream framing, its HTTP chunks ending inside the frames on purpose).
 
 For each: a clean turn, a refused question (an input rule: the double never receives it), a forbidden
 answer (withheld when whole; cut where the match starts when streamed), a tool call `allowed_tools` denies,
-and a tool call it allows. In every stop the call raises nothing (neither `converse` nor iterating the
-stream) and ends as Bedrock ends its own guardrail's stop (`stopReason: "guardrail_intervened"`), which
-agent frameworks already handle. An inference-profile ARN as the model id (percent-encoded by boto3 as
-one path segment) is routed and checked.
+and a tool call it allows. Every stop ends as Bedrock ends its own guardrail's stop (`stopReason:
+"guardrail_intervened"`), which agent frameworks already handle: `converse` raises nothing, nor does
+iterating a refused question's stream; a stream stopped before its upstream ended (a cut, a denied call)
+yields every closing event through `metadata` and then raises urllib3's ProtocolError on the reset that
+stops the model (see `_assert_reset_after_the_closing_events`). X-Core-Check names the check wherever the
+headers wait for the decision (a refusal, a whole answer with `hold_answer_headers`). An inference-profile
+ARN as the model id (percent-encoded by boto3 as one path segment) is routed and checked.
 
 The caller signs every request with SigV4 (botocore; signing name `bedrock`), over the method, the path,
 `content-type`, `host`, `x-amz-date` and the body's SHA-256. The double recomputes that signature over what
@@ -296,39 +299,38 @@ def test_a_forbidden_answer_is_withheld(envoy, double, sigv4):
     assert sigv4.verdicts == [None]
 
 
-def _assert_cut_where_the_match_starts(turn: Turn) -> None:
+def _assert_reset_after_the_closing_events(turn: Turn) -> None:
+    """How boto3 ends a stream livecheck stopped before its upstream ended: it yields every closing event
+    (through `messageStop` and `metadata`), then the reset that stops the model makes urllib3 raise as the
+    iterator reads on. Envoy's wasm ABI ends a response early only by a reset (README: Streamed answers;
+    the Anthropic and Responses SDKs raise a connection error there too); `stream_frame_bytes`, which ends
+    SSE streams cleanly, pads with SSE comments that an event stream cannot hold, so a converse-stream is
+    never framed."""
+    assert turn.kinds()[-2:] == ["messageStop", "metadata"], turn.kinds()
+    assert isinstance(turn.raised, urllib3.exceptions.ProtocolError), repr(turn.raised)
+
+
+def test_a_streamed_answer_is_cut_at_the_matchs_first_character(envoy, double, sigv4):
+    double.script(sequence=[_answer(True, sigv4, FORBIDDEN)])
+    turn = _turn(envoy, True, may_raise=True)
     assert turn.text == BEFORE_MATCH, "exactly the text before the match, then the stop"
     dumped = json.dumps(turn.events).encode()
     for piece in NEVER_SENT:
         assert piece not in dumped, f"{piece!r} reached the caller"
     _assert_stopped(turn, True, "no-iban", "output_check_failed")
-
-
-def test_a_streamed_answer_is_cut_at_the_matchs_first_character(envoy, double, sigv4):
-    """Unframed (the shipped default): the closing events, then the reset that stops the model. boto3
-    yields every event through `metadata`, then raises urllib3's ProtocolError reading on, as the Anthropic
-    and Responses SDKs raise a connection error after a cut (README: Streamed answers)."""
-    double.script(sequence=[_answer(True, sigv4, FORBIDDEN)])
-    turn = _turn(envoy, True, may_raise=True)
-    _assert_cut_where_the_match_starts(turn)
-    assert isinstance(turn.raised, urllib3.exceptions.ProtocolError), repr(turn.raised)
+    _assert_reset_after_the_closing_events(turn)
     assert sigv4.verdicts == [None]
 
 
-def test_framed_a_streamed_cut_ends_as_bedrocks_stop_and_raises_nothing(framed_envoy, double, sigv4):
-    """With the opt-in length frame (`stream_frame_bytes`) the cut stream is padded to its announced
-    length, so boto3 reads it to its end and its iterator ends normally."""
-    double.script(sequence=[_answer(True, sigv4, FORBIDDEN)])
-    turn = _turn(framed_envoy, True)
-    _assert_cut_where_the_match_starts(turn)
-    assert turn.headers["content-length"] == str(FRAME)
-
-
-def test_framed_a_clean_stream_reads_as_bedrock_sent_it(framed_envoy, double, sigv4):
+def test_with_stream_frame_bytes_a_converse_stream_is_not_framed_and_reads_as_bedrock_sent_it(framed_envoy, double,
+                                                                                              sigv4):
+    """The opt-in length frame is for SSE streams only: its padding would break boto3's reading of a
+    converse-stream (the first padding byte read as a message's length), so it goes unframed."""
     double.script(sequence=[_answer(True, sigv4, CLEAN)])
     turn = _turn(framed_envoy, True)
     assert turn.events == _events_sent(CLEAN)
-    assert turn.headers["content-length"] == str(FRAME)
+    assert "content-length" not in turn.headers
+    assert turn.headers["transfer-encoding"] == "chunked"
 
 
 # --- tool calls ---------------------------------------------------------------------------------------------
@@ -338,11 +340,14 @@ def test_framed_a_clean_stream_reads_as_bedrock_sent_it(framed_envoy, double, si
 def test_a_tool_call_allowed_tools_does_not_list_is_denied(envoy, double, sigv4, streamed):
     call = DoubleToolCall("send_email", '{"to": "bob@example.com", "body": "hi"}')
     double.script(sequence=[_answer(streamed, sigv4, ["Sending it."], (call,))])
-    turn = _turn(envoy, streamed, toolConfig=TOOLS)
+    turn = _turn(envoy, streamed, toolConfig=TOOLS, may_raise=streamed)
     assert turn.tool_uses == [], "the denied call never reaches the caller"
     assert "send_email" not in json.dumps(turn.events) + json.dumps(turn.texts)
-    assert NOT_ALLOWED in turn.text
+    assert turn.texts == {0: "Sending it.", 1: NOT_ALLOWED} if streamed else {0: NOT_ALLOWED}
     _assert_stopped(turn, streamed, "allowed_tools", "tool_call_denied")
+    if streamed:
+        # Denied as soon as the call was whole: the stream is stopped before the upstream's own end.
+        _assert_reset_after_the_closing_events(turn)
 
 
 @STREAMED
