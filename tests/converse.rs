@@ -7,7 +7,7 @@
 //! Shapes: botocore's bedrock-runtime service model (`ConverseRequest`, `ConverseResponse`,
 //! `ConverseStreamOutput`); the AWS API reference `API_runtime_Converse`, `API_runtime_ConverseStream`.
 
-#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod common;
 
