@@ -39,6 +39,7 @@ from converse_double import (
     converse_answer,
     converse_events,
     converse_stream_answer,
+    exception,
     sigv4_mismatch,
     unframe,
 )
@@ -310,8 +311,10 @@ def _assert_reset_after_the_closing_events(turn: Turn) -> None:
     assert isinstance(turn.raised, urllib3.exceptions.ProtocolError), repr(turn.raised)
 
 
-def test_a_streamed_answer_is_cut_at_the_matchs_first_character(envoy, double, sigv4):
-    double.script(sequence=[_answer(True, sigv4, FORBIDDEN)])
+@pytest.mark.parametrize("how", ["frames", "inside"])
+def test_a_streamed_answer_is_cut_at_the_matchs_first_character(envoy, double, sigv4, how):
+    """`how` the HTTP chunks end: a whole frame each, or inside every frame's prelude, headers and payload."""
+    double.script(sequence=[converse_stream_answer(converse_events(FORBIDDEN), how=how, admit=sigv4)])
     turn = _turn(envoy, True, may_raise=True)
     assert turn.text == BEFORE_MATCH, "exactly the text before the match, then the stop"
     dumped = json.dumps(turn.events).encode()
@@ -320,6 +323,17 @@ def test_a_streamed_answer_is_cut_at_the_matchs_first_character(envoy, double, s
     _assert_stopped(turn, True, "no-iban", "output_check_failed")
     _assert_reset_after_the_closing_events(turn)
     assert sigv4.verdicts == [None]
+
+
+def test_bedrocks_own_exception_in_a_stream_reaches_boto3_as_bedrocks(envoy, double, sigv4):
+    """An in-stream exception is the round's end, passed as it came: boto3 raises it as it raises
+    Bedrock's own (EventStreamError with the exception's type as its code), after the text before it."""
+    frames = converse_events(CLEAN[:2])[:3] + [exception("throttlingException", "Too many tokens, slow down.")]
+    double.script(sequence=[converse_stream_answer(frames, how="inside", admit=sigv4)])
+    turn = _turn(envoy, True, may_raise=True)
+    assert turn.text == "".join(CLEAN[:2])
+    assert isinstance(turn.raised, botocore.exceptions.EventStreamError), repr(turn.raised)
+    assert turn.raised.response["Error"] == {"Code": "throttlingException", "Message": "Too many tokens, slow down."}
 
 
 def test_with_stream_frame_bytes_a_converse_stream_is_not_framed_and_reads_as_bedrock_sent_it(framed_envoy, double,
