@@ -691,3 +691,60 @@ fn a_converse_stream_is_never_padded_with_sse_comments() {
         }
     }
 }
+
+/// A held stream (`no-iban` recovers) whose answer fails: the caller sees nothing of it; the
+/// sidecar's passing answer (a whole Converse answer) reaches it re-emitted as a converse-stream
+/// with the usage of both answers, or, when the sidecar cannot ask again, the reply stopped.
+#[test]
+fn a_held_stream_gets_the_recovered_answer_as_a_converse_stream_or_the_reply() {
+    for recovered in [true, false] {
+        let mut host = livecheck(SEED);
+        let s = ask(&mut host, CLEAN_QUESTION, true);
+        let upstream = stream(&["Pay to NL91ABNA04", "17164300 today."]);
+        send_chunks(
+            &mut host,
+            s,
+            EVENT_STREAM,
+            &Chunking::Bytes(7).split(&upstream),
+        );
+        let calls = callouts_to(&host, "/v1/retry");
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].header("authorization"), None);
+        assert!(!String::from_utf8_lossy(&calls[0].body).contains("AWS4-HMAC"));
+        assert!(
+            host.caller_received(s).body.is_empty(),
+            "nothing of the round"
+        );
+        let verdict = if recovered {
+            json!({"outcome": "answered", "body": answer(CLEAN_ANSWER)})
+        } else {
+            json!({"outcome": "errored",
+                   "reason": "the caller signed the request, and the upstream has no key of its own"})
+        };
+        host.answer_callout(
+            calls[0].token,
+            &[(":status", "200")],
+            verdict.to_string().as_bytes(),
+        )
+        .unwrap();
+        let caller = host.caller_received(s);
+        assert!(!String::from_utf8_lossy(&caller.body).contains("NL91"));
+        let got = events(&caller.body);
+        let last = &got[got.len() - 1];
+        assert_eq!(last.0, "metadata", "{recovered}");
+        if recovered {
+            assert_eq!(streamed_text(&got), CLEAN_ANSWER);
+            assert_eq!(got[got.len() - 2].1["stopReason"], "end_turn");
+            assert_eq!(last.1["usage"]["inputTokens"], 16, "both answers counted");
+            assert_eq!(last.1["usage"]["outputTokens"], 12);
+            assert_eq!(
+                last.1["usage"]["totalTokens"], 28,
+                "Bedrock's total, not OpenAI's"
+            );
+            assert!(last.1["usage"].get("total_tokens").is_none());
+        } else {
+            assert!(streamed_text(&got).starts_with("I cannot help with that."));
+            assert_guardrail_end(&got, "not recovered");
+        }
+    }
+}

@@ -306,7 +306,8 @@ fn no_answer<T>() -> Result<T, FieldError> {
 
 /// The answer to a refused question (a blocking input check failed, or a Responses request with
 /// `background: true`): `reply` as the model's whole answer, ending the way the vendor ends a
-/// refusal, streamed as SSE when the request asked for a stream. Usage is zero: no model was called.
+/// refusal, streamed when the request asked for a stream (as SSE; Converse as an AWS event stream,
+/// `application/vnd.amazon.eventstream`). Usage is zero: no model was called.
 pub fn refusal(api: Api, reply: &str, req: &Request, ids: &Ids) -> Reply {
     let body = match (api, req.stream) {
         (Api::AnthropicMessages, false) => anthropic::refusal(reply, req, ids),

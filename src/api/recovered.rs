@@ -209,7 +209,8 @@ pub fn stream_usage(api: Api, sse: &[u8]) -> Option<Usage> {
 }
 
 /// The passing non-streamed answer with its usage replaced by `total`, the usage of every attempt
-/// summed; everything else unchanged. Chat and Responses get `total_tokens` = input + output; a
+/// summed; everything else unchanged. Chat and Responses get `total_tokens` = input + output
+/// (Converse `totalTokens`, which adds the cache reads and writes too); a
 /// detail count (cached, cache creation, reasoning) is written where the answer has it or the
 /// total is not zero.
 pub fn with_usage(api: Api, body: &[u8], total: &Usage) -> Result<Vec<u8>, BadAnswer> {
@@ -239,9 +240,22 @@ pub fn with_usage(api: Api, body: &[u8], total: &Usage) -> Result<Vec<u8>, BadAn
         let always = matches!(field, Field::Input | Field::Output);
         set_count(usage, path, n, always).map_err(BadAnswer::from)?;
     }
-    if api != Api::AnthropicMessages {
-        let sum = total.input_tokens.saturating_add(total.output_tokens);
-        usage.insert("total_tokens".into(), json!(sum));
+    match api {
+        Api::AnthropicMessages => {}
+        // Bedrock's `totalTokens` adds all four counts (its input leaves the cache out).
+        Api::Converse => {
+            let sum = [total.cache_read_tokens, total.cache_creation_tokens]
+                .iter()
+                .fold(
+                    total.input_tokens.saturating_add(total.output_tokens),
+                    |s, n| s.saturating_add(*n),
+                );
+            usage.insert("totalTokens".into(), json!(sum));
+        }
+        _ => {
+            let sum = total.input_tokens.saturating_add(total.output_tokens);
+            usage.insert("total_tokens".into(), json!(sum));
+        }
     }
     Ok(to_vec(&Value::Object(body)))
 }

@@ -21,12 +21,14 @@ const POLICY: &str = r#"{"default_agent": "a", "agents": {"a": {"published": "1"
     {"name": "no-passwords", "stage": "output", "kind": "not_contains", "expected": "password"}
   ]}}}}}"#;
 
-const APIS: [Api; 5] = [
+const APIS: [Api; 7] = [
     Api::AnthropicMessages,
     Api::ChatCompletions,
     Api::Responses,
     Api::Completions,
     Api::AnthropicComplete,
+    Api::Gemini,
+    Api::Converse,
 ];
 const HOLDS: [Hold; 3] = [Hold::Rules, Hold::WholeText, Hold::Everything];
 

@@ -474,3 +474,29 @@ fn a_recovered_answer_streams_as_bedrock_streams_it_and_states_its_usage() {
     let again = caller::rewrite(Api::Converse, Hold::Rules, &version(), &bytes, 5, 1 << 20);
     assert_eq!(again.out, bytes, "its own reader passes it as it is");
 }
+
+#[test]
+fn a_recovered_answers_usage_is_every_attempts_with_bedrocks_total_of_all_four_counts() {
+    let body = json!({
+        "output": {"message": {"role": "assistant", "content": [{"text": "Fine."}]}},
+        "stopReason": "end_turn",
+        "usage": {"inputTokens": 8, "outputTokens": 6, "totalTokens": 14},
+        "metrics": {"latencyMs": 321},
+    })
+    .to_string();
+    let total = crate::api::Usage {
+        input_tokens: 16,
+        output_tokens: 12,
+        cache_read_tokens: 5,
+        cache_creation_tokens: 2,
+        reasoning_tokens: 0,
+    };
+    let out = crate::api::with_usage(Api::Converse, body.as_bytes(), &total).unwrap();
+    let out: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        out["usage"],
+        json!({"inputTokens": 16, "outputTokens": 12, "totalTokens": 35,
+               "cacheReadInputTokens": 5, "cacheWriteInputTokens": 2})
+    );
+    assert_eq!(out["metrics"], json!({"latencyMs": 321}));
+}
