@@ -21,7 +21,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 
 @dataclasses.dataclass
@@ -54,6 +54,9 @@ class Answer:
     pause_after_mark: Optional[float] = None
     # Set by the test to stop writing (the double stops writing every answer when it stops, too).
     stop: Optional[threading.Event] = None
+    # Called with the request as it arrived; an Answer it returns is sent instead (a vendor's own
+    # refusal of the request, e.g. converse_double.SigV4Check's answer to a bad signature).
+    admit: Optional[Callable[["Received"], Optional["Answer"]]] = None
 
 
 @dataclasses.dataclass
@@ -113,15 +116,16 @@ class UpstreamDouble:
                     self.close_connection = True
                     return
                 path = self.path
+                received = Received(self.command, path, {k.lower(): v for k, v in self.headers.items()}, body)
                 with double._lock:
-                    double.received.append(
-                        Received(self.command, path, {k.lower(): v for k, v in self.headers.items()}, body)
-                    )
+                    double.received.append(received)
                     answer = double.by_path.get(path.split("?", 1)[0])
                     is_upstream = answer is None
                     if is_upstream and double.sequence:
                         answer = double.sequence.pop(0) if len(double.sequence) > 1 else double.sequence[0]
                     answer = answer or double.default
+                if answer.admit is not None:
+                    answer = answer.admit(received) or answer
                 written = Written(path, time.monotonic())
                 with double._lock:
                     double.writes.append(written)
