@@ -32,6 +32,11 @@ What it measures, on loopback, bounded in time (about 1-2 minutes):
    VmHWM is reset after a warm-up stream (/proc/<pid>/clear_refs). Per stream:
    (RSS - baseline) / N, at the plateau and at the peak.
 
+The answer's shape is BENCH_SHAPE's: Anthropic Messages (the default), OpenAI Chat Completions (`chat`) or
+Responses (`responses`), Gemini `streamGenerateContent?alt=sse` (`gemini`) or a Bedrock `converse-stream`
+AWS event stream (`converse`; both in benches/stream_shapes.py). BENCH_CPU_ONLY=1 runs only the Envoy CPU
+per streamed answer of the chunked run, (a) against (b) (`make bench`'s row per API; see CPU_ONLY).
+
 livecheck's Envoys report their turns to the real sidecar (`livecheck-judge`, release build), as deployed;
 a report dropped, retried or refused stops the run. Every process it starts (Envoy, the double, the
 sidecar) is stopped by its own PID when it finishes.
