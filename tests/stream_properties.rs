@@ -34,13 +34,14 @@ const POLICY_WORDS: &str = r#"{"default_agent": "a", "agents": {"a": {"published
     {"name": "no-passwords", "stage": "output", "kind": "not_contains", "expected": "password"}
   ]}}}}}"#;
 
-const APIS: [Api; 6] = [
+const APIS: [Api; 7] = [
     Api::AnthropicMessages,
     Api::ChatCompletions,
     Api::Responses,
     Api::AnthropicComplete,
     Api::Completions,
     Api::Gemini,
+    Api::Converse,
 ];
 
 fn version() -> Rc<Version> {

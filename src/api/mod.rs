@@ -16,7 +16,7 @@ pub(crate) mod anthropic;
 pub(crate) mod chat;
 pub(crate) mod complete;
 pub(crate) mod completions;
-mod converse;
+pub(crate) mod converse;
 mod dialect;
 mod embeddings;
 #[cfg(test)]
@@ -129,6 +129,14 @@ pub struct Reply {
 
 const JSON: &str = "application/json";
 const EVENT_STREAM: &str = "text/event-stream";
+/// The content type of an AWS event stream (Bedrock's `converse-stream`).
+const AWS_EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
+
+/// Whether an answer's `content-type` says it streams: server-sent events, or an AWS event stream.
+pub fn is_stream(content_type: &str) -> bool {
+    let t = content_type.trim_start();
+    t.starts_with(EVENT_STREAM) || t.starts_with(AWS_EVENT_STREAM)
+}
 
 /// A request body the filter refuses to forward unchecked. The message is safe to show the caller:
 /// it names fields, never quotes the body.
@@ -314,13 +322,16 @@ pub fn refusal(api: Api, reply: &str, req: &Request, ids: &Ids) -> Reply {
         (Api::Gemini, false) => gemini::refusal(reply, req, ids),
         (Api::Gemini, true) => gemini::refusal_stream(reply, req, ids),
         (Api::Converse, false) => converse::refusal(reply),
-        // PLACEHOLDER(h55-converse): the refusal as a Converse event stream (and its content type).
-        (Api::Converse, true) => converse::refusal(reply),
+        (Api::Converse, true) => converse::stream::refusal_stream(reply),
         (Api::Embeddings, _) => json::to_vec(&embeddings::refusal(reply)),
         (Api::MessageBatches, _) => json::to_vec(&message_batches::refusal()),
     };
     Reply {
-        content_type: if req.stream { EVENT_STREAM } else { JSON },
+        content_type: match (api, req.stream) {
+            (_, false) => JSON,
+            (Api::Converse, true) => AWS_EVENT_STREAM,
+            (_, true) => EVENT_STREAM,
+        },
         body,
     }
 }

@@ -157,9 +157,13 @@ pub fn answer_usage(api: Api, body: &[u8]) -> Option<Usage> {
 
 /// The usage of a complete streamed answer, from its raw SSE bytes: Anthropic's `message_start`
 /// usage updated by every `message_delta` (its counts are cumulative); Chat's usage chunk (only
-/// sent with `stream_options.include_usage`); Responses' usage on its terminal event. `None` when
+/// sent with `stream_options.include_usage`); Responses' usage on its terminal event; Converse's
+/// `metadata` event (an AWS event stream, not SSE). `None` when
 /// the stream states none or cannot be read.
 pub fn stream_usage(api: Api, sse: &[u8]) -> Option<Usage> {
+    if api == Api::Converse {
+        return super::converse::recovered::stream_usage(sse);
+    }
     let mut decoder = sse::Decoder::new(sse.len().max(1));
     let mut events = Vec::new();
     decoder.push(sse, &mut events).ok()?;
@@ -293,8 +297,7 @@ pub fn as_stream(api: Api, body: &[u8], request: &Request) -> Result<Vec<u8>, Ba
         Api::AnthropicComplete => super::complete::recovered::stream(body),
         // A whole response is one chunk of Google's stream (each chunk is a response).
         Api::Gemini => Ok(super::gemini::as_chunk(&Value::Object(body))),
-        // PLACEHOLDER(h55-converse): a recovered answer as a Converse event stream.
-        Api::Converse => super::no_answer(),
+        Api::Converse => super::converse::recovered::stream(body),
         Api::Embeddings | Api::MessageBatches => super::no_answer(),
     }
     .map_err(BadAnswer::from)

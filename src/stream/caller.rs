@@ -10,9 +10,11 @@ use std::rc::Rc;
 
 use serde_json::{json, Value};
 
+use super::framing::{Framing, ERROR, EXCEPTION};
 use super::{Cut, Hold, Rewriter, Step};
 use crate::api::{Api, Request};
 use crate::config::Version;
+use crate::eventstream;
 use crate::sse;
 
 /// An upstream stream whose answer text arrives in `deltas`, one text event per delta, then the
@@ -20,6 +22,10 @@ use crate::sse;
 /// `response.completed`).
 pub fn upstream(api: Api, deltas: &[String]) -> Vec<u8> {
     let mut out = Vec::new();
+    if api == Api::Converse {
+        converse_upstream(deltas, &mut out);
+        return out;
+    }
     let mut event = |data: Value| {
         let name = data.get("type").and_then(Value::as_str).map(str::to_owned);
         sse::encode(&mut out, name.as_deref(), &data.to_string());
@@ -83,7 +89,7 @@ pub fn upstream(api: Api, deltas: &[String]) -> Vec<u8> {
             event(chunk("", json!("stop")));
             sse::encode(&mut out, None, "[DONE]");
         }
-        // PLACEHOLDER(h55-converse): a Converse event stream.
+        // Written above, framed as AWS event-stream messages.
         Api::Converse => {}
         Api::Gemini => {
             // No end marker: the last chunk carries the finish and the usage.
@@ -114,6 +120,54 @@ pub fn upstream(api: Api, deltas: &[String]) -> Vec<u8> {
     out
 }
 
+/// A converse-stream saying `deltas`: each a text delta of block 0 (with the padding member `p`
+/// Bedrock adds), then the block's stop, `messageStop` and `metadata`.
+fn converse_upstream(deltas: &[String], out: &mut Vec<u8>) {
+    let mut frame = |name: &str, data: Value| {
+        let _ = eventstream::encode_event(out, name, data.to_string().as_bytes());
+    };
+    frame("messageStart", json!({"role": "assistant"}));
+    for d in deltas {
+        frame(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"text": d}, "p": "abcdefgh"}),
+        );
+    }
+    frame("contentBlockStop", json!({"contentBlockIndex": 0}));
+    frame("messageStop", json!({"stopReason": "end_turn"}));
+    frame(
+        "metadata",
+        json!({"usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2},
+               "metrics": {"latencyMs": 1}}),
+    );
+}
+
+/// The events of a stream as its vendor frames them (SSE; Converse: AWS event-stream messages,
+/// named as [`Framing::EventStream`] names them), and whether all of it was read.
+fn events_of(api: Api, bytes: &[u8]) -> (Vec<sse::Event>, Result<(), NotInFormat>) {
+    let mut events = Vec::new();
+    if api != Api::Converse {
+        let mut decoder = sse::Decoder::new(usize::MAX);
+        let decoded = decoder
+            .push(bytes, &mut events)
+            .and_then(|()| decoder.finish(&mut events))
+            .map_err(NotInFormat::Sse);
+        return (events, decoded);
+    }
+    let mut framing = Framing::event_stream(usize::MAX);
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match framing.push_event(rest, &mut events) {
+            Ok(read) => rest = rest.get(read..).unwrap_or_default(),
+            Err(_) => return (events, Err(NotInFormat::EventStream)),
+        }
+    }
+    let ended = framing
+        .finish(&mut events)
+        .map_err(|_| NotInFormat::EventStream);
+    (events, ended)
+}
+
 /// What a caller read from a stream.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Decoded {
@@ -129,6 +183,8 @@ pub struct Decoded {
 pub enum NotInFormat {
     /// Not SSE.
     Sse(sse::SseError),
+    /// Not a whole AWS event stream of events, exceptions and errors (Converse).
+    EventStream,
     /// The event's data is not JSON.
     NotJson { event: usize },
     /// The event's data is JSON but not an object.
@@ -143,6 +199,7 @@ impl std::fmt::Display for NotInFormat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Sse(e) => e.fmt(f),
+            Self::EventStream => write!(f, "not a whole AWS event stream"),
             Self::NotJson { event } => write!(f, "event {event}: its data is not JSON"),
             Self::NotObject { event } => write!(f, "event {event}: its data is not a JSON object"),
             Self::Misnamed { event } => write!(f, "event {event}: named other than its type"),
@@ -157,12 +214,8 @@ impl std::error::Error for NotInFormat {}
 /// the vendor's format: not SSE, an event whose data is not a JSON object (Chat's `[DONE]` aside),
 /// an event named other than its `type`, a text delta that is not a string.
 pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, NotInFormat> {
-    let mut decoder = sse::Decoder::new(usize::MAX);
-    let mut events = Vec::new();
-    decoder
-        .push(bytes, &mut events)
-        .and_then(|()| decoder.finish(&mut events))
-        .map_err(NotInFormat::Sse)?;
+    let (events, framed) = events_of(api, bytes);
+    framed?;
     let mut out = Decoded {
         events: events.len(),
         ..Decoded::default()
@@ -171,13 +224,19 @@ pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, NotInFormat> {
         if matches!(api, Api::ChatCompletions | Api::Completions) && e.data == "[DONE]" {
             continue;
         }
+        // An AWS exception or error: in the format (the SDK raises it), no JSON asked of it.
+        let name = e.event.as_deref().unwrap_or_default();
+        if api == Api::Converse && (name.starts_with(EXCEPTION) || name.starts_with(ERROR)) {
+            continue;
+        }
         let data: Value =
             serde_json::from_str(&e.data).map_err(|_| NotInFormat::NotJson { event: i })?;
         if !data.is_object() {
             return Err(NotInFormat::NotObject { event: i });
         }
         let kind = data.get("type").and_then(Value::as_str);
-        if let Some(name) = &e.event {
+        // Converse names its events by `:event-type`; its payloads carry no `type`.
+        if let Some(name) = e.event.as_ref().filter(|_| api != Api::Converse) {
             if kind != Some(name.as_str()) {
                 return Err(NotInFormat::Misnamed { event: i });
             }
@@ -213,7 +272,7 @@ pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, NotInFormat> {
             }
             Api::Embeddings => None,
             Api::MessageBatches => None,
-            // PLACEHOLDER(h55-converse)
+            Api::Converse if name == "contentBlockDelta" => data.pointer("/delta/text"),
             Api::Converse => None,
         };
         match piece {
@@ -233,11 +292,7 @@ pub fn decode(api: Api, bytes: &[u8]) -> Result<Decoded, NotInFormat> {
 /// confirmed by a later event of the same body chunk goes in its own event whole, text confirmed
 /// only by a later chunk in two parts.
 pub fn read_by_caller(api: Api, bytes: &[u8]) -> (Option<String>, Vec<(Option<String>, String)>) {
-    let mut decoder = sse::Decoder::new(usize::MAX);
-    let mut events = Vec::new();
-    let decoded = decoder
-        .push(bytes, &mut events)
-        .and_then(|()| decoder.finish(&mut events));
+    let (events, decoded) = events_of(api, bytes);
     let text_at: &[&str] = match api {
         Api::AnthropicMessages => &["/delta/text"],
         Api::ChatCompletions => &["/choices/0/delta/content"],
@@ -245,8 +300,7 @@ pub fn read_by_caller(api: Api, bytes: &[u8]) -> (Option<String>, Vec<(Option<St
         Api::Completions => &["/choices/0/text"],
         Api::AnthropicComplete => &["/completion"],
         Api::Gemini => &["/candidates/0/content/parts/0/text"],
-        // PLACEHOLDER(h55-converse)
-        Api::Converse => &[],
+        Api::Converse => &["/delta/text"],
         Api::Embeddings => &[],
         Api::MessageBatches => &[],
     };
@@ -351,6 +405,7 @@ mod tests {
             Api::Responses,
             Api::AnthropicComplete,
             Api::Completions,
+            Api::Converse,
         ] {
             let decoded = decode(api, &upstream(api, &deltas));
             assert_eq!(
@@ -369,5 +424,14 @@ mod tests {
         assert!(decode(Api::ChatCompletions, b"data: [DONE]\n\n").is_ok());
         let bad_text = br#"data: {"choices":[{"delta":{"content":7}}]}"#;
         assert!(decode(Api::ChatCompletions, bad_text).is_err());
+        // Converse: AWS event-stream messages, whole, their text deltas strings.
+        let converse = upstream(Api::Converse, &["Hi".to_owned()]);
+        assert!(decode(Api::Converse, &converse).is_ok());
+        assert!(decode(Api::Converse, &converse[..converse.len() - 1]).is_err());
+        assert!(decode(Api::Converse, b"data: {}\n\n").is_err());
+        let mut bad = Vec::new();
+        eventstream::encode_event(&mut bad, "contentBlockDelta", br#"{"delta":{"text":7}}"#)
+            .unwrap_or_default();
+        assert!(decode(Api::Converse, &bad).is_err());
     }
 }

@@ -16,8 +16,6 @@ pub(crate) enum Framing {
     /// `exception:` and its `:exception-type`; an error (`:message-type: error`) `error:` and its
     /// `:error-code`, its `:error-message` the data. `:` is in no event type, so neither is taken
     /// for an event.
-    #[cfg_attr(not(test), allow(dead_code))]
-    // PLACEHOLDER(h55-converse): its format chooses it.
     EventStream {
         decoder: eventstream::Decoder,
         messages: Vec<eventstream::Message>,
@@ -40,7 +38,6 @@ impl Framing {
     }
 
     /// AWS event-stream messages, none longer than `limit` bytes in all.
-    #[cfg_attr(not(test), allow(dead_code))] // PLACEHOLDER(h55-converse)
     pub(crate) fn event_stream(limit: usize) -> Self {
         Self::EventStream {
             decoder: eventstream::Decoder::new(limit),

@@ -38,6 +38,7 @@ use crate::api::anthropic::stream as anthropic;
 use crate::api::chat::stream as chat;
 use crate::api::complete::stream as complete;
 use crate::api::completions::stream as completions;
+use crate::api::converse::stream as converse;
 use crate::api::gemini::stream as gemini;
 use crate::api::responses::stream as responses;
 use crate::api::{Api, Request, ToolCall};
@@ -267,8 +268,7 @@ impl Rewriter {
             Api::Gemini => Box::new(gemini::Gemini::new(request)),
             // Their answers never stream: any stream is unreadable.
             Api::AnthropicComplete => Box::new(complete::Complete::new(request)),
-            // PLACEHOLDER(h55-converse): the Converse event stream's format.
-            Api::Converse => Box::new(unreadable::NoStream),
+            Api::Converse => Box::new(converse::Converse::new()),
             Api::Embeddings => Box::new(unreadable::NoStream),
             Api::MessageBatches => Box::new(unreadable::NoStream),
         };

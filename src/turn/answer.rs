@@ -58,7 +58,7 @@ impl Turn {
             if identity && has_background_checks(&asked.version) && !end_of_stream {
                 let streamed = host
                     .response_header("content-type")
-                    .is_some_and(|t| t.trim_start().starts_with("text/event-stream"));
+                    .is_some_and(|t| api::is_stream(&t));
                 self.state = State::Observing {
                     asked,
                     copy: Vec::new(),
@@ -71,7 +71,7 @@ impl Turn {
         }
         let streamed = host
             .response_header("content-type")
-            .is_some_and(|t| t.trim_start().starts_with("text/event-stream"));
+            .is_some_and(|t| api::is_stream(&t));
         if streamed && !end_of_stream {
             return self.start_stream(host, asked, identity);
         }

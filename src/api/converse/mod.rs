@@ -1,7 +1,7 @@
 //! Amazon Bedrock Converse, `POST /model/{modelId}/converse`: one body shape for every model
-//! Bedrock serves. Not wired yet: issue 55 adds its `Api` variant, its paths (`converse`, and
-//! `converse-stream` whose answer is an AWS event stream, [`crate::eventstream`]) and its arms in
-//! `api`'s matches.
+//! Bedrock serves (`Api::Converse`). `converse-stream`'s answer is an AWS event stream
+//! ([`crate::eventstream`]), read and rewritten by [`stream`]; a recovered answer is re-emitted as
+//! one by [`recovered`].
 //!
 //! Reference: botocore's service model of bedrock-runtime (boto/botocore
 //! `botocore/data/bedrock-runtime/2023-09-30/service-2.json`, commit 0e6e2404: `ConverseRequest`,
@@ -20,8 +20,6 @@
 //! boto3 reads the reply as `response["output"]["message"]["content"][0]["text"]`. Every member the
 //! service model requires of `ConverseResponse` is there (`output`, `stopReason`, `usage` with
 //! `inputTokens`, `outputTokens`, `totalTokens`, and `metrics.latencyMs`).
-
-#![cfg_attr(not(test), allow(dead_code))]
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -404,5 +402,7 @@ pub(super) fn withhold(body: &mut Map<String, Value>, reply: &str) -> Result<(),
     Ok(())
 }
 
+pub(super) mod recovered;
+pub(crate) mod stream;
 #[cfg(test)]
 mod tests;
