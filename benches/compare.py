@@ -25,7 +25,10 @@ are reported as too noisy to tell.
    (closed loop, fixed concurrency and duration), proxy CPU per request (Envoy: /proc/<pid>/task/*/schedstat, ns;
    LiteLLM: /proc/<pid>/stat of it and its workers).
 2. Streamed turns: `benches/streaming.py` in its Chat Completions mode (a 2,000-token answer in
-   4-character events 1 ms apart), with and without livecheck; summary folded in here.
+   4-character events 1 ms apart), with and without livecheck; summary folded in here. Then the same
+   answer as a Gemini `streamGenerateContent?alt=sse` stream and as a Bedrock `converse-stream` AWS
+   event stream, each in streaming.py's `BENCH_CPU_ONLY` mode: Envoy CPU per streamed answer, 16 events
+   per write, (a) plain Envoy against livecheck; a table by API.
 3. Scanning throughput of the rules: natively and in the wasmtime harness (`benches/rule_cost.rs`,
    run before this by `make bench`, read from target/bench/rule_cost.json) and inside Envoy's V8 (the
    extra Envoy CPU per request of livecheck over the no-op filter, for 1 KiB, 64 KiB and 1 MiB bodies).
@@ -115,6 +118,8 @@ TARGET_LATENCY_RATIO = 50
 TARGET_SCAN_RATIO = 1.5
 SCAN_JUDGED_FROM = 64 << 10
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# Section 2's row per API beside Chat Completions: streaming.py's shapes, and what the table calls them.
+STREAM_APIS = {"gemini": "Gemini (SSE)", "converse": "Converse (event stream)"}
 VARIANTS = {"a": "plain Envoy", "b": "Envoy + no-op wasm", "c": "Envoy + livecheck", "d": "LiteLLM proxy"}
 
 
@@ -727,6 +732,25 @@ def tool_version(cmd: list[str]) -> str:
         return "unknown"
 
 
+def streaming_run(workdir: pathlib.Path, shape: str, **options: str) -> dict:
+    """`benches/streaming.py` with the answer in `shape`, 1 ms between writes, the rules, REPEATS runs and
+    `options` (its BENCH_* settings); its summary. A failed run, or one whose checks did not hold, stops the bench."""
+    summary = workdir / f"streaming-{shape}.json"
+    env = dict(os.environ, BENCH_SHAPE=shape, BENCH_PACE_US="1000", BENCH_CONFIG=str(RULES),
+               BENCH_REPEATS=str(REPEATS), BENCH_SUMMARY_JSON=str(summary), **options)
+    log(f"streaming.py ({shape}, 1 ms pace{', CPU per answer only' if options.get('BENCH_CPU_ONLY') else ''})")
+    sp = subprocess.Popen([str(VENV_PYTHON), str(REPO / "benches" / "streaming.py")], env=env, cwd=REPO,
+                          stdout=subprocess.DEVNULL)
+    try:
+        check(sp.wait(timeout=600) == 0, f"benches/streaming.py ({shape}) failed")
+    finally:
+        stop_process(sp)
+    out = json.loads(summary.read_text())
+    # streaming.py stops on these itself; a summary that says otherwise is not reported on.
+    check(out["filter_ran"] and out["identical_bytes"], f"streaming.py's sanity flags ({shape}): {out}")
+    return out
+
+
 def judge_sidecar(workdir: pathlib.Path) -> JudgeSidecar:
     """The real sidecar livecheck reports its turns to (release build)."""
     return report_sidecar(workdir, JUDGE_BIN)
@@ -829,21 +853,9 @@ def main() -> int:
         proxies.clear()
 
         # ---- 2. streamed turns (benches/streaming.py, Chat Completions, 1 ms between events) ----
-        summary = workdir / "streaming.json"
-        env = dict(os.environ, BENCH_SHAPE="chat", BENCH_PACE_US="1000", BENCH_CONFIG=str(RULES),
-                   BENCH_SKIP_MEMORY="1", BENCH_REPEATS=str(REPEATS), BENCH_SUMMARY_JSON=str(summary),
-                   BENCH_TTFB_SAMPLES="20")
-        log("streaming.py (chat, 1 ms pace)")
-        sp = subprocess.Popen([str(VENV_PYTHON), str(REPO / "benches" / "streaming.py")], env=env, cwd=REPO,
-                              stdout=subprocess.DEVNULL)
-        try:
-            check(sp.wait(timeout=600) == 0, "benches/streaming.py failed")
-        finally:
-            stop_process(sp)
-        r["streaming"] = json.loads(summary.read_text())
-        # streaming.py stops on these itself; a summary that says otherwise is not reported on.
-        check(r["streaming"]["filter_ran"] and r["streaming"]["identical_bytes"],
-              f"streaming.py's sanity flags: {r['streaming']}")
+        r["streaming"] = streaming_run(workdir, "chat", BENCH_SKIP_MEMORY="1", BENCH_TTFB_SAMPLES="20")
+        # The same answer in the other vendors' stream shapes, Envoy CPU per answer alone (chunked run).
+        r["streaming_apis"] = {shape: streaming_run(workdir, shape, BENCH_CPU_ONLY="1") for shape in STREAM_APIS}
         r["hold_expected"] = max(
             longest_match(c["pattern"]) if c["kind"] == "matches_pattern" else len(c["expected"])
             for c in checks("output"))
@@ -893,6 +905,40 @@ def report_again(raw: pathlib.Path) -> int:
 
 
 # --- the report --------------------------------------------------------------------------------------------
+
+
+def stream_cpu_by_api(r: dict, w, noisy: list[str]) -> None:
+    """Section 2's table of Envoy CPU per streamed answer by API: Chat Completions from the run above,
+    each of STREAM_APIS from its own `BENCH_CPU_ONLY` run (a run kept before they were measured has none)."""
+    s, apis = r["streaming"], r.get("streaming_apis", {})
+    if "chunked-a" not in s["latency"] or not apis:
+        return
+    w(f"### Envoy CPU per streamed answer, by API ({s['chunk_events']} events per write)")
+    w("")
+    w(f"The same {s['tokens']:,} deltas of {s['delta_chars']} characters in each vendor's stream shape, "
+      f"{s['chunk_events']} events to a write, one write every {s['pace_us'] / 1000:g} ms (the chunking fixed), "
+      f"through (a) plain Envoy and (b) livecheck with the same rules: Gemini as `streamGenerateContent?alt=sse` "
+      f"SSE chunks (a GenerateContentResponse per delta, usage on each), Converse as Bedrock's `converse-stream` "
+      f"AWS event stream (a `contentBlockDelta` message per delta, both CRCs; `benches/stream_shapes.py`). Chat "
+      f"Completions is the chunked run above; Gemini and Converse are `benches/streaming.py` with "
+      f"`BENCH_CPU_ONLY=1`, {REPEATS} interleaved runs of each after two warm-ups, checked as above (the same "
+      f"bytes to both, the client's decoded text the double's, livecheck's output checks passed once per stream). "
+      f"µs per streamed answer, median (min–max) over runs; where the spread of (a) exceeds (b) − (a), "
+      f"**too noisy to tell**.")
+    w("")
+    w("| API | (a) plain Envoy | (b) livecheck | (b) − (a) | (b) / (a) |")
+    w("|---|---|---|---|---|")
+    rows = [("Chat Completions", [x["cpu_us"] for x in s["latency"]["chunked-a"]],
+             [x["cpu_us"] for x in s["latency"]["chunked-b"]])]
+    rows += [(name, apis[shape]["chunked_cpu_us"]["a"]["runs"], apis[shape]["chunked_cpu_us"]["b"]["runs"])
+             for shape, name in STREAM_APIS.items() if shape in apis]
+    for name, a, b in rows:
+        diff = med(b) - med(a)
+        flag = " (too noisy to tell)" if max(a) - min(a) > abs(diff) else ""
+        if flag:
+            noisy.append(f"streamed {name} CPU per answer (spread of (a) > (b) − (a))")
+        w(f"| {name} | {cell(a)} | {cell(b)} | {diff:+.0f}{flag} | {med(b) / med(a):.2f}× |")
+    w("")
 
 
 def write_report(r: dict) -> None:
@@ -1035,6 +1081,7 @@ def write_report(r: dict) -> None:
           f"(the chunking fixed; issue 13's verdict, "
           f"`bench/results-streaming.md`): (a) {cell(ka)} µs, (b) {cell(kb)} µs.")
     w("")
+    stream_cpu_by_api(r, w, noisy)
 
     # ---- 3 ----
     w("## 3. Scanning throughput of the rules")

@@ -5,9 +5,9 @@ a change to the stream rewriter (`make bench-ab-stream AB_BASE=path/to/livecheck
 
 Method: `benches/streaming.py`'s chunked run (issue 13's CPU verdict): its upstream DOUBLE (a scripted
 Python server of the vendor's wire format, not a model) writes a 2,000-token Chat Completions answer (an
-Anthropic Messages or OpenAI Responses one with AB_SHAPE=anthropic or responses) in
-4-character deltas, AB_CHUNK_EVENTS events per write (default 16), one write every 1 ms; its raw-socket
-client reads it. Three Envoys of envoy/livecheck.yaml's shape (V8, `--concurrency 1`): (a) without
+Anthropic Messages, OpenAI Responses, Gemini or Bedrock Converse one with AB_SHAPE=anthropic, responses,
+gemini or converse) in 4-character deltas, AB_CHUNK_EVENTS events per write (default 16), one write
+every 1 ms; its raw-socket client reads it. Three Envoys of envoy/livecheck.yaml's shape (V8, `--concurrency 1`): (a) without
 the wasm filter, (base) livecheck built from AB_BASE, (head) the `.wasm` `make wasm` built from this
 tree, both with `benches/rules.json`. Each round streams once through each, in a rotating order, for
 AB_REPEATS rounds (default 20), so the machine's drift hits all alike. CPU per stream = all Envoy
@@ -107,7 +107,7 @@ def write_report(cpu: dict[str, list[float]], base: str) -> None:
         "# Stream rewriter A/B: Envoy CPU per streamed answer",
         "",
         f"`benches/stream_ab.py` on {time.strftime('%Y-%m-%d %H:%M')}, {streaming.cpu_model()}: "
-        f"{REPEATS} rounds, a 2,000-token {dict(anthropic='Anthropic', responses='Responses').get(SHAPE, 'Chat')} answer in 4-character deltas, {CHUNK_EVENTS} events per "
+        f"{REPEATS} rounds, a 2,000-token {streaming.SHAPE_NAMES[SHAPE]} answer in 4-character deltas, {CHUNK_EVENTS} events per "
         f"write, one write every {PACE_US} µs; base `{base}`, head this tree's `make wasm`. "
         "µs per stream, median (min–max) over rounds.",
         "",

@@ -32,6 +32,11 @@ What it measures, on loopback, bounded in time (about 1-2 minutes):
    VmHWM is reset after a warm-up stream (/proc/<pid>/clear_refs). Per stream:
    (RSS - baseline) / N, at the plateau and at the peak.
 
+The answer's shape is BENCH_SHAPE's: Anthropic Messages (the default), OpenAI Chat Completions (`chat`) or
+Responses (`responses`), Gemini `streamGenerateContent?alt=sse` (`gemini`) or a Bedrock `converse-stream`
+AWS event stream (`converse`; both in benches/stream_shapes.py). BENCH_CPU_ONLY=1 runs only the Envoy CPU
+per streamed answer of the chunked run, (a) against (b) (`make bench`'s row per API; see CPU_ONLY).
+
 livecheck's Envoys report their turns to the real sidecar (`livecheck-judge`, release build), as deployed;
 a report dropped, retried or refused stops the run. Every process it starts (Envoy, the double, the
 sidecar) is stopped by its own PID when it finishes.
@@ -61,6 +66,9 @@ from typing import Optional
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO / "benches"))
+
+import stream_shapes  # noqa: E402
 
 RESULTS = REPO / "bench" / "results-streaming.md"
 # `make bench` builds it; a missing one stops the run (see main).
@@ -120,14 +128,25 @@ LIVECHECK_CONFIG = {
 PASSED_COUNTERS = ["wasmcustom.livecheck.bench.no-iban.passed", "wasmcustom.livecheck.bench.no-codename.passed"]
 
 # Options, from the environment (`benches/compare.py`, run by `make bench`, sets them): the answer's
-# vendor shape (`anthropic` Messages or `chat` Completions), the pace of the paced stream, livecheck's
-# configuration (a JSON file; its default agent's output checks are the counters that must move), where
-# the report goes, a JSON summary for compare.py, and whether to skip the memory runs.
+# vendor shape (`anthropic` Messages, `chat` Completions, `responses`, `gemini` streamGenerateContent
+# SSE or `converse` Bedrock converse-stream: benches/stream_shapes.py), the pace of the paced stream,
+# livecheck's configuration (a JSON file; its default agent's output checks are the counters that must
+# move), where the report goes, a JSON summary for compare.py, and whether to skip the memory runs.
 SHAPE = os.environ.get("BENCH_SHAPE", "anthropic")
 PACE_S = int(os.environ.get("BENCH_PACE_US", str(int(PACE_S * 1e6)))) / 1e6
+# BENCH_CPU_ONLY=1 (compare.py's row per API): only Envoy CPU per streamed answer, (a) plain Envoy
+# against (b) livecheck, on the chunked run (CHUNK_EVENTS events per write, one write every
+# BENCH_PACE_US), BENCH_REPEATS interleaved runs of each after two warm-ups; no no-op filter, time to
+# first byte, paced, aligned, unpaced or memory runs. The same checks before reporting; its short page
+# goes to target/bench/ unless BENCH_RESULTS says otherwise (never over bench/results-streaming.md).
+CPU_ONLY = os.environ.get("BENCH_CPU_ONLY") == "1"
+if CPU_ONLY:
+    RESULTS = REPO / "target" / "bench" / f"streaming-cpu-{SHAPE}.md"
+    MODES = ("chunked",)
+    TTFB_SAMPLES = 0
 RESULTS = pathlib.Path(os.environ.get("BENCH_RESULTS", str(RESULTS)))
 SUMMARY_JSON = os.environ.get("BENCH_SUMMARY_JSON")
-SKIP_MEMORY = os.environ.get("BENCH_SKIP_MEMORY") == "1"
+SKIP_MEMORY = CPU_ONLY or os.environ.get("BENCH_SKIP_MEMORY") == "1"
 CONFIG_NAME = "the two rules above"
 if os.environ.get("BENCH_CONFIG"):
     CONFIG_NAME = f"`{os.path.relpath(os.environ['BENCH_CONFIG'], REPO)}`"
@@ -217,8 +236,14 @@ def responses_stream(deltas: list[str]) -> tuple[list[bytes], list[bytes], list[
     return head, body, tail
 
 
+SHAPE_NAMES = {"anthropic": "Anthropic Messages SSE", "chat": "OpenAI Chat Completions SSE",
+               "responses": "OpenAI Responses SSE", "gemini": "Gemini `streamGenerateContent?alt=sse` SSE",
+               "converse": "Bedrock Converse `converse-stream` AWS event stream"}
+
+
 def vendor_stream(deltas: list[str]) -> tuple[list[bytes], list[bytes], list[bytes]]:
-    return {"chat": chat_stream, "responses": responses_stream}.get(SHAPE, anthropic_stream)(deltas)
+    return {"chat": chat_stream, "responses": responses_stream, "gemini": stream_shapes.gemini_stream,
+            "converse": stream_shapes.converse_stream}.get(SHAPE, anthropic_stream)(deltas)
 
 
 def count_events() -> int:
@@ -276,6 +301,7 @@ def run_double(out_dir: pathlib.Path) -> None:
 
     def serve(conn: socket.socket) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        log: Optional[dict] = None
         try:
             raw = b""
             while b"\r\n\r\n" not in raw:
@@ -304,15 +330,16 @@ def run_double(out_dir: pathlib.Path) -> None:
             streams_n = int(headers.get("x-bench-n", "1"))
             stream_head, stream_body, stream_tail = get_stream(kind, size)
             digest = hashlib.sha256()
-            log: dict = {"t_request": t_request}
+            log = {"t_request": t_request}
 
             def send(data: bytes) -> None:
                 digest.update(data)
                 conn.sendall(data)
 
             log["t_headers"] = time.monotonic_ns()
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-                         b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncache-control: no-cache\r\n"
+                         b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+                         % stream_shapes.content_type(SHAPE).encode())
             if kind == "memory":
                 key = (run, streams_n)
                 with lock:
@@ -374,12 +401,15 @@ def run_double(out_dir: pathlib.Path) -> None:
                         sends.append((t, chars))
                 log["sends"] = sends
             log["sha256"] = digest.hexdigest()
-            tmp = out_dir / f".{run}.{threading.get_ident()}.tmp"
-            tmp.write_text(json.dumps(log))
-            tmp.rename(out_dir / f"{run}.{threading.get_ident()}.json")
         except (BrokenPipeError, ConnectionResetError, threading.BrokenBarrierError) as e:
             print(f"double: {e!r}", file=sys.stderr)
+            # Logged without a sha256: the run reads why its answer did not go out whole.
+            log["error"] = repr(e)
         finally:
+            if log is not None:
+                tmp = out_dir / f".{run}.{threading.get_ident()}.tmp"
+                tmp.write_text(json.dumps(log))
+                tmp.rename(out_dir / f"{run}.{threading.get_ident()}.json")
             conn.close()
 
     listener = socket.socket()
@@ -547,6 +577,11 @@ RESPONSES_REQUEST_BODY = json.dumps({"model": "gpt-4.1-mini", "stream": True,
 
 
 def request_bytes(headers: dict) -> bytes:
+    if SHAPE in ("gemini", "converse"):
+        lines, body = stream_shapes.request_head(SHAPE)
+        lines += ["connection: close", f"content-length: {len(body)}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
     if SHAPE == "responses":
         lines = ["POST /v1/responses HTTP/1.1", "host: api.openai.com", "content-type: application/json",
                  "accept: text/event-stream", "connection: close", f"content-length: {len(RESPONSES_REQUEST_BODY)}"]
@@ -639,6 +674,21 @@ def parse_response(reads: list[tuple[int, bytes]]) -> dict:
     events = []  # (t, read index, type, chars so far)
     chars = 0
     text = []
+
+    def arrived(data: dict, end: int) -> None:
+        """An event (named as its Anthropic counterpart) whose last byte is at body offset `end`."""
+        nonlocal chars
+        if data.get("type") == "content_block_delta" and data["delta"].get("type") == "text_delta":
+            chars += len(data["delta"]["text"])
+            text.append(data["delta"]["text"])
+        t, idx = time_of(end)
+        events.append((t, idx, data.get("type"), chars))
+
+    if headers.get("content-type") == stream_shapes.EVENTSTREAM:
+        for end, message_headers, payload in stream_shapes.eventstream_messages(body):
+            arrived(stream_shapes.converse_events(message_headers, payload), end - 1)
+        return {"status": status_line, "headers": headers, "body_len": len(body), "events": events,
+                "text": "".join(text)}
     offset = 0
     data_lines = []
     for line in body.split(b"\n"):
@@ -663,11 +713,8 @@ def parse_response(reads: list[tuple[int, bytes]]) -> dict:
                     content = (data.get("choices") or [{}])[0].get("delta", {}).get("content")
                     data = {"type": "content_block_delta" if content else "chunk",
                             "delta": {"type": "text_delta", "text": content}}
-                if data.get("type") == "content_block_delta" and data["delta"].get("type") == "text_delta":
-                    chars += len(data["delta"]["text"])
-                    text.append(data["delta"]["text"])
-                t, idx = time_of(min(line_end, len(body) - 1))
-                events.append((t, idx, data.get("type"), chars))
+                for event in stream_shapes.gemini_events(data) if "candidates" in data else [data]:
+                    arrived(event, min(line_end, len(body) - 1))
             continue
         if line.startswith(b":"):
             continue
@@ -692,6 +739,11 @@ def latency_run(envoy: Envoy, double: Double, run: str, pace_us: int, expected_t
                                    "x-bench-group": str(group)})
     cpu1 = envoy.cpu_ns()
     (log,) = double.logs(run)
+    if "error" in log:
+        status = got["reads"][0][1].split(b"\r\n", 1)[0].decode(errors="replace") if got["reads"] else "nothing"
+        raise BenchFailed(f"{run}: the double could not write the whole answer ({log['error']}): the proxy ended "
+                          f"the stream early (the client read {status!r}, "
+                          f"{sum(len(d) for _, d in got['reads'])} bytes)")
     resp = parse_response(got["reads"])
     assert resp["status"].startswith("HTTP/1.1 200"), resp["status"]
     assert resp["text"] == expected_text, f"{run}: the client's text differs from what the double sent"
@@ -936,8 +988,10 @@ def main() -> int:
         live = Envoy(envoy_config(double.port, True), workdir, "livecheck")
         envoys.append(live)
         # (n): the no-op wasm filter, for scale: what Envoy pays per chunk for any wasm filter at all.
-        noop = Envoy(envoy_config(double.port, False, noop=True), workdir, "noop")
-        envoys.append(noop)
+        noop = None
+        if not CPU_ONLY:
+            noop = Envoy(envoy_config(double.port, False, noop=True), workdir, "noop")
+            envoys.append(noop)
         report["envoy_version"] = live.version()
         head, body, tail = latency_stream()
         expected = answer_text(TOKENS * DELTA_CHARS)
@@ -945,7 +999,8 @@ def main() -> int:
         for warm in range(2):  # connections, the VM's first stream, caches
             latency_run(plain, double, f"warm-a{warm}", 0, expected)
             latency_run(live, double, f"warm-b{warm}", 0, expected)
-            latency_run(noop, double, f"warm-n{warm}", 0, expected)
+            if noop:
+                latency_run(noop, double, f"warm-n{warm}", 0, expected)
         aligned = "".join(aligned_deltas())
         results = {(m, v): [] for m in MODES for v in ("a", "b", "n")}
         runs = 4  # warm-ups of (a) and (b): `runs` counts the streams (b) got, twice
@@ -960,12 +1015,15 @@ def main() -> int:
                                               ("aligned", int(PACE_S * 1e6), LATENCY_REPEATS, 1),
                                               ("chunked", int(PACE_S * 1e6), LATENCY_REPEATS, CHUNK_EVENTS),
                                               ("fast", 0, THROUGHPUT_REPEATS, 1)):
+            if mode not in MODES:
+                continue
             kind, text = ("aligned", aligned) if mode == "aligned" else ("latency", expected)
             for i in range(repeats):
                 order = (("a", plain), ("b", live)) if i % 2 == 0 else (("b", live), ("a", plain))
                 # (n) takes each of the three places in turn.
                 order = list(order)
-                order.insert(i % 3, ("n", noop))
+                if noop:
+                    order.insert(i % 3, ("n", noop))
                 for name, envoy in order:
                     results[(mode, name)].append(latency_run(envoy, double, f"{mode}-{name}{i}", pace_us, text, kind,
                                                              group))
@@ -1037,16 +1095,43 @@ def main() -> int:
             sidecar.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     report["elapsed_s"] = time.monotonic() - t_start
-    write_report(report)
+    (write_cpu_report if CPU_ONLY else write_report)(report)
     if SUMMARY_JSON:
+        chunked = {name: [x["cpu_us"] for x in report["latency"][("chunked", name)]] for name in "ab"}
         pathlib.Path(SUMMARY_JSON).write_text(json.dumps({
             "envoy_version": report["envoy_version"], "filter_ran": report["filter_ran"],
             "identical_bytes": report["identical_bytes"], "filter_counters": report["filter_counters"],
             "pace_us": PACE_S * 1e6, "chunk_events": CHUNK_EVENTS, "tokens": TOKENS, "delta_chars": DELTA_CHARS, "shape": SHAPE,
+            "cpu_only": CPU_ONLY, "events": count_events(),
+            # Envoy CPU per streamed answer on the chunked run, µs: median, min, max over runs.
+            "chunked_cpu_us": {name: {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": xs}
+                               for name, xs in chunked.items()},
             "latency": {f"{mode}-{name}": runs for (mode, name), runs in report["latency"].items()},
             "ttfb": report["ttfb"], "elapsed_s": report["elapsed_s"]}))
     print(RESULTS.read_text())
     return 0
+
+
+def write_cpu_report(r: dict) -> None:
+    """BENCH_CPU_ONLY's page: Envoy CPU per streamed answer on the chunked run, (a) against (b)."""
+    ka, kb = ([x["cpu_us"] for x in r["latency"][("chunked", v)]] for v in "ab")
+    noisy: list[str] = []
+    L = [f"# Envoy CPU per streamed answer: {SHAPE_NAMES[SHAPE]} (`BENCH_CPU_ONLY=1`)", "",
+         f"Generated by `benches/streaming.py` on {datetime.date.today().isoformat()}, in {r['elapsed_s']:.0f} s; "
+         f"{cpu_model()}, Envoy {r['envoy_version']}, livecheck {git_hash()}, rules {CONFIG_NAME}.", "",
+         f"{TOKENS} text deltas of {DELTA_CHARS} characters ({count_events()} events), {CHUNK_EVENTS} events per "
+         f"write, one write every {PACE_S * 1000:g} ms; {LATENCY_REPEATS} interleaved runs each after two warm-ups. "
+         f"Checked: the same bytes to (a) and (b), the client's decoded text equal to the double's in every run, "
+         f"livecheck's output checks passed once per stream ("
+         + ", ".join(f"`{k}` +{v}" for k, v in r["filter_counters"].items())
+         + f" for {r['latency_streams_b']} streams), every turn report delivered.", "",
+         "| | (a) plain Envoy | (b) livecheck | (b) − (a) | (b) / (a) | spread of (a) |",
+         "|---|---|---|---|---|---|",
+         row("Envoy CPU per stream, µs (chunked)", ka, kb, noisy), ""]
+    if noisy:
+        L += ["Too noisy to tell (the spread of (a) alone exceeds the (b) − (a) difference).", ""]
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text("\n".join(L) + "\n")
 
 
 def row(label: str, a: list[float], b: list[float], noisy: list[str]) -> str:
@@ -1078,8 +1163,7 @@ def write_report(r: dict) -> None:
       f"by default `NL\\d{{2}}[A-Z]{{4}}\\d{{10}}` (max_match {PATTERN_MAX}) and not_contains `{FORBIDDEN_WORD}`), no recover; "
       f"unframed (the default: no `stream_frame_bytes`); its turn reports go to the real sidecar "
       f"(`livecheck-judge`, release), none dropped, retried or refused (the run stops otherwise).")
-    shape_name = {"chat": "OpenAI Chat Completions", "responses": "OpenAI Responses"}.get(SHAPE, "Anthropic Messages")
-    w(f"- Answer: {shape_name} SSE, {TOKENS} text deltas of {DELTA_CHARS} characters, one event per HTTP "
+    w(f"- Answer: {SHAPE_NAMES[SHAPE]}, {TOKENS} text deltas of {DELTA_CHARS} characters, one event per HTTP "
       f"chunk and per write (the chunked run: {CHUNK_EVENTS}); upstream double in its own process; raw-socket client that timestamps each read "
       f"and parses afterwards. Checked before reporting (the run stops otherwise): the same bytes to (a) and (b) "
       f"(sha256 equal), and livecheck's output checks each passed once per stream ("
