@@ -13,6 +13,9 @@
 //! chunk: the reply (when given) as its text, `finishReason: "SAFETY"` (as the non-streamed
 //! withheld answer, [`super::withhold`]), and the usage so far.
 //!
+//! Without `alt=sse` the same chunks are the elements of one JSON array ([`super::array`]): read
+//! in that framing, written back in it, the array's end where the upstream's came (or at a cut).
+//!
 //! Sources: <https://ai.google.dev/api/generate-content#method:-models.streamgeneratecontent>;
 //! googleapis/python-genai `models.py` (`'{model}:streamGenerateContent?alt=sse'`),
 //! `_api_client.py` (reads `data:` lines, joins a multi-line event with `\n`), `types.py`
@@ -24,11 +27,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Map, Value};
 
+use super::array::ArrayWriter;
 use super::STOP_REASON;
 use crate::api::{Request, ToolCall};
 use crate::sse;
 use crate::stream::event::Ev;
 use crate::stream::format::{Format, Lane, TextIn, TextKind, Unit, Unreadable};
+use crate::stream::framing::{Framing, ARRAY_END};
 use crate::stream::util::{self, u64_at};
 
 /// Top-level fields of a chunk that name the answer: the chunks the filter writes repeat them.
@@ -50,6 +55,8 @@ pub(crate) struct Gemini {
     seen: BTreeSet<u64>,
     finished: BTreeSet<u64>,
     closed: bool,
+    /// The stream is one JSON array ([`Request::json_array`]): its writer.
+    array: Option<ArrayWriter>,
 }
 
 impl Gemini {
@@ -64,7 +71,13 @@ impl Gemini {
             seen: BTreeSet::new(),
             finished: BTreeSet::new(),
             closed: false,
+            array: request.json_array.then(ArrayWriter::default),
         }
+    }
+
+    /// Whether `name` is the JSON array's end ([`Framing::JsonArray`]): only in that framing.
+    fn is_array_end(&self, name: Option<&str>) -> bool {
+        self.array.is_some() && name == Some(ARRAY_END)
     }
 
     /// The usage the caller is told at a cut: the last count read, its candidates at least one
@@ -185,7 +198,18 @@ fn candidates_of(data: &Value) -> Result<&[Value], Unreadable> {
 }
 
 impl Format for Gemini {
+    fn framing(&self, limit: usize) -> Framing {
+        if self.array.is_some() {
+            Framing::json_array(limit)
+        } else {
+            Framing::sse(limit)
+        }
+    }
+
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
+        if self.is_array_end(event.event.as_deref()) {
+            return Ok(Unit::new(Ev::new(event.event, Value::Null), Lane::End));
+        }
         let (data, as_it_came) = util::parse(&event)?;
         let Value::Object(chunk) = &data else {
             return Err(Unreadable);
@@ -284,6 +308,12 @@ impl Format for Gemini {
     }
 
     fn write(&mut self, ev: Ev, out: &mut Vec<u8>) {
+        if self.is_array_end(ev.name.as_deref()) {
+            if let Some(array) = &mut self.array {
+                array.end(out);
+            }
+            return;
+        }
         if let Ok(candidates) = candidates_of(ev.data()) {
             for (k, candidate) in candidates.iter().enumerate() {
                 let index = u64_at(candidate, "/index").unwrap_or(k as u64);
@@ -293,7 +323,10 @@ impl Format for Gemini {
                 }
             }
         }
-        util::write(&ev, out);
+        match &mut self.array {
+            Some(array) => array.element(&ev, out),
+            None => util::write(&ev, out),
+        }
     }
 
     fn part(&self, ev: &mut Ev) {
@@ -348,6 +381,39 @@ impl Format for Gemini {
             return;
         }
         self.closed = true;
+        self.close_candidates(reply, out);
+        if let Some(array) = &mut self.array {
+            array.end(out);
+        }
+    }
+
+    fn call_of(&self, key: u64, events: &[&Ev]) -> Option<ToolCall> {
+        let &(k, j) = self.call_at.get(&key)?;
+        let part = events.iter().find_map(|e| {
+            util::at(e.data(), &format!("/candidates/{k}/content/parts/{j}"))
+                .and_then(Value::as_object)
+        })?;
+        let (_, call) = function_call(part).ok()??;
+        let arguments = match call.get("args") {
+            Some(args @ Value::Object(_)) => args.to_string(),
+            _ => "{}".to_owned(),
+        };
+        Some(ToolCall {
+            name: call
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            arguments,
+            json: true,
+        })
+    }
+}
+
+impl Gemini {
+    /// The last chunk of a cut: every candidate the caller saw unfinished (0 when it saw none)
+    /// ends with the reply stopped for safety; nothing when every one finished.
+    fn close_candidates(&mut self, reply: Option<&str>, out: &mut Vec<u8>) {
         let mut open: Vec<u64> = self.seen.difference(&self.finished).copied().collect();
         if self.seen.is_empty() {
             open.push(0);
@@ -381,28 +447,6 @@ impl Format for Gemini {
         chunk.extend(head);
         let ev = Ev::new(None, Value::Object(chunk));
         self.write(ev, out);
-    }
-
-    fn call_of(&self, key: u64, events: &[&Ev]) -> Option<ToolCall> {
-        let &(k, j) = self.call_at.get(&key)?;
-        let part = events.iter().find_map(|e| {
-            util::at(e.data(), &format!("/candidates/{k}/content/parts/{j}"))
-                .and_then(Value::as_object)
-        })?;
-        let (_, call) = function_call(part).ok()??;
-        let arguments = match call.get("args") {
-            Some(args @ Value::Object(_)) => args.to_string(),
-            _ => "{}".to_owned(),
-        };
-        Some(ToolCall {
-            name: call
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            arguments,
-            json: true,
-        })
     }
 }
 
