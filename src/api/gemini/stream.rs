@@ -75,6 +75,13 @@ impl Gemini {
         }
     }
 
+    /// The JSON array's end, when the stream is one (once).
+    fn end_array(&mut self, out: &mut Vec<u8>) {
+        if let Some(array) = &mut self.array {
+            array.end(out);
+        }
+    }
+
     /// Whether `name` is the JSON array's end ([`Framing::JsonArray`]): only in that framing.
     fn is_array_end(&self, name: Option<&str>) -> bool {
         self.array.is_some() && name == Some(ARRAY_END)
@@ -309,9 +316,7 @@ impl Format for Gemini {
 
     fn write(&mut self, ev: Ev, out: &mut Vec<u8>) {
         if self.is_array_end(ev.name.as_deref()) {
-            if let Some(array) = &mut self.array {
-                array.end(out);
-            }
+            self.end_array(out);
             return;
         }
         if let Ok(candidates) = candidates_of(ev.data()) {
@@ -381,45 +386,14 @@ impl Format for Gemini {
             return;
         }
         self.closed = true;
-        self.close_candidates(reply, out);
-        if let Some(array) = &mut self.array {
-            array.end(out);
-        }
-    }
-
-    fn call_of(&self, key: u64, events: &[&Ev]) -> Option<ToolCall> {
-        let &(k, j) = self.call_at.get(&key)?;
-        let part = events.iter().find_map(|e| {
-            util::at(e.data(), &format!("/candidates/{k}/content/parts/{j}"))
-                .and_then(Value::as_object)
-        })?;
-        let (_, call) = function_call(part).ok()??;
-        let arguments = match call.get("args") {
-            Some(args @ Value::Object(_)) => args.to_string(),
-            _ => "{}".to_owned(),
-        };
-        Some(ToolCall {
-            name: call
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            arguments,
-            json: true,
-        })
-    }
-}
-
-impl Gemini {
-    /// The last chunk of a cut: every candidate the caller saw unfinished (0 when it saw none)
-    /// ends with the reply stopped for safety; nothing when every one finished.
-    fn close_candidates(&mut self, reply: Option<&str>, out: &mut Vec<u8>) {
         let mut open: Vec<u64> = self.seen.difference(&self.finished).copied().collect();
         if self.seen.is_empty() {
             open.push(0);
         }
         if open.is_empty() {
-            // Every candidate the caller saw has finished: its stream is whole.
+            // Every candidate the caller saw has finished: its stream is whole (but for the
+            // array's end).
+            self.end_array(out);
             return;
         }
         let candidates: Vec<Value> = open
@@ -447,6 +421,29 @@ impl Gemini {
         chunk.extend(head);
         let ev = Ev::new(None, Value::Object(chunk));
         self.write(ev, out);
+        self.end_array(out);
+    }
+
+    fn call_of(&self, key: u64, events: &[&Ev]) -> Option<ToolCall> {
+        let &(k, j) = self.call_at.get(&key)?;
+        let part = events.iter().find_map(|e| {
+            util::at(e.data(), &format!("/candidates/{k}/content/parts/{j}"))
+                .and_then(Value::as_object)
+        })?;
+        let (_, call) = function_call(part).ok()??;
+        let arguments = match call.get("args") {
+            Some(args @ Value::Object(_)) => args.to_string(),
+            _ => "{}".to_owned(),
+        };
+        Some(ToolCall {
+            name: call
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            arguments,
+            json: true,
+        })
     }
 }
 
