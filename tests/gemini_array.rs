@@ -261,3 +261,34 @@ fn what_is_not_one_array_is_cut_closed_and_the_caller_still_gets_one() {
         }
     }
 }
+
+#[test]
+fn a_background_check_reads_the_array_answer_that_passed_as_it_came() {
+    // No blocking output check: the answer is not held, only copied for the background check,
+    // which must read the array as a stream (Google sends it as `application/json`).
+    let config = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {"live_checks": [
+        {"name": "tone", "stage": "output", "kind": "polite_tone", "mode": "background", "sample": 1, "judge_model": "judge-1"}]}}}}}"#;
+    let upstream = stream(&["Your order ", "ships tomorrow."]);
+    for path in PATHS {
+        let mut host = livecheck(config);
+        let s = ask(&mut host, path, CLEAN_QUESTION);
+        send_answer(
+            &mut host,
+            s,
+            &[("content-type", JSON)],
+            &upstream,
+            Chunking::Bytes(7),
+        );
+        assert_eq!(host.caller_received(s).body_text(), upstream, "{path}");
+        host.finish_stream(s).unwrap();
+        host.advance_time(std::time::Duration::from_millis(250));
+        let sent = report_callouts(&host);
+        assert_eq!(sent.len(), 1, "{path}");
+        let report = report_of(&sent[0]);
+        assert_eq!(report["background"][0]["name"], "tone");
+        assert_eq!(
+            report["background"][0]["judge"]["text"], "Your order ships tomorrow.",
+            "{path}"
+        );
+    }
+}
