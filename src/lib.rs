@@ -12,6 +12,7 @@ pub mod fold;
 pub mod frame;
 pub mod host;
 pub(crate) mod json;
+pub mod jsonarray;
 pub mod judge;
 pub mod lanes;
 pub mod lost_reports;

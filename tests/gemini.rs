@@ -308,21 +308,6 @@ fn a_held_streamed_answer_that_fails_ends_as_the_reply_stopped_for_safety() {
 }
 
 #[test]
-fn a_stream_without_alt_sse_is_not_read_and_refused() {
-    let mut host = livecheck(SEED);
-    let s = send_request(
-        &mut host,
-        &format!("{GEMINI_API}:streamGenerateContent"),
-        &[("x-goog-api-key", KEY)],
-        &request(CLEAN_QUESTION),
-        Chunking::Whole,
-    );
-    let caller = host.caller_received(s);
-    assert_eq!(caller.status(), Some(403));
-    assert_eq!(caller.header("x-core-check"), Some("code=unread_path"));
-}
-
-#[test]
 fn a_judged_check_never_gets_the_callers_google_credentials() {
     let config = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {
         "blocked_reply": "Not allowed.",

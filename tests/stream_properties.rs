@@ -65,7 +65,17 @@ fn run(api: Api, version: &Rc<Version>, body: &[u8], cuts: &[usize]) -> Vec<u8> 
         stream: true,
         ..Request::default()
     };
-    let mut rw = Rewriter::new(api, Rc::clone(version), &request, Hold::Rules, 1 << 20);
+    run_request(api, &request, version, body, cuts)
+}
+
+fn run_request(
+    api: Api,
+    request: &Request,
+    version: &Rc<Version>,
+    body: &[u8],
+    cuts: &[usize],
+) -> Vec<u8> {
+    let mut rw = Rewriter::new(api, Rc::clone(version), request, Hold::Rules, 1 << 20);
     let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
     cuts.sort_unstable();
     let mut out = Vec::new();
@@ -225,6 +235,52 @@ fn a_cut_may_leave_text_that_looks_like_a_match_only_on_its_own() {
         assert!(
             reference::first_match(&rules, &seen).is_some(),
             "alone, it reads as a match"
+        );
+    }
+}
+
+/// The elements of Gemini's JSON-array stream as the SSE chunks they are, for
+/// [`caller::read_by_caller`]; the bytes must be one JSON array.
+fn array_as_sse(bytes: &[u8]) -> Vec<u8> {
+    let elements: Vec<serde_json::Value> = serde_json::from_slice(bytes).unwrap();
+    elements
+        .iter()
+        .flat_map(|e| format!("data: {e}\n\n").into_bytes())
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Gemini without `alt=sse`: the caller always receives one JSON array, holding the text up to
+    /// the first match, the same however the upstream array was split.
+    #[test]
+    fn gemini_as_one_json_array_stops_before_a_match_and_stays_one_array_under_any_split(
+        text in text(),
+        sizes in prop::collection::vec(0usize..100, 1..8),
+        cuts_a in prop::collection::vec(any::<usize>(), 0..12),
+        cuts_b in prop::collection::vec(any::<usize>(), 0..12),
+    ) {
+        let version = version();
+        let rules = reference::output_rules(POLICY);
+        let expected = match reference::first_match(&rules, &text) {
+            Some(start) => &text[..start],
+            None => text.as_str(),
+        };
+        let request = Request {
+            stream: true,
+            json_array: true,
+            ..Request::default()
+        };
+        let body = caller::upstream_array(&deltas(&text, &sizes));
+        let a = run_request(Api::Gemini, &request, &version, &body, &cuts_a);
+        let seen = caller::decode_array(&a).unwrap().text;
+        prop_assert_eq!(seen.as_str(), expected);
+        let b = run_request(Api::Gemini, &request, &version, &body, &cuts_b);
+        prop_assert!(
+            caller::read_by_caller(Api::Gemini, &array_as_sse(&a))
+                == caller::read_by_caller(Api::Gemini, &array_as_sse(&b)),
+            "what the caller reads depends on the chunking"
         );
     }
 }

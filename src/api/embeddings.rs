@@ -38,6 +38,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
         stream: false,
         background: false,
         include_usage: false,
+        json_array: false,
         model: body.opt_str_field("model")?,
     })
 }

@@ -58,6 +58,9 @@ pub struct Request {
     pub background: bool,
     /// Chat Completions `stream_options.include_usage`: a streamed reply ends with a usage chunk.
     pub include_usage: bool,
+    /// The answer streams as one JSON array, not as server-sent events (the path's:
+    /// [`Endpoint::json_array`]).
+    pub json_array: bool,
     /// The requested model, when the request names one.
     pub model: Option<String>,
 }
@@ -197,6 +200,7 @@ pub fn parse_request(api: Api, body: &[u8]) -> Result<Request, BadRequest> {
         platform: Platform::Direct,
         model: None,
         stream: None,
+        json_array: false,
     };
     read_request(&endpoint, body)
 }
@@ -218,6 +222,7 @@ pub fn read_request(endpoint: &Endpoint, body: &[u8]) -> Result<Request, BadRequ
     if let Some(stream) = endpoint.stream {
         request.stream = stream;
     }
+    request.json_array = endpoint.json_array;
     Ok(request)
 }
 
@@ -328,9 +333,11 @@ pub fn refusal(api: Api, reply: &str, req: &Request, ids: &Ids) -> Reply {
         (Api::MessageBatches, _) => json::to_vec(&message_batches::refusal()),
     };
     Reply {
+        // Gemini's JSON-array stream is `application/json`, as Google sends it.
         content_type: match (api, req.stream) {
             (_, false) => JSON,
             (Api::Converse, true) => AWS_EVENT_STREAM,
+            (_, true) if req.json_array => JSON,
             (_, true) => EVENT_STREAM,
         },
         body,

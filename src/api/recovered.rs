@@ -310,7 +310,7 @@ pub fn as_stream(api: Api, body: &[u8], request: &Request) -> Result<Vec<u8>, Ba
         Api::Completions => super::completions::recovered::stream(body, request),
         Api::AnthropicComplete => super::complete::recovered::stream(body),
         // A whole response is one chunk of Google's stream (each chunk is a response).
-        Api::Gemini => Ok(super::gemini::as_chunk(&Value::Object(body))),
+        Api::Gemini => Ok(super::gemini::as_chunk(&Value::Object(body), request)),
         Api::Converse => super::converse::recovered::stream(body),
         Api::Embeddings | Api::MessageBatches => super::no_answer(),
     }

@@ -20,6 +20,7 @@ fn request(stream: bool) -> Request {
         stream,
         background: false,
         include_usage: true,
+        json_array: false,
         model: Some("some-model".into()),
     }
 }

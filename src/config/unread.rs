@@ -119,10 +119,7 @@ mod tests {
         for (method, path) in [
             ("POST", "/v1/files"),
             ("POST", "/v1/batches"),
-            (
-                "POST",
-                "/v1beta/models/gemini-2.5-pro:streamGenerateContent",
-            ),
+            ("POST", "/v1beta/models/gemini-2.5-pro:countTokens"),
             ("PUT", "/v1/messages/count_tokens/x"),
             ("DELETE", "/v1/responses/resp_1"),
             ("post", "/v1/messages"),

@@ -168,6 +168,32 @@ fn events_of(api: Api, bytes: &[u8]) -> (Vec<sse::Event>, Result<(), NotInFormat
     (events, ended)
 }
 
+/// Gemini's stream without `alt=sse` saying `deltas`: [`upstream`]'s chunks as the elements of one
+/// JSON array, separated as Google separates them.
+pub fn upstream_array(deltas: &[String]) -> Vec<u8> {
+    let mut events = Vec::new();
+    let mut decoder = sse::Decoder::new(usize::MAX);
+    let _ = decoder.push(&upstream(Api::Gemini, deltas), &mut events);
+    let elements: Vec<String> = events.into_iter().map(|e| e.data).collect();
+    format!("[{}]", elements.join(",\r\n")).into_bytes()
+}
+
+/// Reads Gemini's JSON-array stream as a caller does: the bytes must be one JSON array of
+/// objects (else [`NotInFormat::NotJson`] or [`NotInFormat::NotObject`] at event 0), each element
+/// read as [`decode`] reads a chunk.
+pub fn decode_array(bytes: &[u8]) -> Result<Decoded, NotInFormat> {
+    let elements: Vec<Value> =
+        serde_json::from_slice(bytes).map_err(|_| NotInFormat::NotJson { event: 0 })?;
+    let mut chunks = Vec::new();
+    for element in &elements {
+        if !element.is_object() {
+            return Err(NotInFormat::NotObject { event: 0 });
+        }
+        sse::encode(&mut chunks, None, &element.to_string());
+    }
+    decode(Api::Gemini, &chunks)
+}
+
 /// What a caller read from a stream.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Decoded {
@@ -360,7 +386,20 @@ pub fn rewrite(
         stream: true,
         ..Request::default()
     };
-    let mut rw = Rewriter::new(api, Rc::clone(version), &request, hold, limit);
+    rewrite_request(api, &request, hold, version, body, size, limit)
+}
+
+/// [`rewrite`] for a stream `request` asked for (Gemini's JSON array: [`Request::json_array`]).
+pub fn rewrite_request(
+    api: Api,
+    request: &Request,
+    hold: Hold,
+    version: &Rc<Version>,
+    body: &[u8],
+    size: usize,
+    limit: usize,
+) -> Rewritten {
+    let mut rw = Rewriter::new(api, Rc::clone(version), request, hold, limit);
     let mut done = Rewritten {
         out: Vec::new(),
         cut: None,
@@ -413,6 +452,20 @@ mod tests {
                 Ok("Pay é日本 \"now\"\n".to_owned())
             );
         }
+    }
+
+    #[test]
+    fn gemini_written_as_one_json_array_decodes_to_its_deltas_and_nothing_else_does() {
+        let deltas = ["Pay é".to_owned(), "日本 \"now\"\n".to_owned()];
+        let bytes = upstream_array(&deltas);
+        assert!(bytes.starts_with(b"[{") && bytes.ends_with(b"}]"));
+        assert_eq!(
+            decode_array(&bytes).map(|d| d.text),
+            Ok("Pay é日本 \"now\"\n".to_owned())
+        );
+        assert!(decode_array(&bytes[..bytes.len() - 1]).is_err());
+        assert!(decode_array(b"[{}, 1]").is_err());
+        assert!(decode_array(&upstream(Api::Gemini, &deltas)).is_err());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! events the same way whatever frames them.
 
 use crate::eventstream;
+use crate::jsonarray;
 use crate::sse;
 
 /// A stream's decoder.
@@ -20,7 +21,18 @@ pub(crate) enum Framing {
         decoder: eventstream::Decoder,
         messages: Vec<eventstream::Message>,
     },
+    /// One JSON array of objects sent piece by piece (Gemini's `:streamGenerateContent` without
+    /// `alt=sse`): each element an event without a name, its JSON text as it came the data; the
+    /// array's end an event named [`ARRAY_END`] without data, so that its format writes the end
+    /// where the stream's events put it.
+    JsonArray {
+        decoder: jsonarray::Decoder,
+        items: Vec<jsonarray::Item>,
+    },
 }
+
+/// The name the end of a JSON array is read under ([`Framing::JsonArray`]).
+pub(crate) const ARRAY_END: &str = "]";
 
 /// The name an AWS exception message is read under ([`Framing::EventStream`]).
 pub(crate) const EXCEPTION: &str = "exception:";
@@ -45,6 +57,14 @@ impl Framing {
         }
     }
 
+    /// One JSON array of objects, no element longer than `limit` bytes.
+    pub(crate) fn json_array(limit: usize) -> Self {
+        Self::JsonArray {
+            decoder: jsonarray::Decoder::new(limit),
+            items: Vec::new(),
+        }
+    }
+
     /// Reads up to the end of the first event `bytes` completes, into `out`; returns how many of
     /// `bytes` it read (all of them when no event completes). The same events come out however
     /// the stream is split.
@@ -64,6 +84,17 @@ impl Framing {
                 }
                 Ok(read)
             }
+            Self::JsonArray { decoder, items } => {
+                let read = decoder.push_item(bytes, items).map_err(|_| BadFraming)?;
+                out.extend(items.drain(..).map(|item| match item {
+                    jsonarray::Item::Element(data) => sse::Event { event: None, data },
+                    jsonarray::Item::End => sse::Event {
+                        event: Some(ARRAY_END.to_owned()),
+                        data: String::new(),
+                    },
+                }));
+                Ok(read)
+            }
         }
     }
 
@@ -72,6 +103,7 @@ impl Framing {
         match self {
             Self::Sse(d) => d.finish(out).map_err(|_| BadFraming),
             Self::EventStream { decoder, .. } => decoder.finish().map_err(|_| BadFraming),
+            Self::JsonArray { decoder, .. } => decoder.finish().map_err(|_| BadFraming),
         }
     }
 
@@ -80,7 +112,7 @@ impl Framing {
     pub(crate) fn as_sse(&self) -> Option<&sse::Decoder> {
         match self {
             Self::Sse(d) => Some(d),
-            Self::EventStream { .. } => None,
+            Self::EventStream { .. } | Self::JsonArray { .. } => None,
         }
     }
 }
@@ -169,6 +201,48 @@ mod tests {
             framing.finish(&mut out).expect("ends on a message");
             assert_eq!(out, want, "chunks of {size}");
         }
+    }
+
+    #[test]
+    fn a_json_array_is_its_elements_then_its_end_under_every_split_and_nothing_else_reads() {
+        let stream = "[{\"a\": \"]},\\\"\"}\n,\r\n{\"b\": [1]}\n]";
+        let element = |data: &str| sse::Event {
+            event: None,
+            data: data.into(),
+        };
+        let want = vec![
+            element("{\"a\": \"]},\\\"\"}"),
+            element("{\"b\": [1]}"),
+            sse::Event {
+                event: Some(ARRAY_END.into()),
+                data: String::new(),
+            },
+        ];
+        for size in 1..=stream.len() {
+            let mut framing = Framing::json_array(1 << 16);
+            let mut out = Vec::new();
+            for chunk in stream.as_bytes().chunks(size) {
+                let mut rest = chunk;
+                while !rest.is_empty() {
+                    let read = framing.push_event(rest, &mut out).expect("reads");
+                    rest = rest.get(read..).unwrap_or_default();
+                }
+            }
+            framing.finish(&mut out).expect("ends on the array's end");
+            assert_eq!(out, want, "chunks of {size}");
+        }
+        for bad in ["", "data: {}\n\n", "[{}", "[{}] x", "[7]", "x[{}]"] {
+            assert_eq!(
+                read_all(&mut Framing::json_array(1 << 16), bad.as_bytes()),
+                Err(BadFraming),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            read_all(&mut Framing::json_array(4), b"[{\"a\":1}]"),
+            Err(BadFraming),
+            "an element over the limit"
+        );
     }
 
     #[test]

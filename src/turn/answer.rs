@@ -56,9 +56,7 @@ impl Turn {
         }
         if !has_blocking_output_checks(&asked.version) {
             if identity && has_background_checks(&asked.version) && !end_of_stream {
-                let streamed = host
-                    .response_header("content-type")
-                    .is_some_and(|t| api::is_stream(&t));
+                let streamed = answer_streams(host, &asked.request);
                 self.state = State::Observing {
                     asked,
                     copy: Vec::new(),
@@ -69,9 +67,7 @@ impl Turn {
             }
             return Flow::Continue;
         }
-        let streamed = host
-            .response_header("content-type")
-            .is_some_and(|t| api::is_stream(&t));
+        let streamed = answer_streams(host, &asked.request);
         if streamed && !end_of_stream {
             return self.start_stream(host, asked, identity);
         }
@@ -381,6 +377,15 @@ impl Turn {
 
 /// The stop of an answer the tool checks could not read: the first of them (`allowed_tools`, else
 /// the first row) could not decide.
+/// Whether an answer streams: server-sent events, or the stream the request's path asked for as
+/// one JSON array (Gemini without `alt=sse`, sent as `application/json`).
+fn answer_streams(host: &dyn Host, request: &Request) -> bool {
+    request.json_array
+        || host
+            .response_header("content-type")
+            .is_some_and(|t| api::is_stream(&t))
+}
+
 fn tools_unread_stop(version: &Version) -> Stop {
     let tools = &version.tools;
     let check = match (&tools.allowed, tools.rows.first()) {

@@ -62,6 +62,9 @@ READ = [
     ("/v1/models/gemini-2.5-flash:generateContent", GEMINI),
     (f"{VERTEX_GEMINI}:generateContent", GEMINI),
     (f"{VERTEX_GEMINI}:streamGenerateContent?alt=sse", GEMINI),
+    # Without `alt=sse`: one JSON array.
+    ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?key=AIza-dummy", GEMINI),
+    (f"{VERTEX_GEMINI}:streamGenerateContent", GEMINI),
     # An inference-profile ARN as the model id, encoded as one segment as the SDKs encode it.
     ("/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A111122223333%3Ainference-profile%2F"
      "us.anthropic.claude-sonnet-4-20250514-v1%3A0/invoke", _anthropic(anthropic_version="bedrock-2023-05-31")),
@@ -72,10 +75,8 @@ READ = [
 # Paths livecheck does not read (yet): refused, whatever they hold.
 REFUSED = [
     ("POST", f"{BEDROCK_CLAUDE}/invoke-with-response-stream", _anthropic(anthropic_version="bedrock-2023-05-31")),
-    # Gemini's stream without `alt=sse` is one JSON array, not read yet.
-    ("POST", "/v1beta/models/gemini-2.5-flash:streamGenerateContent?key=AIza-dummy", GEMINI),
-    ("POST", f"{VERTEX_GEMINI}:streamGenerateContent", GEMINI),
     ("POST", "/v1beta/models/gemini-2.5-flash:countTokens", GEMINI),
+    ("POST", f"{VERTEX_GEMINI}:streamGenerateContent?alt=proto", GEMINI),
     ("POST", "/v1/batches", {"input_file_id": "file-1", "endpoint": "/v1/chat/completions",
                              "completion_window": "24h"}),
     ("POST", "/v1/files", {"purpose": "batch", "text": FORBIDDEN}),

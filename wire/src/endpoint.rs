@@ -15,12 +15,12 @@
 //! | Vertex AI | `…/publishers/anthropic/models/{model}:rawPredict`, `:streamRawPredict` | Messages; the model in the path |
 //! | Bedrock | `…/model/{model}/invoke` | Messages (never streamed); the model in the path |
 //! | Bedrock | `…/model/{model}/converse`, `…/model/{model}/converse-stream` | Converse; the model in the path |
-//! | Gemini API | `…/{v1,v1beta}/models/{model}:generateContent`, `:streamGenerateContent?alt=sse` | Gemini; the model in the path |
-//! | Vertex AI | `…/publishers/google/models/{model}:generateContent`, `:streamGenerateContent?alt=sse` | Gemini; the model in the path |
+//! | Gemini API | `…/{v1,v1beta}/models/{model}:generateContent`, `:streamGenerateContent` | Gemini; the model in the path |
+//! | Vertex AI | `…/publishers/google/models/{model}:generateContent`, `:streamGenerateContent` | Gemini; the model in the path |
 //!
-//! Gemini's `:streamGenerateContent` without `alt=sse` in the query answers one JSON array sent
-//! piece by piece, which livecheck does not read yet: not a turn (refused by the filter's
-//! default). Whether a Gemini answer streams is its path's: never its body's.
+//! Gemini's `:streamGenerateContent` answers server-sent events with `alt=sse` in the query, and
+//! without it one JSON array sent piece by piece ([`Endpoint::json_array`]). Whether a Gemini
+//! answer streams, and how, is its path's: never its body's.
 
 use crate::Api;
 
@@ -50,6 +50,9 @@ pub struct Endpoint {
     pub model: Option<String>,
     /// Whether the answer streams, when the path decides it (Bedrock `invoke`: never).
     pub stream: Option<bool>,
+    /// The answer streams as one JSON array sent piece by piece, not as server-sent events
+    /// (Gemini's `:streamGenerateContent` without `alt=sse`).
+    pub json_array: bool,
 }
 
 impl Endpoint {
@@ -59,6 +62,7 @@ impl Endpoint {
             platform: Platform::Direct,
             model: None,
             stream: None,
+            json_array: false,
         }
     }
 }
@@ -119,6 +123,7 @@ fn azure(path: &str) -> Option<Endpoint> {
         platform: Platform::Azure,
         model: Some(model_segment(deployment)?),
         stream: None,
+        json_array: false,
     })
 }
 
@@ -135,6 +140,7 @@ fn vertex(path: &str) -> Option<Endpoint> {
         platform: Platform::Vertex,
         model: Some(model_segment(model)?),
         stream: None,
+        json_array: false,
     })
 }
 
@@ -155,20 +161,28 @@ fn bedrock(path: &str) -> Option<Endpoint> {
         platform: Platform::Bedrock,
         model: Some(model_segment(model)?),
         stream: Some(stream),
+        json_array: false,
     })
 }
 
 /// Gemini's `…/models/{model}:generateContent` and `:streamGenerateContent`, on the Gemini API
 /// (`/v1/` or `/v1beta/` before `models/`) or on Vertex AI (`…/publishers/google/models/`: any
-/// project and location, or none in express mode). A stream is read only as server-sent events
-/// (`alt=sse` in the query, as google-genai always asks: `models.py`); without it Google answers
-/// one JSON array, not read yet.
+/// project and location, or none in express mode). A stream comes as server-sent events with
+/// `alt=sse` in the query (as google-genai always asks: `models.py`), as one JSON array sent piece
+/// by piece without it or with `alt=json` (Google's default); any other `alt` (`alt=proto`) is not
+/// read.
 fn gemini(path: &str, query: &str) -> Option<Endpoint> {
     let (before, rest) = path.rsplit_once("/models/")?;
     let (model, method) = rest.rsplit_once(':')?;
-    let stream = match method {
-        "generateContent" => false,
-        "streamGenerateContent" if query.split('&').any(|p| p == "alt=sse") => true,
+    // `alt` is a system parameter of Google's APIs, also written `$alt`; `json` is its default
+    // (<https://cloud.google.com/apis/docs/system-parameters>). Named twice: not read.
+    let mut alts = query
+        .split('&')
+        .filter_map(|p| p.strip_prefix("alt=").or_else(|| p.strip_prefix("$alt=")));
+    let (stream, json_array) = match (method, alts.next(), alts.next()) {
+        ("generateContent", _, _) => (false, false),
+        ("streamGenerateContent", Some("sse"), None) => (true, false),
+        ("streamGenerateContent", None | Some("json"), None) => (true, true),
         _ => return None,
     };
     let platform = if before.ends_with("/publishers/google") {
@@ -183,6 +197,7 @@ fn gemini(path: &str, query: &str) -> Option<Endpoint> {
         platform,
         model: Some(model_segment(model)?),
         stream: Some(stream),
+        json_array,
     })
 }
 
@@ -240,8 +255,9 @@ mod tests {
             "/v1/models",
             "/openai/deployments/d/images/generations",
             "/v1/projects/p/locations/l/publishers/anthropic/models/count-tokens:rawPredict",
-            "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
-            "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=json",
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=proto",
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse&alt=sse",
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=json&alt=sse",
             "/v1beta/models/gemini-2.5-flash:countTokens",
             "/v1beta/models/gemini-2.5-flash:embedContent",
             "/v1beta/tunedModels/t:generateContent",
@@ -266,6 +282,7 @@ mod tests {
                 platform: Platform::Azure,
                 model: Some("gpt-4o-prod".into()),
                 stream: None,
+                json_array: false,
             })
         );
         assert_eq!(
@@ -355,25 +372,33 @@ mod tests {
     }
 
     #[test]
-    fn gemini_paths_name_the_model_and_stream_only_as_server_sent_events() {
-        let read = |path| endpoint("POST", path).map(|e| (e.api, e.platform, e.model, e.stream));
-        let gemini = |platform, stream| {
+    fn gemini_paths_name_the_model_and_how_the_answer_streams() {
+        let read = |path| {
+            endpoint("POST", path).map(|e| (e.api, e.platform, e.model, e.stream, e.json_array))
+        };
+        let gemini = |platform, stream, json_array| {
             Some((
                 Api::Gemini,
                 platform,
                 Some("gemini-2.5-flash".to_owned()),
                 Some(stream),
+                json_array,
             ))
         };
-        for (path, platform, stream) in [
-            ("/v1beta/models/gemini-2.5-flash:generateContent", Platform::Google, false),
-            ("/v1/models/gemini-2.5-flash:generateContent?key=k", Platform::Google, false),
-            ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", Platform::Google, true),
-            ("/gw/v1beta/models/gemini-2.5-flash:streamGenerateContent?key=k&alt=sse", Platform::Google, true),
-            ("/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash:generateContent", Platform::Vertex, false),
-            ("/v1beta1/publishers/google/models/gemini-2.5-flash:streamGenerateContent?alt=sse", Platform::Vertex, true),
+        for (path, platform, stream, json_array) in [
+            ("/v1beta/models/gemini-2.5-flash:generateContent", Platform::Google, false, false),
+            ("/v1/models/gemini-2.5-flash:generateContent?key=k", Platform::Google, false, false),
+            ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", Platform::Google, true, false),
+            ("/gw/v1beta/models/gemini-2.5-flash:streamGenerateContent?key=k&alt=sse", Platform::Google, true, false),
+            ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?$alt=sse", Platform::Google, true, false),
+            ("/v1beta/models/gemini-2.5-flash:streamGenerateContent", Platform::Google, true, true),
+            ("/v1/models/gemini-2.5-flash:streamGenerateContent?key=k", Platform::Google, true, true),
+            ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=json", Platform::Google, true, true),
+            ("/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash:generateContent", Platform::Vertex, false, false),
+            ("/v1beta1/publishers/google/models/gemini-2.5-flash:streamGenerateContent?alt=sse", Platform::Vertex, true, false),
+            ("/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash:streamGenerateContent", Platform::Vertex, true, true),
         ] {
-            assert_eq!(read(path), gemini(platform, stream), "{path}");
+            assert_eq!(read(path), gemini(platform, stream, json_array), "{path}");
         }
         assert_eq!(api("/model/%zz/invoke"), None);
     }

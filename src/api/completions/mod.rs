@@ -49,6 +49,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
         stream: body.bool_field("stream")?,
         background: false,
         include_usage,
+        json_array: false,
         model: body.opt_str_field("model")?,
     })
 }

@@ -203,6 +203,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
         stream: false,
         background: false,
         include_usage: false,
+        json_array: false,
         model: None,
     })
 }

@@ -163,6 +163,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
         stream: false,
         background: false,
         include_usage: false,
+        json_array: false,
         model: body.opt_str_field("model")?,
     })
 }
@@ -336,10 +337,19 @@ pub(super) fn set_usage(body: &mut Map<String, Value>, total: &Usage) -> Result<
     Ok(())
 }
 
-/// A response as one chunk of `:streamGenerateContent?alt=sse`.
-pub(super) fn as_chunk(body: &Value) -> Vec<u8> {
+/// A response as the stream the request asked for: one chunk of `:streamGenerateContent?alt=sse`,
+/// or the one element of its JSON array.
+pub(super) fn as_chunk(body: &Value, req: &Request) -> Vec<u8> {
+    one_chunk(crate::json::to_vec(body), req)
+}
+
+/// A whole response (JSON) as the one chunk of the stream the request asked for.
+fn one_chunk(response: Vec<u8>, req: &Request) -> Vec<u8> {
+    if req.json_array {
+        return array::whole(response);
+    }
     let mut out = b"data: ".to_vec();
-    out.extend(crate::json::to_vec(body));
+    out.extend(response);
     out.extend_from_slice(b"\n\n");
     out
 }
@@ -365,13 +375,10 @@ pub(super) fn refusal(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
     }))
 }
 
-/// The streamed answer to a refused question (`:streamGenerateContent?alt=sse`): the refusal's
-/// body as the one `data:` event of the stream (Google's chunks are whole responses).
+/// The streamed answer to a refused question: the refusal's body as the one chunk of the stream
+/// (`data:` event, or array element; Google's chunks are whole responses).
 pub(super) fn refusal_stream(reply: &str, req: &Request, ids: &Ids) -> Vec<u8> {
-    let mut out = b"data: ".to_vec();
-    out.extend(refusal(reply, req, ids));
-    out.extend_from_slice(b"\n\n");
-    out
+    one_chunk(refusal(reply, req, ids), req)
 }
 
 /// A failed answer rewritten to say `reply`: every candidate (one when there was none) becomes the
@@ -397,6 +404,7 @@ pub(super) fn withhold(body: &mut Map<String, Value>, reply: &str) -> Result<(),
     Ok(())
 }
 
+mod array;
 pub(crate) mod stream;
 
 #[cfg(test)]

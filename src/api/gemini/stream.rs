@@ -13,6 +13,9 @@
 //! chunk: the reply (when given) as its text, `finishReason: "SAFETY"` (as the non-streamed
 //! withheld answer, [`super::withhold`]), and the usage so far.
 //!
+//! Without `alt=sse` the same chunks are the elements of one JSON array ([`super::array`]): read
+//! in that framing, written back in it, the array's end where the upstream's came (or at a cut).
+//!
 //! Sources: <https://ai.google.dev/api/generate-content#method:-models.streamgeneratecontent>;
 //! googleapis/python-genai `models.py` (`'{model}:streamGenerateContent?alt=sse'`),
 //! `_api_client.py` (reads `data:` lines, joins a multi-line event with `\n`), `types.py`
@@ -24,12 +27,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Map, Value};
 
+use super::array::ArrayWriter;
 use super::STOP_REASON;
 use crate::api::{Request, ToolCall};
 use crate::frame::Padding;
 use crate::sse;
 use crate::stream::event::Ev;
 use crate::stream::format::{Format, Lane, TextIn, TextKind, Unit, Unreadable};
+use crate::stream::framing::{Framing, ARRAY_END};
 use crate::stream::util::{self, u64_at};
 
 /// Top-level fields of a chunk that name the answer: the chunks the filter writes repeat them.
@@ -51,6 +56,8 @@ pub(crate) struct Gemini {
     seen: BTreeSet<u64>,
     finished: BTreeSet<u64>,
     closed: bool,
+    /// The stream is one JSON array ([`Request::json_array`]): its writer.
+    array: Option<ArrayWriter>,
 }
 
 impl Gemini {
@@ -65,7 +72,20 @@ impl Gemini {
             seen: BTreeSet::new(),
             finished: BTreeSet::new(),
             closed: false,
+            array: request.json_array.then(ArrayWriter::default),
         }
+    }
+
+    /// The JSON array's end, when the stream is one (once).
+    fn end_array(&mut self, out: &mut Vec<u8>) {
+        if let Some(array) = &mut self.array {
+            array.end(out);
+        }
+    }
+
+    /// Whether `name` is the JSON array's end ([`Framing::JsonArray`]): only in that framing.
+    fn is_array_end(&self, name: Option<&str>) -> bool {
+        self.array.is_some() && name == Some(ARRAY_END)
     }
 
     /// The usage the caller is told at a cut: the last count read, its candidates at least one
@@ -196,7 +216,18 @@ impl Format for Gemini {
         Padding::BlankLines
     }
 
+    fn framing(&self, limit: usize) -> Framing {
+        if self.array.is_some() {
+            Framing::json_array(limit)
+        } else {
+            Framing::sse(limit)
+        }
+    }
+
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
+        if self.is_array_end(event.event.as_deref()) {
+            return Ok(Unit::new(Ev::new(event.event, Value::Null), Lane::End));
+        }
         let (data, as_it_came) = util::parse(&event)?;
         let Value::Object(chunk) = &data else {
             return Err(Unreadable);
@@ -295,6 +326,10 @@ impl Format for Gemini {
     }
 
     fn write(&mut self, ev: Ev, out: &mut Vec<u8>) {
+        if self.is_array_end(ev.name.as_deref()) {
+            self.end_array(out);
+            return;
+        }
         if let Ok(candidates) = candidates_of(ev.data()) {
             for (k, candidate) in candidates.iter().enumerate() {
                 let index = u64_at(candidate, "/index").unwrap_or(k as u64);
@@ -304,7 +339,10 @@ impl Format for Gemini {
                 }
             }
         }
-        util::write(&ev, out);
+        match &mut self.array {
+            Some(array) => array.element(&ev, out),
+            None => util::write(&ev, out),
+        }
     }
 
     fn part(&self, ev: &mut Ev) {
@@ -364,7 +402,9 @@ impl Format for Gemini {
             open.push(0);
         }
         if open.is_empty() {
-            // Every candidate the caller saw has finished: its stream is whole.
+            // Every candidate the caller saw has finished: its stream is whole (but for the
+            // array's end).
+            self.end_array(out);
             return;
         }
         let candidates: Vec<Value> = open
@@ -392,6 +432,7 @@ impl Format for Gemini {
         chunk.extend(head);
         let ev = Ev::new(None, Value::Object(chunk));
         self.write(ev, out);
+        self.end_array(out);
     }
 
     fn call_of(&self, key: u64, events: &[&Ev]) -> Option<ToolCall> {
