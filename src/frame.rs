@@ -10,7 +10,8 @@
 //! comment lines, which every client skips, and the stream is closed at the next upstream chunk
 //! (or by the root's timer) so the model stops generating. An answer that ends on its own is
 //! padded the same way. Measured in `docs/cut-matrix.md`. A stream whose clients read any line
-//! but a blank one as data is padded with blank lines instead ([`Padding`], its format's choice).
+//! but a blank one as data is padded with blank lines instead, and an AWS event stream with whole
+//! messages of an event type no SDK knows ([`Padding`], its framing's or format's choice).
 
 /// The longest padding unit: `:`, dots, and a blank line. Each comment ends with a blank line so
 /// clients that gather lines until one (the Anthropic SDK's decoder) never pile up the padding.
@@ -23,6 +24,34 @@ pub enum Padding {
     Comments,
     /// Blank lines alone (`\n`), for clients that read every other line as data, comments too.
     BlankLines,
+    /// AWS event-stream messages of the event type [`PADDING_EVENT`], which no service model
+    /// declares: botocore's `EventStream` skips an event it cannot name (`parsers.py`
+    /// `BaseEventStreamParser._do_parse` leaves it empty, `eventstream.py` yields only what is
+    /// not), and the AWS SDK for JavaScript drops an `$unknown` event (smithy
+    /// `eventstream-serde-universal` `getMessageUnmarshaller`). Each message is at least
+    /// [`EVENT_STREAM_FLOOR`] bytes, so a frame keeps that much room beyond what it reserves.
+    EventStream,
+}
+
+/// The event type of an event-stream padding message.
+pub const PADDING_EVENT: &str = "livecheckPadding";
+
+/// The smallest padding message: its headers (as [`crate::eventstream::encode_event`] writes
+/// them: 102 bytes of framing with [`PADDING_EVENT`]) and the payload `{"p":""}`.
+pub const EVENT_STREAM_FLOOR: usize = 110;
+
+/// The largest padding message, well under any reader's limit (botocore takes 24 MiB payloads).
+const EVENT_STREAM_MESSAGE: usize = 16 * 1024;
+
+impl Padding {
+    /// The room a frame padded this way keeps beyond what it reserves: the smallest padding it
+    /// can write, so the frame never ends with room too small to pad.
+    fn floor(self) -> usize {
+        match self {
+            Padding::Comments | Padding::BlankLines => 0,
+            Padding::EventStream => EVENT_STREAM_FLOOR,
+        }
+    }
 }
 
 /// How many bytes of a framed stream went out, against the length its headers announced.
@@ -52,11 +81,13 @@ impl Frame {
         self.length
     }
 
-    /// Whether `more` bytes, plus `reserve` kept for closing events, still fit.
+    /// Whether `more` bytes, plus `reserve` kept for closing events (and the padding's floor),
+    /// still fit.
     pub fn fits(&self, more: usize, reserve: usize) -> bool {
         self.sent
             .checked_add(more)
             .and_then(|n| n.checked_add(reserve))
+            .and_then(|n| n.checked_add(self.padding.floor()))
             .is_some_and(|n| n <= self.length)
     }
 
@@ -68,9 +99,17 @@ impl Frame {
     /// Lines filling the frame to its length ([`Padding`]); records them as sent.
     pub fn pad(&mut self) -> Vec<u8> {
         let mut left = self.length.saturating_sub(self.sent);
-        if self.padding == Padding::BlankLines {
-            self.sent(left);
-            return vec![b'\n'; left];
+        match self.padding {
+            Padding::BlankLines => {
+                self.sent(left);
+                return vec![b'\n'; left];
+            }
+            Padding::EventStream => {
+                let out = event_stream_padding(left);
+                self.sent(out.len());
+                return out;
+            }
+            Padding::Comments => {}
         }
         let mut out = Vec::with_capacity(left);
         while left > 0 {
@@ -90,6 +129,29 @@ impl Frame {
         self.sent(out.len());
         out
     }
+}
+
+/// Event-stream messages of [`PADDING_EVENT`] filling exactly `left` bytes; as many as fit when
+/// `left` is under [`EVENT_STREAM_FLOOR`] (the frame's floor keeps that from happening).
+fn event_stream_padding(mut left: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(left);
+    while left >= EVENT_STREAM_FLOOR {
+        let mut size = left.min(EVENT_STREAM_MESSAGE);
+        if (1..EVENT_STREAM_FLOOR).contains(&(left - size)) {
+            // Leave a whole message's room for the next one.
+            size = left - EVENT_STREAM_FLOOR;
+        }
+        let mut payload = Vec::with_capacity(size - EVENT_STREAM_FLOOR + 8);
+        payload.extend_from_slice(b"{\"p\":\"");
+        payload.resize(payload.len() + size - EVENT_STREAM_FLOOR, b'.');
+        payload.extend_from_slice(b"\"}");
+        let before = out.len();
+        if crate::eventstream::encode_event(&mut out, PADDING_EVENT, &payload).is_err() {
+            break;
+        }
+        left = left.saturating_sub(out.len() - before);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -136,6 +198,46 @@ mod tests {
             assert!(pad.iter().all(|b| *b == b'\n'), "{pad:?}");
             assert!(frame.pad().is_empty(), "a full frame pads nothing more");
         }
+    }
+
+    #[test]
+    fn event_stream_padding_fills_the_frame_exactly_with_messages_no_sdk_names() {
+        for (length, sent) in [
+            (4096, 100),
+            (4096, 4096 - 110),
+            (4096, 4096 - 111),
+            (4096, 4096 - 219),
+            (4096, 4096 - 220),
+            (100_000, 7),
+            (16 * 1024 + 50, 0),
+            (4096, 4096),
+        ] {
+            let mut frame = Frame::new(length).padded_with(Padding::EventStream);
+            frame.sent(sent);
+            let pad = frame.pad();
+            assert_eq!(pad.len(), length - sent, "{length} {sent}");
+            let mut messages = Vec::new();
+            let mut decoder = crate::eventstream::Decoder::new(pad.len().max(16));
+            decoder.push(&pad, &mut messages).expect("whole messages");
+            decoder.finish().expect("no message cut short");
+            assert!(messages
+                .iter()
+                .all(|m| m.event_type() == Some(PADDING_EVENT)
+                    && m.message_type() == Some("event")
+                    && serde_json::from_slice::<serde_json::Value>(&m.payload).is_ok()));
+            assert!(frame.pad().is_empty(), "a full frame pads nothing more");
+        }
+    }
+
+    #[test]
+    fn an_event_stream_frame_keeps_room_for_one_padding_message() {
+        let mut frame = Frame::new(1000).padded_with(Padding::EventStream);
+        frame.sent(600);
+        assert!(frame.fits(290, 0));
+        assert!(!frame.fits(291, 0), "110 bytes stay for a padding message");
+        let mut frame = Frame::new(1000);
+        frame.sent(600);
+        assert!(frame.fits(400, 0), "SSE padding needs no room of its own");
     }
 
     #[test]

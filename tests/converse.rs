@@ -662,10 +662,11 @@ fn a_stream_that_breaks_its_framing_is_cut_where_it_breaks() {
     assert!(!String::from_utf8_lossy(&host.caller_received(s).body).contains("hips"));
 }
 
-/// `stream_frame_bytes` pads a framed stream with SSE comment lines, which an AWS event stream
-/// cannot hold: a converse-stream is never framed (a cut ends it as without a frame).
+/// `stream_frame_bytes` frames a converse-stream too: its length announced, the answer or the cut
+/// followed by whole event-stream messages of an event type no SDK names (`livecheckPadding`, which
+/// boto3 skips), never SSE comments, to exactly the frame's length.
 #[test]
-fn a_converse_stream_is_never_padded_with_sse_comments() {
+fn a_framed_converse_stream_is_padded_with_whole_messages_to_its_length() {
     let framed = seed(false).replacen("{\n", "{\n  \"stream_frame_bytes\": 65536,\n", 1);
     for (pieces, cut) in [
         (&["Your order ", "ships tomorrow."][..], false),
@@ -681,13 +682,35 @@ fn a_converse_stream_is_never_padded_with_sse_comments() {
             &Chunking::Bytes(7).split(&upstream),
         );
         let caller = host.caller_received(s);
-        assert_eq!(caller.header("content-length"), None, "no frame announced");
-        let got = events(&caller.body);
+        assert_eq!(
+            caller.header("content-length"),
+            Some("65536"),
+            "the frame announced"
+        );
+        assert_eq!(caller.body.len(), 65536, "padded to exactly the frame");
+        let mut messages = Vec::new();
+        let mut decoder = livecheck::eventstream::Decoder::new(1 << 20);
+        decoder
+            .push(&caller.body, &mut messages)
+            .expect("whole messages");
+        decoder.finish().expect("none cut short");
+        let padding = messages
+            .iter()
+            .position(|m| m.event_type() == Some("livecheckPadding"))
+            .expect("padded");
+        assert!(messages[padding..]
+            .iter()
+            .all(|m| m.event_type() == Some("livecheckPadding")));
+        let mut answer = Vec::new();
+        for m in &messages[..padding] {
+            livecheck::eventstream::encode_message(&mut answer, m).expect("frames");
+        }
+        let got = events(&answer);
         if cut {
             assert_eq!(streamed_text(&got), "Pay to ");
             assert_guardrail_end(&got, "cut");
         } else {
-            assert_eq!(caller.body, upstream);
+            assert_eq!(answer, upstream);
         }
     }
 }

@@ -173,14 +173,18 @@ fn a_streamed_answer_is_cut_where_the_match_starts_as_one_array_under_every_chun
 
 #[test]
 fn a_held_round_that_fails_is_the_reply_stopped_for_safety_alone_in_the_array() {
-    // `no-iban` recovers: the round is held whole; Gemini is not asked again yet, so the caller
-    // gets the reply instead of anything of the answer.
+    // `no-iban` recovers: the round is held whole and asked again; when the sidecar cannot ask
+    // again, the caller gets the reply instead of anything of the answer.
     let upstream = stream(&["Pay to NL9", "1ABNA04", "17164300", " today."]);
     for chunking in SPLITS {
         let mut host = livecheck(SEED);
         let s = ask(&mut host, GEMINI_API, CLEAN_QUESTION);
         send_answer(&mut host, s, &[("content-type", JSON)], &upstream, chunking);
-        assert!(callouts_to(&host, "/v1/retry").is_empty(), "no retry");
+        let calls = callouts_to(&host, "/v1/retry");
+        assert_eq!(calls.len(), 1, "asked again once");
+        let errored = r#"{"outcome": "errored", "reason": "the upstream could not be reached"}"#;
+        host.answer_callout(calls[0].token, &[(":status", "200")], errored.as_bytes())
+            .unwrap();
         let body = host.caller_received(s).body_text();
         assert!(!body.contains("Pay to"), "{chunking:?}: {body}");
         let (chunks, text) = read_array(&body);

@@ -4,6 +4,7 @@
 //! events the same way whatever frames them.
 
 use crate::eventstream;
+use crate::frame::Padding;
 use crate::jsonarray;
 use crate::sse;
 
@@ -109,6 +110,17 @@ impl Framing {
 
     /// The SSE decoder, for the short path that reads a text event's data line in place; `None`
     /// for any other framing, whose every event goes through the general path.
+    /// What pads a length frame of this framing, when the framing decides it: whole AWS
+    /// event-stream messages, or blank lines after a JSON array (whitespace JSON allows); `None`
+    /// for SSE, where the vendor's format decides ([`crate::stream::format::Format::padding`]).
+    pub(crate) fn padding(&self) -> Option<Padding> {
+        match self {
+            Self::Sse(_) => None,
+            Self::EventStream { .. } => Some(Padding::EventStream),
+            Self::JsonArray { .. } => Some(Padding::BlankLines),
+        }
+    }
+
     pub(crate) fn as_sse(&self) -> Option<&sse::Decoder> {
         match self {
             Self::Sse(d) => Some(d),

@@ -304,19 +304,16 @@ impl Rewriter {
         }
     }
 
-    /// Whether the stream is server-sent events (a framed stream's padding is SSE comments).
-    pub fn is_sse(&self) -> bool {
-        self.decoder.as_sse().is_some()
-    }
-
     /// The upstream's id of the answer, once an event carried it (`msg_…`, `chatcmpl-…`, `resp_…`).
     pub fn answer_id(&self) -> Option<&str> {
         self.answer_id.as_deref()
     }
 
-    /// What pads this stream's length frame: its format's choice.
+    /// What pads this stream's length frame: its framing's choice, else its format's.
     pub fn padding(&self) -> crate::frame::Padding {
-        self.format.padding()
+        self.decoder
+            .padding()
+            .unwrap_or_else(|| self.format.padding())
     }
 }
 

@@ -31,9 +31,8 @@ impl Turn {
             hold,
             self.policy.max_body_bytes,
         );
-        // Nor one framed other than as SSE (an AWS event stream): the padding is SSE's.
         let frame = match hold {
-            Hold::Rules if !asked.version.tools.any() && rewriter.is_sse() => self
+            Hold::Rules if !asked.version.tools.any() => self
                 .policy
                 .stream_frame_bytes
                 .map(|length| Frame::new(length).padded_with(rewriter.padding())),

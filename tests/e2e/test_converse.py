@@ -304,9 +304,8 @@ def _assert_reset_after_the_closing_events(turn: Turn) -> None:
     """How boto3 ends a stream livecheck stopped before its upstream ended: it yields every closing event
     (through `messageStop` and `metadata`), then the reset that stops the model makes urllib3 raise as the
     iterator reads on. Envoy's wasm ABI ends a response early only by a reset (README: Streamed answers;
-    the Anthropic and Responses SDKs raise a connection error there too); `stream_frame_bytes`, which ends
-    SSE streams cleanly, pads with SSE comments that an event stream cannot hold, so a converse-stream is
-    never framed."""
+    the Anthropic and Responses SDKs raise a connection error there too); with `stream_frame_bytes` the
+    stream ends cleanly instead (the test below)."""
     assert turn.kinds()[-2:] == ["messageStop", "metadata"], turn.kinds()
     assert isinstance(turn.raised, urllib3.exceptions.ProtocolError), repr(turn.raised)
 
@@ -336,15 +335,21 @@ def test_bedrocks_own_exception_in_a_stream_reaches_boto3_as_bedrocks(envoy, dou
     assert turn.raised.response["Error"] == {"Code": "throttlingException", "Message": "Too many tokens, slow down."}
 
 
-def test_with_stream_frame_bytes_a_converse_stream_is_not_framed_and_reads_as_bedrock_sent_it(framed_envoy, double,
-                                                                                              sigv4):
-    """The opt-in length frame is for SSE streams only: its padding would break boto3's reading of a
-    converse-stream (the first padding byte read as a message's length), so it goes unframed."""
+def test_with_stream_frame_bytes_a_converse_stream_ends_cleanly_clean_or_cut(framed_envoy, double, sigv4):
+    """The opt-in length frame: the stream's length announced, the answer (or the cut's closing events)
+    followed by whole event-stream messages of a type no service model declares, which boto3 skips; so a
+    cut converse_stream ends normally in boto3, nothing raised, as Bedrock's own guardrail stop does."""
     double.script(sequence=[_answer(True, sigv4, CLEAN)])
     turn = _turn(framed_envoy, True)
     assert turn.events == _events_sent(CLEAN)
-    assert "content-length" not in turn.headers
-    assert turn.headers["transfer-encoding"] == "chunked"
+    assert turn.headers["content-length"] == str(FRAME)
+    assert turn.raised is None
+    double.script(sequence=[converse_stream_answer(converse_events(FORBIDDEN), how="inside", admit=sigv4)])
+    turn = _turn(framed_envoy, True, may_raise=True)
+    assert turn.raised is None, repr(turn.raised)
+    assert turn.text == BEFORE_MATCH
+    assert turn.kinds()[-2:] == ["messageStop", "metadata"], turn.kinds()
+    assert turn.stop_reason == "guardrail_intervened"
 
 
 # --- tool calls ---------------------------------------------------------------------------------------------
