@@ -60,6 +60,9 @@ pub struct Request {
     pub include_usage: bool,
     /// The requested model, when the request names one.
     pub model: Option<String>,
+    /// Where the request went (what the path says): Bedrock streams Messages events inside
+    /// event-stream chunks ([`in_bedrock_chunks`]).
+    pub platform: Platform,
 }
 
 impl Request {
@@ -210,7 +213,15 @@ pub fn read_request(endpoint: &Endpoint, body: &[u8]) -> Result<Request, BadRequ
     if let Some(stream) = endpoint.stream {
         request.stream = stream;
     }
+    request.platform = endpoint.platform;
     Ok(request)
+}
+
+/// Whether the answer streams as Bedrock's `invoke-with-response-stream` does: the API's events,
+/// each base64 in an AWS event-stream `chunk` message (`stream::chunks`), where the vendor's own
+/// path streams them as server-sent events.
+pub(crate) fn in_bedrock_chunks(api: Api, request: &Request) -> bool {
+    api == Api::AnthropicMessages && request.platform == Platform::Bedrock && request.stream
 }
 
 /// The body as its API reads it.
@@ -319,6 +330,12 @@ pub fn refusal(api: Api, reply: &str, req: &Request, ids: &Ids) -> Reply {
         (Api::Embeddings, _) => json::to_vec(&embeddings::refusal(reply)),
         (Api::MessageBatches, _) => json::to_vec(&message_batches::refusal()),
     };
+    if in_bedrock_chunks(api, req) {
+        return Reply {
+            content_type: crate::stream::chunks::CONTENT_TYPE,
+            body: crate::stream::chunks::reframed(&body),
+        };
+    }
     Reply {
         content_type: if req.stream { EVENT_STREAM } else { JSON },
         body,

@@ -21,6 +21,7 @@ fn request(stream: bool) -> Request {
         background: false,
         include_usage: true,
         model: Some("some-model".into()),
+        ..Request::default()
     }
 }
 

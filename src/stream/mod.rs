@@ -48,6 +48,8 @@ use holdback::Holdback;
 use queue::Piece;
 
 mod calls;
+mod chunked;
+pub(crate) mod chunks;
 mod cut;
 pub(crate) mod event;
 pub(crate) mod format;
@@ -271,6 +273,10 @@ impl Rewriter {
             Api::Converse => Box::new(unreadable::NoStream),
             Api::Embeddings => Box::new(unreadable::NoStream),
             Api::MessageBatches => Box::new(unreadable::NoStream),
+        };
+        let format: Box<dyn Format> = match crate::api::in_bedrock_chunks(api, request) {
+            true => Box::new(chunked::Chunked::new(format)),
+            false => format,
         };
         let decoder = format.framing(limit);
         Self {

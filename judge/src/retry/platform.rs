@@ -8,6 +8,7 @@
 //!   so a changed body cannot reuse its signature. A retry goes only when the upstream has a key of
 //!   its own (`api_key_env`, a Bedrock API key sent as `Authorization: Bearer`); without one it
 //!   fails with a fixed reason and the filter withholds the answer as without `recover`.
+//!   A streamed original (`invoke-with-response-stream`) is asked again at `invoke`.
 //!
 //! An upstream's own key, on any platform, replaces the caller's credentials on the retry.
 
@@ -20,17 +21,24 @@ use crate::config::{Secret, Upstream};
 
 const STREAMED: &str = ":streamRawPredict";
 const NOT_STREAMED: &str = ":rawPredict";
+const BEDROCK_STREAMED: &str = "/invoke-with-response-stream";
+const BEDROCK_NOT_STREAMED: &str = "/invoke";
 
 /// The path a retry asks at: the original's, but a Vertex `:streamRawPredict` is asked at
-/// `:rawPredict` (the query kept).
+/// `:rawPredict` and a Bedrock `/invoke-with-response-stream` at `/invoke` (the query kept).
 pub(super) fn retry_path(path: &str) -> Cow<'_, str> {
     let (bare, query) = path.split_at(path.find('?').unwrap_or(path.len()));
-    let is_vertex =
-        livecheck_wire::endpoint("POST", path).is_some_and(|e| e.platform == Platform::Vertex);
-    match bare.strip_suffix(STREAMED) {
-        Some(model) if is_vertex => Cow::Owned(format!("{model}{NOT_STREAMED}{query}")),
-        _ => Cow::Borrowed(path),
-    }
+    let platform = livecheck_wire::endpoint("POST", path).map(|e| e.platform);
+    let not_streamed = match platform {
+        Some(Platform::Vertex) => bare
+            .strip_suffix(STREAMED)
+            .map(|model| format!("{model}{NOT_STREAMED}{query}")),
+        Some(Platform::Bedrock) => bare
+            .strip_suffix(BEDROCK_STREAMED)
+            .map(|model| format!("{model}{BEDROCK_NOT_STREAMED}{query}")),
+        _ => None,
+    };
+    not_streamed.map_or(Cow::Borrowed(path), Cow::Owned)
 }
 
 /// The upstream's own key, which the retry carries in place of the caller's credentials; `None`:
@@ -69,7 +77,7 @@ mod tests {
     }
 
     #[test]
-    fn a_streamed_vertex_request_is_asked_again_at_raw_predict() {
+    fn a_streamed_request_is_asked_again_where_it_is_not_streamed() {
         assert_eq!(
             retry_path(&format!("{VERTEX}:streamRawPredict")),
             format!("{VERTEX}:rawPredict")
@@ -77,6 +85,12 @@ mod tests {
         assert_eq!(
             retry_path(&format!("{VERTEX}:streamRawPredict?alt=sse")),
             format!("{VERTEX}:rawPredict?alt=sse")
+        );
+        assert_eq!(
+            retry_path(
+                "/model/anthropic.claude-3-5-sonnet-20240620-v1:0/invoke-with-response-stream"
+            ),
+            BEDROCK
         );
         for path in [
             format!("{VERTEX}:rawPredict"),

@@ -57,6 +57,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
         background: false,
         include_usage: false,
         model: body.opt_str_field("model")?,
+        ..Request::default()
     })
 }
 

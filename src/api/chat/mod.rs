@@ -52,6 +52,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
         background: false,
         include_usage,
         model: body.opt_str_field("model")?,
+        ..Request::default()
     })
 }
 

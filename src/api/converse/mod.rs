@@ -206,6 +206,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
         background: false,
         include_usage: false,
         model: None,
+        ..Request::default()
     })
 }
 

@@ -89,6 +89,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
         background: body.bool_field("background")?,
         include_usage: false,
         model: body.opt_str_field("model")?,
+        ..Request::default()
     })
 }
 
