@@ -58,7 +58,7 @@ impl Turn {
             if identity && has_background_checks(&asked.version) && !end_of_stream {
                 let streamed = host
                     .response_header("content-type")
-                    .is_some_and(|t| t.trim_start().starts_with("text/event-stream"));
+                    .is_some_and(|t| is_stream(&t));
                 self.state = State::Observing {
                     asked,
                     copy: Vec::new(),
@@ -71,7 +71,7 @@ impl Turn {
         }
         let streamed = host
             .response_header("content-type")
-            .is_some_and(|t| t.trim_start().starts_with("text/event-stream"));
+            .is_some_and(|t| is_stream(&t));
         if streamed && !end_of_stream {
             return self.start_stream(host, asked, identity);
         }
@@ -392,4 +392,12 @@ fn tools_unread_stop(version: &Version) -> Stop {
         check,
         code: stop::Code::CheckErrored,
     }
+}
+
+/// Whether an answer's content type is a stream's: server-sent events, or an AWS event stream
+/// (Bedrock's `invoke-with-response-stream`). Each stream is read in its endpoint's framing:
+/// one in another framing cannot be read, and is cut as such.
+fn is_stream(content_type: &str) -> bool {
+    let t = content_type.trim_start();
+    t.starts_with("text/event-stream") || t.starts_with(crate::stream::chunks::CONTENT_TYPE)
 }

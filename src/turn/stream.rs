@@ -25,6 +25,8 @@ impl Turn {
         // Nor does a stream whose tool calls are checked: an allowed call is written into the
         // paused buffer after the judge answered, which a frame's fixed length cannot know.
         let frame = match hold {
+            // An AWS event stream has no comment to pad with: never framed.
+            Hold::Rules if api::in_bedrock_chunks(asked.api, &asked.request) => None,
             Hold::Rules if !asked.version.tools.any() => {
                 self.policy.stream_frame_bytes.map(Frame::new)
             }
