@@ -70,7 +70,7 @@ pub fn encode(bytes: &[u8], out: &mut String) {
 /// The bytes `text` encodes; an error for anything but the one encoding [`encode`] writes.
 pub fn decode(text: &str) -> Result<Vec<u8>, NotBase64> {
     let text = text.as_bytes();
-    if text.len() % 4 != 0 {
+    if !text.len().is_multiple_of(4) {
         return Err(NotBase64);
     }
     let mut out = Vec::with_capacity(text.len() / 4 * 3);

@@ -2,7 +2,12 @@
 //! through the built `.wasm` in the harness: the Messages events each base64 in an AWS
 //! event-stream `chunk` message. The same checks as on `/v1/messages`; what the caller gets is a
 //! valid event stream however the answer was cut, its chunks holding Anthropic's own events.
-#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
 
 mod common;
 
