@@ -405,3 +405,39 @@ fn a_stream_that_cannot_be_read_is_cut_and_still_well_framed() {
         );
     }
 }
+
+/// An exception Bedrock sends inside the stream (`modelStreamErrorException`: the model failed
+/// mid-answer) ends the round and reaches the caller as the exception it came as, after the text
+/// before it, which its checks read: the SDK raises it as it would without livecheck.
+#[test]
+fn an_exception_in_the_stream_reaches_the_caller_as_it_came() {
+    let events = stream(Vendor::Anthropic, &["Your order ", "ships tomorrow."]);
+    let mut upstream = chunks(&events[..4]);
+    let exception = br#"{"message":"The model failed.","originalStatusCode":500}"#;
+    eventstream::encode_exception(&mut upstream, "modelStreamErrorException", exception).unwrap();
+    for recover in [false, true] {
+        for chunking in CHUNKINGS {
+            let mut host = livecheck(&seed(recover));
+            let s = ask(&mut host, CLEAN_QUESTION);
+            answer(&mut host, s, &upstream, chunking);
+            let body = host.caller_received(s).body.clone();
+            let mut decoder = eventstream::Decoder::new(usize::MAX);
+            let mut messages = Vec::new();
+            decoder.push(&body, &mut messages).unwrap();
+            decoder.finish().unwrap();
+            let last = messages.pop().unwrap();
+            assert_eq!(
+                last.exception_type(),
+                Some("modelStreamErrorException"),
+                "recover {recover}, {chunking:?}"
+            );
+            assert_eq!(last.payload, exception);
+            let mut rest = Vec::new();
+            for m in &messages {
+                eventstream::encode_message(&mut rest, m).unwrap();
+            }
+            let read = read(&rest);
+            assert_eq!(read.text, "Your order ships tomorrow.");
+        }
+    }
+}
