@@ -297,9 +297,12 @@ pub fn as_stream(api: Api, body: &[u8], request: &Request) -> Result<Vec<u8>, Ba
         Api::Converse => super::no_answer(),
         Api::Embeddings | Api::MessageBatches => super::no_answer(),
     }
-    .map(|sse| match super::in_bedrock_chunks(api, request) {
-        true => crate::stream::chunks::reframed(&sse),
-        false => sse,
+    .map(|sse| {
+        if super::in_bedrock_chunks(api, request) {
+            crate::stream::chunks::reframed(&sse)
+        } else {
+            sse
+        }
     })
     .map_err(BadAnswer::from)
 }

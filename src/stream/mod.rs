@@ -274,9 +274,11 @@ impl Rewriter {
             Api::Embeddings => Box::new(unreadable::NoStream),
             Api::MessageBatches => Box::new(unreadable::NoStream),
         };
-        let format: Box<dyn Format> = match crate::api::in_bedrock_chunks(api, request) {
-            true => Box::new(chunked::Chunked::new(format)),
-            false => format,
+        // Bedrock's `invoke-with-response-stream`: the same events, each in a chunk message.
+        let format: Box<dyn Format> = if crate::api::in_bedrock_chunks(api, request) {
+            Box::new(chunked::Chunked::new(format))
+        } else {
+            format
         };
         let decoder = format.framing(limit);
         Self {

@@ -41,6 +41,12 @@ def chunk(event: dict, pad: int) -> bytes:
     return frame(headers, payload.encode())
 
 
+def exception(kind: str, message: str) -> bytes:
+    """A modelled exception inside the stream (`:message-type: exception`), as Bedrock sends one."""
+    headers = [(":exception-type", kind), (":content-type", "application/json"), (":message-type", "exception")]
+    return frame(headers, json.dumps({"message": message}).encode())
+
+
 def messages_events(pieces: list[str]) -> list[dict]:
     """A Messages stream whose answer text arrives in `pieces`."""
     events = [{"type": "message_start", "message": {

@@ -8,7 +8,9 @@ Each through `messages.create(stream=True)` and `messages.stream(...)`: a clean 
 the SDK as the double wrote them), a refused question (a stream in chunks, the model never asked), a
 cut at the match's first character (what the SDK read decodes as a well-framed stream ending in
 Anthropic's closing events; the SDK then raises the connection error it raises after any cut, as on
-`/v1/messages`), and a held round recovered with the sidecar's own key, asked again at `invoke`.
+`/v1/messages`), a held round recovered with the sidecar's own key, asked again at `invoke`, and an
+exception Bedrock sends mid-stream, which reaches the SDK as it came (the SDK raises it, as without
+livecheck).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import anthropic
 import httpx2 as httpx
 import pytest
 
-from bedrock_stream_double import CONTENT_TYPE, chunk_stream, read_chunks
+from bedrock_stream_double import CONTENT_TYPE, chunk_stream, exception, read_chunks
 from cut_support import Tee, assert_the_sdk_call_ended_as_after_a_cut
 from test_vertex_bedrock import (BEDROCK_HOST, BEDROCK_KEY, BEDROCK_MODEL, BLOCKED, CLEAN, CLIENT_TIMEOUT,
                                  FORBIDDEN_QUESTION, GOOD, QUESTION, RULE, Stack, _json)
@@ -156,3 +158,17 @@ def test_a_held_round_the_sidecar_cannot_ask_again_ends_as_the_blocked_reply(sta
     events, rest = read_chunks(bytes(tee.body))
     assert rest == b"" and "NL91" not in json.dumps(events) and "Pay to" not in json.dumps(events)
     assert events[-2]["delta"]["stop_reason"] == "refusal"
+
+
+@hows
+def test_an_exception_mid_stream_reaches_the_sdk_as_bedrock_sent_it(stack, double, how):
+    answer = chunk_stream(["Your order "])
+    # The model fails after its first delta: the rest of its events never come.
+    answer.body_chunks = answer.body_chunks[:3] + [exception("modelStreamErrorException", "The model failed.")]
+    double.script(sequence=[answer])
+    tee = Tee()
+    got = _call(_bedrock(stack, tee=tee), how)
+    assert isinstance(got.raised, anthropic.APIStatusError), repr(got.raised)
+    assert "modelStreamErrorException" in str(got.raised)
+    assert got.text == "Your order "
+    assert bytes(tee.body).endswith(answer.body_chunks[-1]), "the exception as it came"
