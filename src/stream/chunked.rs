@@ -106,3 +106,121 @@ impl Format for Chunked {
         self.inner.call_of(key, events)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use super::super::fixtures::*;
+    use super::super::{Cut, Hold, Rewriter};
+    use crate::api::{Api, Platform, Request};
+    use crate::config::Policy;
+    use crate::{base64, eventstream, sse};
+
+    fn request(platform: Platform) -> Request {
+        Request {
+            stream: true,
+            model: Some("m".into()),
+            platform,
+            ..Request::default()
+        }
+    }
+
+    /// Each SSE event of `stream`, and the same events as Bedrock's chunk messages.
+    fn both(stream: &str) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        let mut decoder = sse::Decoder::new(usize::MAX);
+        let mut events = Vec::new();
+        decoder.push(stream.as_bytes(), &mut events).unwrap();
+        decoder.finish(&mut events).unwrap();
+        events
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let mut plain = Vec::new();
+                sse::encode(&mut plain, e.event.as_deref(), &e.data);
+                let mut bytes = String::new();
+                base64::encode(e.data.as_bytes(), &mut bytes);
+                let pad = "abcdefghijklmnopqrstuvwxyz".get(..=i % 26).unwrap();
+                let payload = format!(r#"{{"bytes":"{bytes}","p":"{pad}"}}"#);
+                let mut chunk = Vec::new();
+                eventstream::encode_event(&mut chunk, "chunk", payload.as_bytes()).unwrap();
+                (plain, chunk)
+            })
+            .unzip()
+    }
+
+    fn run(platform: Platform, chunks: &[Vec<u8>]) -> (Vec<u8>, Option<Cut>) {
+        let version = Policy::from_json(POLICY.as_bytes())
+            .unwrap()
+            .select(None, None, None)
+            .unwrap();
+        let mut rw = Rewriter::new(
+            Api::AnthropicMessages,
+            Rc::clone(&version),
+            &request(platform),
+            Hold::Rules,
+            1 << 20,
+        );
+        let (mut out, mut cut) = (Vec::new(), None);
+        for chunk in chunks {
+            let step = rw.feed(chunk);
+            out.extend(step.out);
+            cut = cut.or(step.cut);
+        }
+        let step = rw.finish();
+        out.extend(step.out);
+        (out, cut.or(step.cut))
+    }
+
+    /// The events' data a caller reads: from SSE, or from whole chunk messages (the stream must
+    /// end on one).
+    fn read_sse(bytes: &[u8]) -> Vec<String> {
+        let mut decoder = sse::Decoder::new(usize::MAX);
+        let mut events = Vec::new();
+        decoder.push(bytes, &mut events).unwrap();
+        decoder.finish(&mut events).unwrap();
+        events.into_iter().map(|e| e.data).collect()
+    }
+
+    fn read_chunks(bytes: &[u8]) -> Vec<String> {
+        let mut decoder = eventstream::Decoder::new(usize::MAX);
+        let mut messages = Vec::new();
+        decoder.push(bytes, &mut messages).unwrap();
+        decoder.finish().unwrap();
+        messages
+            .into_iter()
+            .map(|m| {
+                assert_eq!(m.event_type(), Some("chunk"));
+                let payload = String::from_utf8(m.payload).unwrap();
+                super::super::chunks::read_chunk(&payload).unwrap().0.data
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_stream_in_chunks_is_read_cut_and_written_as_the_same_stream_in_sse() {
+        let mut cuts = 0;
+        for stream in [
+            ANTHROPIC_IBAN_ACROSS_EVENTS,
+            ANTHROPIC_WORD_BESIDE_TOOL,
+            ANTHROPIC_IBAN_IN_TOOL,
+            ANTHROPIC_CLEAN,
+        ] {
+            let (plain, chunks) = both(stream);
+            // Event by event, and all at once: the same upstream events, split the same way.
+            for whole in [false, true] {
+                let (plain, chunks) = if whole {
+                    (vec![plain.concat()], vec![chunks.concat()])
+                } else {
+                    (plain.clone(), chunks.clone())
+                };
+                let (sse_out, sse_cut) = run(Platform::Direct, &plain);
+                let (chunk_out, chunk_cut) = run(Platform::Bedrock, &chunks);
+                assert_eq!(chunk_cut, sse_cut, "whole {whole}");
+                assert_eq!(read_chunks(&chunk_out), read_sse(&sse_out), "whole {whole}");
+                cuts += usize::from(sse_cut.is_some());
+            }
+        }
+        assert!(cuts >= 4, "the streams with a match are cut ({cuts})");
+    }
+}
