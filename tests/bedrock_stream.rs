@@ -441,3 +441,38 @@ fn an_exception_in_the_stream_reaches_the_caller_as_it_came() {
         }
     }
 }
+
+/// Background checks read a streamed answer in chunks once it completed: with no blocking check
+/// (the stream passes untouched, a copy kept) and beside a rule (the rewriter's copy).
+#[test]
+fn background_checks_read_the_answer_from_its_chunks() {
+    let tone = r#"{"name": "tone", "stage": "output", "kind": "polite_tone", "mode": "background", "sample": 1, "judge_model": "judge-1"}"#;
+    let iban = r#"{"name": "no-iban", "stage": "output", "kind": "matches_pattern", "pattern": "NL\\d{2}[A-Z]{4}\\d{10}", "max_match": 18}"#;
+    let upstream = chunks(&stream(
+        Vendor::Anthropic,
+        &["Your order ", "ships tomorrow."],
+    ));
+    for checks in [tone.to_owned(), format!("{iban}, {tone}")] {
+        let config = format!(
+            r#"{{"default_agent": "a", "agents": {{"a": {{"published": "1", "versions": {{"1": {{"live_checks": [{checks}]}}}}}}}}}}"#
+        );
+        let mut host = livecheck(&config);
+        let s = ask(&mut host, CLEAN_QUESTION);
+        answer(&mut host, s, &upstream, Chunking::Bytes(7));
+        assert!(host.caller_received(s).body == upstream, "{checks}");
+        host.finish_stream(s).unwrap();
+        host.advance_time(std::time::Duration::from_millis(250));
+        let texts: Vec<Value> = host
+            .pending_callouts()
+            .iter()
+            .flat_map(|c| {
+                json(&c.body)["background"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .map(|b| b["judge"]["text"].clone())
+            .collect();
+        assert_eq!(texts, [json!("Your order ships tomorrow.")], "{checks}");
+    }
+}
