@@ -443,7 +443,8 @@ fn an_exception_in_the_stream_reaches_the_caller_as_it_came() {
 }
 
 /// Background checks read a streamed answer in chunks once it completed: with no blocking check
-/// (the stream passes untouched, a copy kept) and beside a rule (the rewriter's copy).
+/// (the stream passes untouched, a copy kept) and beside a rule (the rewriter's copy). The turn's
+/// report names the answer's id either way.
 #[test]
 fn background_checks_read_the_answer_from_its_chunks() {
     let tone = r#"{"name": "tone", "stage": "output", "kind": "polite_tone", "mode": "background", "sample": 1, "judge_model": "judge-1"}"#;
@@ -462,15 +463,19 @@ fn background_checks_read_the_answer_from_its_chunks() {
         assert!(host.caller_received(s).body == upstream, "{checks}");
         host.finish_stream(s).unwrap();
         host.advance_time(std::time::Duration::from_millis(250));
-        let texts: Vec<Value> = host
+        let reports: Vec<Value> = host
             .pending_callouts()
             .iter()
-            .flat_map(|c| {
-                json(&c.body)["background"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default()
-            })
+            .map(|c| json(&c.body))
+            .collect();
+        assert_eq!(reports.len(), 1);
+        assert_eq!(
+            reports[0]["response_id"], "msg_01Up",
+            "{checks}: the answer's id, from its first chunk"
+        );
+        let texts: Vec<Value> = reports
+            .iter()
+            .flat_map(|r| r["background"].as_array().cloned().unwrap_or_default())
             .map(|b| b["judge"]["text"].clone())
             .collect();
         assert_eq!(texts, [json!("Your order ships tomorrow.")], "{checks}");
