@@ -1,6 +1,6 @@
 //! AWS event streams (`application/vnd.amazon.eventstream`): an incremental decoder that survives
 //! any chunk split, and the encoder. Bedrock's `converse-stream` and `invoke-with-response-stream`
-//! answer in this framing; wired by issue 55 (nothing reads it yet).
+//! answer in this framing (`stream::framing`, `stream::chunks`).
 //!
 //! A message is a prelude (total length and headers length, u32 big-endian, then the CRC32 of
 //! those 8 bytes), a block of headers (name length u8, name, value type u8, value), the payload,
@@ -9,7 +9,6 @@
 //! <https://docs.aws.amazon.com/AmazonS3/latest/API/RESTSelectObjectAppendix.html>. What cannot be
 //! read (a checksum, a length out of bounds, a header past its block, an unknown value type, a
 //! name given twice) is an error, never a guess; after one, every push answers the same error.
-#![cfg_attr(not(test), allow(dead_code))]
 
 /// The prelude: total length, headers length, prelude CRC.
 const PRELUDE: usize = 12;
@@ -28,6 +27,10 @@ pub const EXCEPTION_TYPE: &str = ":exception-type";
 pub const ERROR_CODE: &str = ":error-code";
 /// The text of an unmodelled error.
 pub const ERROR_MESSAGE: &str = ":error-message";
+
+/// The media type of an HTTP body that is an event stream (Bedrock's `converse-stream` and
+/// `invoke-with-response-stream` answers).
+pub const MEDIA_TYPE: &str = "application/vnd.amazon.eventstream";
 
 /// A header's value, by its wire type (0 to 9).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 //! proxy-wasm adapter (`proxy`, wasip1 builds only) is a thin layer over it.
 
 pub mod api;
+pub mod base64;
 pub mod build_info;
 pub mod check;
 pub mod config;

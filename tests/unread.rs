@@ -46,7 +46,8 @@ fn a_post_to_a_path_livecheck_does_not_read_is_refused_in_its_vendors_shape() {
             "google",
         ),
         (
-            "/model/anthropic.claude-v2/invoke-with-response-stream",
+            // Bedrock's bidirectional stream (HTTP/2, events both ways): not read.
+            "/model/amazon.nova-sonic-v1%3A0/invoke-with-bidirectional-stream",
             vec![],
             "bedrock",
         ),

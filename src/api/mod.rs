@@ -63,6 +63,9 @@ pub struct Request {
     pub json_array: bool,
     /// The requested model, when the request names one.
     pub model: Option<String>,
+    /// Where the request went (what the path says): Bedrock streams Messages events inside
+    /// event-stream chunks ([`in_bedrock_chunks`]).
+    pub platform: Platform,
 }
 
 impl Request {
@@ -133,7 +136,7 @@ pub struct Reply {
 const JSON: &str = "application/json";
 const EVENT_STREAM: &str = "text/event-stream";
 /// The content type of an AWS event stream (Bedrock's `converse-stream`).
-const AWS_EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
+const AWS_EVENT_STREAM: &str = crate::eventstream::MEDIA_TYPE;
 
 /// Whether an answer's `content-type` says it streams: server-sent events, or an AWS event stream.
 pub fn is_stream(content_type: &str) -> bool {
@@ -223,7 +226,15 @@ pub fn read_request(endpoint: &Endpoint, body: &[u8]) -> Result<Request, BadRequ
         request.stream = stream;
     }
     request.json_array = endpoint.json_array;
+    request.platform = endpoint.platform;
     Ok(request)
+}
+
+/// Whether the answer streams as Bedrock's `invoke-with-response-stream` does: the API's events,
+/// each base64 in an AWS event-stream `chunk` message (`stream::chunks`), where the vendor's own
+/// path streams them as server-sent events.
+pub(crate) fn in_bedrock_chunks(api: Api, request: &Request) -> bool {
+    api == Api::AnthropicMessages && request.platform == Platform::Bedrock && request.stream
 }
 
 /// The body as its API reads it.
@@ -332,6 +343,12 @@ pub fn refusal(api: Api, reply: &str, req: &Request, ids: &Ids) -> Reply {
         (Api::Embeddings, _) => json::to_vec(&embeddings::refusal(reply)),
         (Api::MessageBatches, _) => json::to_vec(&message_batches::refusal()),
     };
+    if in_bedrock_chunks(api, req) {
+        return Reply {
+            content_type: crate::stream::chunks::CONTENT_TYPE,
+            body: crate::stream::chunks::reframed(&body),
+        };
+    }
     Reply {
         // Gemini's JSON-array stream is `application/json`, as Google sends it.
         content_type: match (api, req.stream) {

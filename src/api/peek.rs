@@ -1,6 +1,10 @@
 //! The answer's id from the start of a body the filter does not otherwise read (an answer no output
 //! check holds): the first `"id": "…"` in its first bytes, which is the answer's own id in every
-//! vendor's non-streamed answer and in the first event of its stream.
+//! vendor's non-streamed answer and in the first event of its stream (on Bedrock's
+//! `invoke-with-response-stream`, the first event is base64 in the first chunk message).
+
+use crate::eventstream;
+use crate::stream::chunks;
 
 /// How far into an answer the id is looked for.
 pub const PEEK_BYTES: usize = 4096;
@@ -9,6 +13,23 @@ pub const PEEK_BYTES: usize = 4096;
 /// none yet, or it is not a plain id (letters, digits, `_`, `-`, `.`, `:`; at most 200).
 pub fn peek_id(prefix: &[u8]) -> Option<String> {
     let prefix = prefix.get(..prefix.len().min(PEEK_BYTES))?;
+    plain_id(prefix).or_else(|| in_first_chunk(prefix))
+}
+
+/// The id in the event the first message of an AWS event stream carries in its `chunk`.
+fn in_first_chunk(prefix: &[u8]) -> Option<String> {
+    let mut messages = Vec::new();
+    eventstream::Decoder::new(PEEK_BYTES)
+        .push_message(prefix, &mut messages)
+        .ok()?;
+    let first = messages
+        .first()
+        .filter(|m| m.event_type() == Some(chunks::CHUNK))?;
+    let (event, _) = chunks::read_chunk(std::str::from_utf8(&first.payload).ok()?).ok()?;
+    plain_id(event.data.as_bytes())
+}
+
+fn plain_id(prefix: &[u8]) -> Option<String> {
     let mut from = 0;
     while let Some(at) = find(prefix.get(from..)?, b"\"id\"") {
         let rest = prefix.get(from + at + 4..)?;
@@ -63,6 +84,18 @@ mod tests {
         for (body, id) in cases {
             assert_eq!(peek_id(body).as_deref(), Some(id));
         }
+    }
+
+    #[test]
+    fn finds_the_id_in_the_first_chunk_of_a_bedrock_stream() {
+        let event = br#"{"type":"message_start","message":{"id":"msg_bdrk_01","type":"message"}}"#;
+        let mut bytes = String::new();
+        crate::base64::encode(event, &mut bytes);
+        let mut stream = Vec::new();
+        let payload = format!(r#"{{"bytes":"{bytes}","p":"abc"}}"#);
+        eventstream::encode_event(&mut stream, "chunk", payload.as_bytes()).unwrap();
+        assert_eq!(peek_id(&stream).as_deref(), Some("msg_bdrk_01"));
+        assert_eq!(peek_id(&stream[..stream.len() - 1]), None, "not yet whole");
     }
 
     #[test]

@@ -314,6 +314,13 @@ pub fn as_stream(api: Api, body: &[u8], request: &Request) -> Result<Vec<u8>, Ba
         Api::Converse => super::converse::recovered::stream(body),
         Api::Embeddings | Api::MessageBatches => super::no_answer(),
     }
+    .map(|sse| {
+        if super::in_bedrock_chunks(api, request) {
+            crate::stream::chunks::reframed(&sse)
+        } else {
+            sse
+        }
+    })
     .map_err(BadAnswer::from)
 }
 

@@ -22,6 +22,7 @@ fn request(stream: bool) -> Request {
         include_usage: true,
         json_array: false,
         model: Some("some-model".into()),
+        ..Request::default()
     }
 }
 

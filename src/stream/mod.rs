@@ -49,6 +49,8 @@ use holdback::Holdback;
 use queue::Piece;
 
 mod calls;
+mod chunked;
+pub(crate) mod chunks;
 mod cut;
 pub(crate) mod event;
 pub(crate) mod format;
@@ -271,6 +273,12 @@ impl Rewriter {
             Api::Converse => Box::new(converse::Converse::new()),
             Api::Embeddings => Box::new(unreadable::NoStream),
             Api::MessageBatches => Box::new(unreadable::NoStream),
+        };
+        // Bedrock's `invoke-with-response-stream`: the same events, each in a chunk message.
+        let format: Box<dyn Format> = if crate::api::in_bedrock_chunks(api, request) {
+            Box::new(chunked::Chunked::new(format))
+        } else {
+            format
         };
         let decoder = format.framing(limit);
         Self {

@@ -57,6 +57,7 @@ READ = [
     (f"{VERTEX_CLAUDE}:rawPredict", _anthropic(anthropic_version="vertex-2023-10-16")),
     (f"{VERTEX_CLAUDE}:streamRawPredict", _anthropic(anthropic_version="vertex-2023-10-16", stream=True)),
     (f"{BEDROCK_CLAUDE}/invoke", _anthropic(anthropic_version="bedrock-2023-05-31")),
+    (f"{BEDROCK_CLAUDE}/invoke-with-response-stream", _anthropic(anthropic_version="bedrock-2023-05-31")),
     ("/v1beta/models/gemini-2.5-flash:generateContent?key=AIza-dummy", GEMINI),
     ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", GEMINI),
     ("/v1/models/gemini-2.5-flash:generateContent", GEMINI),
@@ -74,7 +75,6 @@ READ = [
 
 # Paths livecheck does not read (yet): refused, whatever they hold.
 REFUSED = [
-    ("POST", f"{BEDROCK_CLAUDE}/invoke-with-response-stream", _anthropic(anthropic_version="bedrock-2023-05-31")),
     ("POST", "/v1beta/models/gemini-2.5-flash:countTokens", GEMINI),
     ("POST", f"{VERTEX_GEMINI}:streamGenerateContent?alt=proto", GEMINI),
     ("POST", "/v1/batches", {"input_file_id": "file-1", "endpoint": "/v1/chat/completions",

@@ -13,7 +13,7 @@
 //! | OpenAI | `…/v1/chat/completions`, `…/v1/responses`, `…/v1/completions`, `…/v1/embeddings` | Chat, Responses, legacy Completions, Embeddings |
 //! | Azure OpenAI | `…/openai/deployments/{deployment}/{chat/completions,completions,embeddings,responses}`, `…/openai/responses` | the same; the model is the deployment |
 //! | Vertex AI | `…/publishers/anthropic/models/{model}:rawPredict`, `:streamRawPredict` | Messages; the model in the path |
-//! | Bedrock | `…/model/{model}/invoke` | Messages (never streamed); the model in the path |
+//! | Bedrock | `…/model/{model}/invoke`, `…/model/{model}/invoke-with-response-stream` | Messages (the stream in AWS event-stream `chunk` messages); the model in the path |
 //! | Bedrock | `…/model/{model}/converse`, `…/model/{model}/converse-stream` | Converse; the model in the path |
 //! | Gemini API | `…/{v1,v1beta}/models/{model}:generateContent`, `:streamGenerateContent` | Gemini; the model in the path |
 //! | Vertex AI | `…/publishers/google/models/{model}:generateContent`, `:streamGenerateContent` | Gemini; the model in the path |
@@ -25,9 +25,10 @@
 use crate::Api;
 
 /// Where a turn's request goes: what the platform changes about the vendor's API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Platform {
     /// The vendor's own API (or a gateway that keeps its paths).
+    #[default]
     Direct,
     /// Azure OpenAI: deployment paths, the `api-key` header, `api-version` in the query.
     Azure,
@@ -144,13 +145,14 @@ fn vertex(path: &str) -> Option<Endpoint> {
     })
 }
 
-/// `…/model/{model}/invoke` (Anthropic's Messages), `/converse` and `/converse-stream` (Converse,
-/// the stream in AWS event-stream framing). `invoke-with-response-stream` answers Messages events
-/// inside event-stream frames, which livecheck does not read yet: not a turn.
+/// `…/model/{model}/invoke` and `/invoke-with-response-stream` (Anthropic's Messages; the stream's
+/// events each base64 in an AWS event-stream `chunk` message), `/converse` and `/converse-stream`
+/// (Converse, the stream in AWS event-stream framing).
 fn bedrock(path: &str) -> Option<Endpoint> {
     let (rest, operation) = path.rsplit_once('/')?;
     let (api, stream) = match operation {
         "invoke" => (Api::AnthropicMessages, false),
+        "invoke-with-response-stream" => (Api::AnthropicMessages, true),
         "converse" => (Api::Converse, false),
         "converse-stream" => (Api::Converse, true),
         _ => return None,
@@ -262,7 +264,6 @@ mod tests {
             "/v1beta/models/gemini-2.5-flash:embedContent",
             "/v1beta/tunedModels/t:generateContent",
             "/v1/projects/p/locations/l/publishers/meta/models/llama:generateContent",
-            "/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/invoke-with-response-stream",
             "/v1/made-up",
         ] {
             assert_eq!(endpoint("POST", path), None, "{path}");
@@ -336,6 +337,20 @@ mod tests {
             "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A111122223333%3Ainference-profile%2Fus.anthropic.claude-sonnet-4-20250514-v1%3A0/invoke",
         );
         assert_eq!(e.and_then(|e| e.model).as_deref(), Some(arn));
+        let e = endpoint(
+            "POST",
+            "/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/invoke-with-response-stream",
+        );
+        assert_eq!(
+            e.map(|e| (e.api, e.platform, e.model, e.stream)),
+            Some((
+                Api::AnthropicMessages,
+                Platform::Bedrock,
+                Some("anthropic.claude-3-5-sonnet-20240620-v1:0".into()),
+                Some(true)
+            ))
+        );
+        assert_eq!(api("/model/m/invoke-with-response-streams"), None);
         // A `/` as written is no model id's: not read, so refused by the fail-closed default.
         assert_eq!(api("/model/a/b/invoke"), None);
     }

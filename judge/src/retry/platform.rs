@@ -11,6 +11,8 @@
 //!   goes only when the upstream has a key of its own (`api_key_env`, a Bedrock API key sent as
 //!   `Authorization: Bearer`); without one it fails with a fixed reason and the filter withholds
 //!   the answer as without `recover`.
+//!   A streamed Anthropic original on Bedrock (`invoke-with-response-stream`) is asked again at
+//!   `invoke`.
 //!
 //! An upstream's own key, on any platform, replaces the caller's credentials on the retry (on the
 //! Gemini API as `x-goog-api-key`, and a `?key=` in the path goes).
@@ -24,10 +26,13 @@ use crate::config::{Secret, Upstream};
 
 const STREAMED: &str = ":streamRawPredict";
 const NOT_STREAMED: &str = ":rawPredict";
+const BEDROCK_STREAMED: &str = "/invoke-with-response-stream";
+const BEDROCK_NOT_STREAMED: &str = "/invoke";
 
 /// The path a retry asks at: the original's, but a streamed one at its API's path that is not (a
-/// Vertex `:streamRawPredict` at `:rawPredict`, the query kept; Gemini's and Converse's: their
-/// files'). `own_key`: the upstream's key goes in place of the caller's, so a Gemini `?key=` goes.
+/// Vertex `:streamRawPredict` at `:rawPredict` and a Bedrock `/invoke-with-response-stream` at
+/// `/invoke`, the query kept; Gemini's and Converse's: their files'). `own_key`: the upstream's key
+/// goes in place of the caller's, so a Gemini `?key=` goes.
 pub(super) fn retry_path(path: &str, own_key: bool) -> Cow<'_, str> {
     let (bare, query) = path.split_at(path.find('?').unwrap_or(path.len()));
     let endpoint = livecheck_wire::endpoint("POST", path);
@@ -36,11 +41,16 @@ pub(super) fn retry_path(path: &str, own_key: bool) -> Cow<'_, str> {
         Some(Api::Converse) => return super::converse::retry_path(path),
         _ => {}
     }
-    let is_vertex = endpoint.is_some_and(|e| e.platform == Platform::Vertex);
-    match bare.strip_suffix(STREAMED) {
-        Some(model) if is_vertex => Cow::Owned(format!("{model}{NOT_STREAMED}{query}")),
-        _ => Cow::Borrowed(path),
-    }
+    let not_streamed = match endpoint.map(|e| e.platform) {
+        Some(Platform::Vertex) => bare
+            .strip_suffix(STREAMED)
+            .map(|model| format!("{model}{NOT_STREAMED}{query}")),
+        Some(Platform::Bedrock) => bare
+            .strip_suffix(BEDROCK_STREAMED)
+            .map(|model| format!("{model}{BEDROCK_NOT_STREAMED}{query}")),
+        _ => None,
+    };
+    not_streamed.map_or(Cow::Borrowed(path), Cow::Owned)
 }
 
 /// The upstream's own key, which the retry carries in place of the caller's credentials; `None`:
@@ -92,7 +102,7 @@ mod tests {
     }
 
     #[test]
-    fn a_streamed_vertex_request_is_asked_again_at_raw_predict() {
+    fn a_streamed_request_is_asked_again_where_it_is_not_streamed() {
         assert_eq!(
             retry_path(&format!("{VERTEX}:streamRawPredict"), false),
             format!("{VERTEX}:rawPredict")
@@ -100,6 +110,13 @@ mod tests {
         assert_eq!(
             retry_path(&format!("{VERTEX}:streamRawPredict?alt=sse"), false),
             format!("{VERTEX}:rawPredict?alt=sse")
+        );
+        assert_eq!(
+            retry_path(
+                "/model/anthropic.claude-3-5-sonnet-20240620-v1:0/invoke-with-response-stream",
+                false
+            ),
+            BEDROCK
         );
         for path in [
             format!("{VERTEX}:rawPredict"),

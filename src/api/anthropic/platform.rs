@@ -1,9 +1,10 @@
 //! The Messages API behind Google Vertex AI (`…/publishers/anthropic/models/{model}:rawPredict`,
 //! `:streamRawPredict`) and Amazon Bedrock (`/model/{model}/invoke`): the same body, less `model`
 //! (the path names it) and with `anthropic_version` (the platform's API version, a string such as
-//! `vertex-2023-10-16` or `bedrock-2023-05-31`). Bedrock's `invoke` never streams: a streamed
-//! answer is asked at `invoke-with-response-stream`, whose AWS event-stream framing livecheck does
-//! not read, so a body asking `invoke` for a stream is refused rather than its answer misread.
+//! `vertex-2023-10-16` or `bedrock-2023-05-31`). On Bedrock the path decides the stream: `invoke`
+//! never streams, `invoke-with-response-stream` streams in AWS event-stream chunks
+//! (`stream::chunks`); the SDK never sends `stream` in the body, so a body asking for a stream
+//! is refused rather than its answer misread.
 
 use crate::api::Platform;
 use crate::json::{FieldError, Node, Obj};

@@ -51,6 +51,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
         include_usage,
         json_array: false,
         model: body.opt_str_field("model")?,
+        ..Request::default()
     })
 }
 

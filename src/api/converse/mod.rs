@@ -205,6 +205,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
         include_usage: false,
         json_array: false,
         model: None,
+        ..Request::default()
     })
 }
 

@@ -90,6 +90,7 @@ pub(super) fn parse_request(body: &Obj<'_>) -> Result<Request, FieldError> {
         include_usage: false,
         json_array: false,
         model: body.opt_str_field("model")?,
+        ..Request::default()
     })
 }
 
