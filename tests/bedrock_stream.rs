@@ -481,3 +481,45 @@ fn background_checks_read_the_answer_from_its_chunks() {
         assert_eq!(texts, [json!("Your order ships tomorrow.")], "{checks}");
     }
 }
+
+/// `stream_frame_bytes` frames a Bedrock stream too: its length announced, the chunks (or the cut's
+/// closing chunks) followed by whole messages of an event type no SDK names, which botocore's
+/// parser leaves empty and the anthropic SDK's Bedrock decoder skips, to exactly the frame's length.
+#[test]
+fn a_framed_stream_is_padded_with_whole_messages_clean_or_cut() {
+    let framed = seed(false).replacen('{', "{\"stream_frame_bytes\": 65536, ", 1);
+    for (pieces, cut) in [
+        (&["Your order ", "ships tomorrow."][..], false),
+        (&["Pay to NL9", "1ABNA0417164300"][..], true),
+    ] {
+        let mut host = livecheck(&framed);
+        let s = ask(&mut host, CLEAN_QUESTION);
+        let upstream = chunks(&stream(Vendor::Anthropic, pieces));
+        answer(&mut host, s, &upstream, Chunking::Bytes(7));
+        let caller = host.caller_received(s);
+        assert_eq!(caller.header("content-length"), Some("65536"));
+        assert_eq!(caller.body.len(), 65536, "padded to exactly the frame");
+        let mut decoder = eventstream::Decoder::new(usize::MAX);
+        let mut messages = Vec::new();
+        decoder.push(&caller.body, &mut messages).unwrap();
+        decoder.finish().expect("whole messages to the end");
+        let padding = messages
+            .iter()
+            .position(|m| m.event_type() == Some("livecheckPadding"))
+            .expect("padded");
+        assert!(messages[padding..]
+            .iter()
+            .all(|m| m.event_type() == Some("livecheckPadding")));
+        let mut answer = Vec::new();
+        for m in &messages[..padding] {
+            eventstream::encode_message(&mut answer, m).unwrap();
+        }
+        let read = read(&answer);
+        if cut {
+            assert_eq!(read.text, "Pay to ");
+            assert_eq!(read.stop_reason.as_deref(), Some("refusal"));
+        } else {
+            assert_eq!(answer, upstream);
+        }
+    }
+}

@@ -103,9 +103,12 @@ def envoy(double, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def framed_envoy(double, tmp_path_factory):
-    """As `envoy`, with the opt-in length frame (and one request per connection, which it needs)."""
+    """As `envoy`, with the opt-in length frame (and one request per connection, which it needs), and no tool
+    checks: a stream whose tool calls are checked is never framed (README: Streamed answers)."""
+    policy = json.loads(json.dumps(POLICY))
+    del policy["agents"]["plain"]["versions"]["1"]["allowed_tools"]
     config = render_config(wasm_path("livecheck.wasm"), double.port, one_request_per_connection=True,
-                           plugin_configuration=json.dumps({"stream_frame_bytes": FRAME, **POLICY}))
+                           plugin_configuration=json.dumps({"stream_frame_bytes": FRAME, **policy}))
     e = Envoy(config, tmp_path_factory.mktemp("envoy-converse-framed"))
     yield e
     e.stop()
