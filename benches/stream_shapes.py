@@ -9,7 +9,7 @@ Both are built here from the vendors' own descriptions, independently of the fil
   `data:` one GenerateContentResponse (<https://ai.google.dev/api/generate-content#v1beta.GenerateContentResponse>)
   with only its new text part, `modelVersion` and `responseId` repeated and `usageMetadata` cumulative
   on every chunk (simonw/llm-gemini#97, a captured stream; ankit373/hydra#855), events ended by
-  `\\r\\n\\r\\n` (docs/issue-55/gemini.md: also seen beside `\\n\\n`). The last chunk carries
+  `\\r\\n\\r\\n` (docs/design/027-gemini-converse-and-event-streams.md: also seen beside `\\n\\n`). The last chunk carries
   `finishReason: "STOP"` on a candidate whose content has no parts (the "done + usage" chunk:
   agentjido/req_llm#638, pydantic/pydantic-ai#2631), so every text chunk is alike.
 - Converse, `POST /model/{modelId}/converse-stream` (botocore `bedrock-runtime/2023-09-30/service-2.json`
@@ -23,7 +23,7 @@ Both are built here from the vendors' own descriptions, independently of the fil
   `messageStart`, a `contentBlockDelta` per piece of text (a text block has no `contentBlockStart`),
   `contentBlockStop`, `messageStop`, `metadata` (usage and metrics required). Bedrock pads each payload
   with a random-length `"p"` field its model does not declare (a captured frame: AI21Labs/ai21-python
-  `tests/unittests/test_aws_stream_decoder.py`; docs/issue-55/eventstream.md); so do these, seeded.
+  `tests/unittests/test_aws_stream_decoder.py`; docs/design/027-gemini-converse-and-event-streams.md); so do these, seeded.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ class BadEventStream(ValueError):
 def eventstream_messages(body: bytes) -> Iterator[tuple[int, dict[str, str], bytes]]:
     """(offset of the message's end, string headers, payload) of each message, both CRCs checked; a
     body that ends inside a message, or a message whose lengths or checksums do not hold, is an error
-    (boto3 would stop silently on a cut one: docs/issue-55/eventstream.md)."""
+    (boto3 would stop silently on a cut one: docs/design/027-gemini-converse-and-event-streams.md)."""
     pos = 0
     while pos < len(body):
         if len(body) - pos < 16:

@@ -48,7 +48,7 @@ pub enum Fate {
 
 /// What `livecheck lint` and the filter's configure say of `unread: "pass"`.
 pub const PASS_WARNING: &str = "`unread: \"pass\"` forwards every request livecheck does not read \
-    unchecked (Gemini, Bedrock Converse, files, batches, realtime sessions, any path it does not \
+    unchecked (files, batches, realtime sessions, Gemini's other methods, any path it does not \
     know): they are counted in livecheck.unread.forwarded but no check reads them; prefer the default \
     (refuse) with `pass_paths` naming the endpoints that make no model generate";
 

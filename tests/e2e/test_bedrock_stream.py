@@ -23,8 +23,9 @@ import pytest
 
 from bedrock_stream_double import CONTENT_TYPE, chunk_stream, exception, read_chunks
 from cut_support import Tee, assert_the_sdk_call_ended_as_after_a_cut
+from envoy_process import Envoy, render_config, wasm_path
 from test_vertex_bedrock import (BEDROCK_HOST, BEDROCK_KEY, BEDROCK_MODEL, BLOCKED, CLEAN, CLIENT_TIMEOUT,
-                                 FORBIDDEN_QUESTION, GOOD, QUESTION, RULE, Stack, _json)
+                                 FORBIDDEN_QUESTION, GOOD, QUESTION, RULE, Stack, _json, _version)
 
 STREAM_PATH = f"/model/{BEDROCK_MODEL}/invoke-with-response-stream"
 
@@ -172,3 +173,35 @@ def test_an_exception_mid_stream_reaches_the_sdk_as_bedrock_sent_it(stack, doubl
     assert "modelStreamErrorException" in str(got.raised)
     assert got.text == "Your order "
     assert bytes(tee.body).endswith(answer.body_chunks[-1]), "the exception as it came"
+
+
+@pytest.fixture(scope="module")
+def framed_envoy(double, tmp_path_factory):
+    """Envoy with the opt-in length frame (`stream_frame_bytes`, one request per connection, as it needs) and
+    the `plain` rules without tool checks (a stream whose calls are checked is never framed)."""
+    version = _version(False)
+    del version["1"]["allowed_tools"]
+    policy = {"agent_header": "x-core-agent", "default_agent": "plain", "stream_frame_bytes": 64 * 1024,
+              "agents": {"plain": {"published": "1", "versions": version}}}
+    config = render_config(wasm_path("livecheck.wasm"), double.port, one_request_per_connection=True,
+                           plugin_configuration=json.dumps(policy))
+    envoy = Envoy(config, tmp_path_factory.mktemp("envoy-bedrock-stream-framed"))
+    yield envoy
+    envoy.stop()
+
+
+@hows
+def test_with_stream_frame_bytes_a_cut_stream_ends_normally_in_the_sdk(framed_envoy, double, how):
+    """The frame pads the cut's closing chunks with whole event-stream messages of a type no service model
+    declares, to the announced length: the SDK's Bedrock decoder skips them and the call ends normally,
+    the refusal handed over as Anthropic's own (`stop_reason: refusal`)."""
+    double.script(sequence=[chunk_stream(["Pay to NL91AB", "NA0417164300 today."])])
+    tee = Tee()
+    client = anthropic.AnthropicBedrock(
+        base_url=f"http://127.0.0.1:{framed_envoy.port}", aws_access_key="dummy", aws_secret_key="dummy",
+        aws_region="us-east-1", max_retries=0, timeout=CLIENT_TIMEOUT, http_client=httpx.Client(transport=tee))
+    got = _call(client, how)
+    assert got.raised is None, repr(got.raised)
+    assert (got.text, got.stop_reason) == ("Pay to ", "refusal")
+    assert got.headers["content-length"] == str(64 * 1024)
+    assert len(bytes(tee.body)) == 64 * 1024

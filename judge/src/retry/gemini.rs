@@ -107,15 +107,15 @@ pub(super) fn adapt(
     Ok(())
 }
 
-/// `…:streamGenerateContent?alt=sse&…` → `…:generateContent?…` (the `alt=sse` gone, the rest of
-/// the query kept: a `key=` is the caller's credential, gone only when `own_key`: the upstream's
-/// key goes instead).
+/// `…:streamGenerateContent?alt=sse&…` → `…:generateContent?…` (the stream's `alt` gone, however
+/// written: `alt=sse`, `$alt=sse`, `alt=json`; the rest of the query kept: a `key=` is the caller's
+/// credential, gone only when `own_key`: the upstream's key goes instead).
 pub(super) fn retry_path(path: &str, own_key: bool) -> Cow<'_, str> {
     let (bare, query) = path.split_once('?').unwrap_or((path, ""));
     let streamed = bare.strip_suffix(STREAMED);
     let params = || query.split('&').filter(|p| !p.is_empty());
     let kept: Vec<&str> = params()
-        .filter(|p| !(streamed.is_some() && *p == "alt=sse"))
+        .filter(|p| !(streamed.is_some() && (p.starts_with("alt=") || p.starts_with("$alt="))))
         .filter(|p| !(own_key && p.starts_with("key=")))
         .collect();
     let bare = match streamed {
@@ -280,6 +280,19 @@ mod tests {
             ),
             (
                 format!("{base}:streamGenerateContent?key=AIza-k&alt=sse"),
+                format!("{base}:generateContent?key=AIza-k"),
+            ),
+            // Google's system parameter written `$alt`, and the JSON-array stream.
+            (
+                format!("{base}:streamGenerateContent?$alt=sse&key=AIza-k"),
+                format!("{base}:generateContent?key=AIza-k"),
+            ),
+            (
+                format!("{base}:streamGenerateContent?alt=json"),
+                format!("{base}:generateContent"),
+            ),
+            (
+                format!("{base}:streamGenerateContent?key=AIza-k"),
                 format!("{base}:generateContent?key=AIza-k"),
             ),
             (
