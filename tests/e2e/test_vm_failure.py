@@ -83,7 +83,8 @@ def test_a_trap_under_load_fails_in_flight_turns_closed_reloads_and_counts_lost_
         for t in threads:
             t.start()
         # Every answer under way: its headers went on to its caller (the first event follows them).
-        wait_for(lambda: sum(w.chunks_written > 0 for w in double.writes) == len(threads), 10.0,
+        # 30 s: on a loaded machine (the suite's other worker) eight streams took over 10 s to begin.
+        wait_for(lambda: sum(w.chunks_written > 0 for w in double.writes) == len(threads), 30.0,
                  "every in-flight answer begun")
         trapped = _ask(envoy, "Where is my order?", headers={"x-livecheck-fault": "trap"})
         for t in threads:
