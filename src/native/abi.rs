@@ -16,9 +16,8 @@
 use std::ffi::{c_char, c_void};
 
 /// What `envoy_dynamic_module_on_program_init` returns; Envoy logs a warning (and still loads the
-/// module) when it differs from its own `ENVOY_DYNAMIC_MODULES_ABI_VERSION`. Inferred, not read:
-/// "v0.2.0" is the only `v0.x.y` string in the 1.40.0 binary (the header read says "v0.1.0");
-/// issue 56 confirms it from Envoy's "Dynamic module ABI version ... matched." log line.
+/// module) when it differs from its own `ENVOY_DYNAMIC_MODULES_ABI_VERSION`. The 1.40.0 binary logs
+/// "Dynamic module ABI version v0.2.0 matched." for this value (the header read says "v0.1.0").
 pub const ABI_VERSION: &std::ffi::CStr = c"v0.2.0";
 
 /// Bytes Envoy owns, valid until the end of the current hook unless a setter ran.
