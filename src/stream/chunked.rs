@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::chunks::{self, Pads};
 use super::event::{Ev, TextPlace};
 use super::format::{Format, Lane, Unit, Unreadable};
-use super::framing::Framing;
+use super::framing::{self, Framing};
 use crate::api::ToolCall;
 use crate::sse;
 
@@ -47,7 +47,7 @@ impl Format for Chunked {
                 self.pads.read(&inner.data, pad);
                 self.inner.read(inner)
             }
-            name if chunks::is_exception(name) => Ok(Unit::new(
+            name if framing::is_exception(name) => Ok(Unit::new(
                 Ev::new(event.event, Value::String(event.data)),
                 Lane::End,
             )),
@@ -57,8 +57,12 @@ impl Format for Chunked {
     }
 
     fn write(&mut self, ev: Ev, out: &mut Vec<u8>) {
-        if let Some(name) = ev.name.as_deref().filter(|n| chunks::is_exception(Some(n))) {
-            chunks::write_exception(name, ev.data().as_str().unwrap_or_default(), out);
+        if let Some(name) = ev
+            .name
+            .as_deref()
+            .filter(|n| framing::is_exception(Some(n)))
+        {
+            framing::write_exception(name, ev.data().as_str().unwrap_or_default(), out);
             return;
         }
         self.written.clear();

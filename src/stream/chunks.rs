@@ -26,7 +26,6 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use serde::Deserialize;
 
-use super::framing::{ERROR, EXCEPTION};
 use crate::{base64, eventstream, sse};
 
 /// The content type of an AWS event stream (Bedrock's response header).
@@ -155,31 +154,6 @@ pub(crate) fn reframed(sse_bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Whether `name` is an exception's or an error's, as the event-stream framing names them.
-pub(crate) fn is_exception(name: Option<&str>) -> bool {
-    name.is_some_and(|n| n.starts_with(EXCEPTION) || n.starts_with(ERROR))
-}
-
-/// An exception or an error read from the upstream, written again as the message it came as:
-/// an exception its type and JSON payload, an error its code and message.
-pub(crate) fn write_exception(name: &str, data: &str, out: &mut Vec<u8>) {
-    let _ = if let Some(kind) = name.strip_prefix(EXCEPTION) {
-        eventstream::encode_exception(out, kind, data.as_bytes())
-    } else if let Some(code) = name.strip_prefix(ERROR) {
-        eventstream::encode(
-            out,
-            &[
-                (eventstream::MESSAGE_TYPE, "error"),
-                (eventstream::ERROR_CODE, code),
-                (eventstream::ERROR_MESSAGE, data),
-            ],
-            b"",
-        )
-    } else {
-        Ok(())
-    };
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,26 +269,5 @@ mod tests {
             pads.read(&i.to_string(), Some("ab".into()));
         }
         assert_eq!(pads.read.len(), MAX_PADS);
-    }
-
-    #[test]
-    fn exceptions_and_errors_are_written_as_they_came() {
-        let mut out = Vec::new();
-        write_exception(
-            "exception:modelStreamErrorException",
-            r#"{"message":"m"}"#,
-            &mut out,
-        );
-        write_exception("error:InternalFailure", "broke", &mut out);
-        let read = messages(&out);
-        assert_eq!(read[0].exception_type(), Some("modelStreamErrorException"));
-        assert_eq!(read[0].payload, br#"{"message":"m"}"#);
-        assert_eq!(read[1].message_type(), Some("error"));
-        assert_eq!(
-            read[1].string(eventstream::ERROR_CODE),
-            Some("InternalFailure")
-        );
-        assert_eq!(read[1].string(eventstream::ERROR_MESSAGE), Some("broke"));
-        assert!(is_exception(Some("exception:x")) && !is_exception(Some("ping")));
     }
 }

@@ -40,6 +40,32 @@ pub(crate) const EXCEPTION: &str = "exception:";
 /// The name an AWS error message is read under ([`Framing::EventStream`]).
 pub(crate) const ERROR: &str = "error:";
 
+/// Whether `name` is an exception's or an error's, as [`Framing::EventStream`] names them.
+pub(crate) fn is_exception(name: Option<&str>) -> bool {
+    name.is_some_and(|n| n.starts_with(EXCEPTION) || n.starts_with(ERROR))
+}
+
+/// An exception or an error read from the upstream, written again as the message it came as:
+/// an exception its type and JSON payload, an error its code and message. Nothing is appended
+/// for another name, nor for what cannot be framed (over 4 GiB: never under the policy's limit).
+pub(crate) fn write_exception(name: &str, data: &str, out: &mut Vec<u8>) {
+    let _ = if let Some(kind) = name.strip_prefix(EXCEPTION) {
+        eventstream::encode_exception(out, kind, data.as_bytes())
+    } else if let Some(code) = name.strip_prefix(ERROR) {
+        eventstream::encode(
+            out,
+            &[
+                (eventstream::MESSAGE_TYPE, "error"),
+                (eventstream::ERROR_CODE, code),
+                (eventstream::ERROR_MESSAGE, data),
+            ],
+            b"",
+        )
+    } else {
+        Ok(())
+    };
+}
+
 /// The bytes cannot be read in the stream's framing. Never quotes the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BadFraming;
@@ -280,5 +306,32 @@ mod tests {
             Err(BadFraming),
             "a stream ending inside a message"
         );
+    }
+
+    #[test]
+    fn exceptions_and_errors_are_written_as_they_came() {
+        let mut out = Vec::new();
+        write_exception(
+            "exception:modelStreamErrorException",
+            r#"{"message":"m"}"#,
+            &mut out,
+        );
+        write_exception("error:InternalFailure", "broke", &mut out);
+        write_exception("ping", "{}", &mut out);
+        let mut read = Vec::new();
+        let mut decoder = eventstream::Decoder::new(1 << 16);
+        decoder.push(&out, &mut read).expect("frames");
+        decoder.finish().expect("whole messages");
+        assert_eq!(read.len(), 2, "nothing for another name");
+        assert_eq!(read[0].exception_type(), Some("modelStreamErrorException"));
+        assert_eq!(read[0].payload, br#"{"message":"m"}"#);
+        assert_eq!(read[1].message_type(), Some("error"));
+        assert_eq!(
+            read[1].string(eventstream::ERROR_CODE),
+            Some("InternalFailure")
+        );
+        assert_eq!(read[1].string(eventstream::ERROR_MESSAGE), Some("broke"));
+        assert!(is_exception(Some("exception:x")) && is_exception(Some("error:y")));
+        assert!(!is_exception(Some("ping")) && !is_exception(None));
     }
 }

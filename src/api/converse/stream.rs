@@ -40,7 +40,7 @@ use crate::eventstream;
 use crate::sse;
 use crate::stream::event::Ev;
 use crate::stream::format::{Format, Lane, TextIn, TextKind, Unit, Unreadable};
-use crate::stream::framing::{Framing, ERROR, EXCEPTION};
+use crate::stream::framing::{self, Framing};
 use crate::stream::template::span_in;
 use crate::stream::util::{self, str_at, u64_at};
 
@@ -223,7 +223,7 @@ impl Format for Converse {
 
     fn read(&mut self, event: sse::Event) -> Result<Unit, Unreadable> {
         let name = event.event.clone().ok_or(Unreadable)?;
-        if name.starts_with(EXCEPTION) || name.starts_with(ERROR) {
+        if framing::is_exception(Some(&name)) {
             // Bedrock's error in the stream (boto3 raises it): the round's end, passed as it came.
             let ev = Ev::unchanged(event.event, event.data, None);
             return Ok(Unit::new(ev, Lane::End));
@@ -248,18 +248,8 @@ impl Format for Converse {
     fn write(&mut self, ev: Ev, out: &mut Vec<u8>) {
         let name = ev.name.as_deref().unwrap_or_default();
         let data = payload(&ev);
-        // Nothing is appended for what cannot be framed (over 4 GiB): never the case under the limit.
-        if let Some(kind) = name.strip_prefix(EXCEPTION) {
-            let _ = eventstream::encode_exception(out, kind, data.as_bytes());
-            return;
-        }
-        if let Some(code) = name.strip_prefix(ERROR) {
-            let headers = [
-                (eventstream::MESSAGE_TYPE, "error"),
-                (eventstream::ERROR_CODE, code),
-                (eventstream::ERROR_MESSAGE, data.as_ref()),
-            ];
-            let _ = eventstream::encode(out, &headers, b"");
+        if framing::is_exception(Some(name)) {
+            framing::write_exception(name, &data, out);
             return;
         }
         let index = u64_at(ev.data(), "/contentBlockIndex");

@@ -6,6 +6,7 @@ use super::*;
 use crate::api::Api;
 use crate::config::Policy;
 use crate::stream::caller;
+use crate::stream::framing::EXCEPTION;
 use crate::stream::Hold;
 
 const IBAN_POLICY: &str = r#"{"default_agent": "a", "agents": {"a": {"published": "1", "versions": {"1": {
