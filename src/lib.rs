@@ -34,7 +34,5 @@ pub mod tools;
 pub mod turn;
 pub mod verdict;
 
-#[cfg(not(target_arch = "wasm32"))]
-mod native;
 #[cfg(target_os = "wasi")]
 mod proxy;

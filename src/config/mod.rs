@@ -211,6 +211,30 @@ impl fmt::Display for ConfigError {
 pub use livecheck_wire::valid_token;
 
 impl Policy {
+    /// The names of every counter the policy's checks and tool rows can bump, in every version of
+    /// every agent (a host that defines counters up front defines these).
+    pub fn counter_names(&self) -> std::collections::BTreeSet<&str> {
+        let mut names = std::collections::BTreeSet::new();
+        for agent in self.agents.values() {
+            for version in std::iter::once(&agent.published).chain(agent.versions.values()) {
+                let checks = version.checks.iter().map(|c| &c.counters);
+                let rows = version.tools.rows.iter().map(|r| &r.counters);
+                for counters in checks
+                    .chain(rows)
+                    .chain(std::iter::once(&version.tools.allowed_counters))
+                {
+                    names.extend(
+                        counters
+                            .iter()
+                            .map(String::as_str)
+                            .filter(|n| !n.is_empty()),
+                    );
+                }
+            }
+        }
+        names
+    }
+
     /// Parses and compiles a plugin configuration; every problem found is returned.
     pub fn from_json(bytes: &[u8]) -> Result<Policy, Vec<ConfigError>> {
         let mut errors = Vec::new();

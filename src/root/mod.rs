@@ -25,6 +25,18 @@ pub const TICK_MS: u32 = 200;
 /// How long the sidecar has to store one report before it is sent again.
 pub const REPORT_TIMEOUT_MS: u64 = 5_000;
 
+/// The counters whose names do not come from the policy (a check's and a tool row's come from
+/// [`crate::config::Policy::counter_names`]). A host that must define counters up front (the
+/// dynamic module's Envoy freezes them after the configuration) defines these and the policy's.
+pub const FIXED_COUNTERS: [&str; 6] = [
+    "livecheck.reports.dropped",
+    "livecheck.reports.lost",
+    "livecheck.reports.refused",
+    "livecheck.reports.retried",
+    crate::turn::UNREAD_FORWARDED,
+    crate::turn::UNREAD_REFUSED,
+];
+
 /// What the root and every stream of one VM share: the outbox of turn reports, the timers the
 /// streams asked for, and the VM's entry in the shared count of undelivered reports.
 #[derive(Debug, Default)]
@@ -156,6 +168,18 @@ impl Root {
         self.keep_ledger(host, now);
         self.close_due_streams(host, now);
         self.release_due_headers(host, now);
+    }
+
+    /// A finished turn's report handed to the root by a stream of another thread (the dynamic
+    /// module's streams run on Envoy's workers, its root on the main thread): it joins the outbox
+    /// and leaves on a later tick, or is dropped and counted when the outbox is full.
+    pub fn take_report(&mut self, host: &mut impl RootHost, job: Job) {
+        let queued = self.vm.outbox.borrow_mut().push(job);
+        if queued {
+            self.vm.publish(host);
+        } else {
+            host.count("livecheck.reports.dropped", 1);
+        }
     }
 
     /// The sidecar's answer to the turn report callout `token`: a 2xx means stored, a 4xx that it

@@ -29,6 +29,7 @@ use crate::recovery::{self, Next, Recovery, Source};
 use crate::stream::{CutWhy, Hold, Rewriter, Step};
 use crate::verdict::{decide, judged_stops, Reading};
 use context::Ctx;
+pub use question::{UNREAD_FORWARDED, UNREAD_REFUSED};
 
 pub struct Turn {
     policy: Rc<Policy>,

@@ -19,6 +19,7 @@ from typing import Callable, Optional
 import http_sfv
 import httpx2 as httpx
 
+from envoy_process import DELIVERY
 from upstream_double import Answer, UpstreamDouble
 
 EVENT_DELAY = 0.05
@@ -494,9 +495,11 @@ BEFORE_MATCH = "Pay to "
 NEVER_SENT = [b"NL9", b"1ABNA04", b"17164300", b"ABNA", b"0417", IBAN.encode(), b"today"]
 
 
-# After a cut (docs/cut-matrix.md) the Chat SDK calls end at `data: [DONE]`; the Anthropic and Responses
-# calls read on to the end of the body and raise a connection error on the reset after the closing events.
-ENDS_AT_CLOSING_EVENTS = {"chat"}
+# After a cut (docs/cut-matrix.md) through the wasm filter the Chat SDK calls end at `data: [DONE]`; the
+# Anthropic and Responses calls read on to the end of the body and raise a connection error on the reset
+# after the closing events. The dynamic module ends the response itself after the closing events, so
+# every SDK call ends normally (docs/design/028-native-module.md).
+ENDS_AT_CLOSING_EVENTS = {"chat"} if DELIVERY == "wasm" else {"anthropic", "chat", "responses"}
 
 
 def is_connection_error(e: BaseException) -> bool:
@@ -507,8 +510,9 @@ def is_connection_error(e: BaseException) -> bool:
 
 
 def assert_the_sdk_call_ended_as_after_a_cut(vendor: str, raised: Optional[BaseException]) -> None:
-    """What an SDK call does once a stream was cut (closing events, then a reset): the Chat calls return,
-    the Anthropic and Responses calls raise a connection error."""
+    """What an SDK call does once a stream was cut: through the wasm filter (closing events, then a reset)
+    the Chat calls return, the Anthropic and Responses calls raise a connection error; through the module
+    (closing events, then the end of the response) every call returns."""
     if vendor in ENDS_AT_CLOSING_EVENTS:
         assert raised is None, repr(raised)
     else:

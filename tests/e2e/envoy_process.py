@@ -39,6 +39,52 @@ WASM_PACKAGES = {"livecheck.wasm": REPO, "fidelity_filter.wasm": REPO / "tests" 
                  "noop_filter.wasm": REPO / "benches" / "noop-filter"}
 
 
+# Which delivery of livecheck the tests run: the proxy-wasm filter ("wasm", envoy/livecheck.yaml) or the
+# dynamic module ("module", target/envoy-module/liblivecheck.so, as envoy/livecheck-native.yaml loads it).
+# `make e2e` runs the suite once per delivery; a test of what only one delivery does is marked
+# `wasm_only` or `module_only` (conftest.py skips it under the other).
+DELIVERY = os.environ.get("LIVECHECK_DELIVERY", "wasm")
+if DELIVERY not in ("wasm", "module"):
+    raise ValueError(f"LIVECHECK_DELIVERY={DELIVERY!r}: expected wasm or module")
+# Where Envoy puts a filter's own counters: a wasm filter's under `wasmcustom.`, a module's under
+# `dynamicmodulescustom.` (Envoy's DynamicModuleHttpFilterConfig stats namespace).
+STATS = "dynamicmodulescustom." if DELIVERY == "module" else "wasmcustom."
+MODULE_FILTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter"
+# The key render_config leaves for Envoy(): the process environment a module reads (a wasm VM's
+# `environment_variables` are the config's own); popped before the config is written.
+ENV_KEY = "__livecheck_process_env"
+
+
+def module_path() -> pathlib.Path:
+    """The built dynamic module (`make module`), refused when missing or older than its sources."""
+    path = REPO / "target" / "envoy-module" / "liblivecheck.so"
+    how = "run `make module`"
+    if not path.is_file():
+        raise StaleWasm(f"{path} is missing: {how}")
+    built = path.stat().st_mtime
+    dep_info = REPO / "target" / "x86_64-unknown-linux-gnu" / "envoy-module" / "liblivecheck_native.d"
+    listed = _dep_info_sources(dep_info) or []
+    sources = [REPO / "Cargo.lock", REPO / "native" / "Cargo.toml", REPO / "Cargo.toml", *listed]
+    newer = [(p.stat().st_mtime, p) for p in sources if p.is_file() and p.stat().st_mtime > built]
+    if newer:
+        raise StaleWasm(f"{path} is older than {max(newer)[1]}: {how}")
+    return path
+
+
+def module_filter(policy: str, module: Optional[pathlib.Path] = None) -> dict:
+    """The HTTP filter that loads livecheck as a dynamic module with `policy` (envoy/livecheck-native.yaml's)."""
+    return {
+        "name": "envoy.filters.http.dynamic_modules",
+        "typed_config": {
+            "@type": MODULE_FILTER_TYPE,
+            "dynamic_module_config": {"module": {"local": {"filename": str(module or module_path())}},
+                                      "do_not_close": True},
+            "filter_name": "livecheck",
+            "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": policy},
+        },
+    }
+
+
 def wasm_path(name: str) -> pathlib.Path:
     """A built .wasm, refused when it is missing or older than its sources (as the harness's
     `fresh_wasm` does), so no test runs something stale or nothing."""
@@ -151,6 +197,7 @@ def render_config(
     `environment` becomes the VM's `vm_config.environment_variables.key_values`.
     """
     config = copy.deepcopy(yaml.safe_load(LIVECHECK_YAML.read_text()))
+    as_module = DELIVERY == "module" and wasm.name == "livecheck.wasm"
     config["admin"]["address"]["socket_address"]["port_value"] = 0
     (listener,) = config["static_resources"]["listeners"]
     listener["address"]["socket_address"]["port_value"] = 0
@@ -170,6 +217,11 @@ def render_config(
     plugin["failure_policy"] = failure_policy
     if environment is not None:
         plugin["vm_config"]["environment_variables"] = {"key_values": dict(environment)}
+    if as_module:
+        filters = hcm["typed_config"]["http_filters"]
+        filters[filters.index(wasm_filter)] = module_filter(plugin["configuration"]["value"])
+        if environment is not None:
+            config[ENV_KEY] = dict(environment)
     if one_request_per_connection:
         hcm["typed_config"].setdefault("common_http_protocol_options", {})["max_requests_per_connection"] = 1
 
@@ -241,6 +293,8 @@ class Envoy:
 
     def __init__(self, config: dict, workdir: pathlib.Path, env: Optional[dict[str, str]] = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
+        config = dict(config)
+        env = {**(env or {}), **config.pop(ENV_KEY, {})}
         self.config_path = workdir / "envoy.json"
         self.config_path.write_text(json.dumps(config, indent=1))
         self.log_path = workdir / "envoy.log"
@@ -254,7 +308,7 @@ class Envoy:
                 "--disable-hot-restart",
                 "--concurrency", "1",
                 "--log-level", "info",
-                "--component-log-level", "wasm:debug",
+                "--component-log-level", "wasm:debug,dynamic_modules:debug",
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,

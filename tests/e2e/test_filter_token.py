@@ -27,7 +27,7 @@ import openai
 import pytest
 
 from cut_support import x_core_check
-from envoy_process import Envoy, JudgeSidecar, render_config, wasm_path
+from envoy_process import STATS, Envoy, JudgeSidecar, render_config, wasm_path
 from judge_backend_double import FAIL_MARKER
 from tool_check_support import wait_for
 from upstream_double import Answer
@@ -128,7 +128,7 @@ def _judge_401s(envoy: Envoy) -> int:
 
 def _reports_refused(envoy: Envoy) -> int:
     """Turn reports the sidecar refused (4xx, dropped, never sent again), as the filter counts them."""
-    name = "wasmcustom.livecheck.reports.refused"
+    name = f"{STATS}livecheck.reports.refused"
     return envoy.stats(name).get(name, 0)
 
 

@@ -28,7 +28,7 @@ import openai
 import pytest
 
 from cut_support import VENDOR_EVENTS, VENDOR_PATH, Tee, anthropic_final, anthropic_iter, chat_iter, responses_iter, x_core_check
-from envoy_process import Envoy, JudgeSidecar, envoy_for_judge
+from envoy_process import STATS, Envoy, JudgeSidecar, envoy_for_judge
 from judge_backend_double import FAIL_MARKER, SLOW_MARKER, JudgeBackendDouble
 import raw_client
 from upstream_double import Answer
@@ -420,7 +420,7 @@ def test_a_held_stream_past_max_body_bytes_streams_on_unjudged_when_its_judged_c
     judge = JudgeSidecar(tmp_path / "judge", _backends(judge_backend))
     envoy = envoy_for_judge(judge, double.port, config, tmp_path)
     words = [f"Your order {i} ships tomorrow. " for i in range(600)]
-    errored = "wasmcustom.livecheck.tone.polite-out.errored"
+    errored = f"{STATS}livecheck.tone.polite-out.errored"
     try:
         double.script(default=Answer(headers=SSE_HEADERS, body_chunks=VENDOR_EVENTS["chat"](0, words=words),
                                      chunk_delay=0.001))

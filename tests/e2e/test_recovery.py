@@ -17,7 +17,7 @@ import anthropic
 import openai
 import pytest
 
-from envoy_process import Envoy, JudgeSidecar, envoy_for_judge
+from envoy_process import STATS, Envoy, JudgeSidecar, envoy_for_judge
 from upstream_double import Answer
 
 RULE = "Never state a bank account number."
@@ -250,7 +250,7 @@ def test_a_streamed_turn_gets_the_passing_answer_as_events(stack, double, vendor
 @vendors
 def test_when_no_attempt_passes_the_first_stop_is_named(stack, double, vendor):
     double.script(sequence=[_json(_answer(vendor, FORBIDDEN)), _json(_answer(vendor, ANOTHER_FORBIDDEN))])
-    failed = "wasmcustom.livecheck.pay.no-iban.failed"
+    failed = f"{STATS}livecheck.pay.no-iban.failed"
     before = stack.envoy.stats(failed).get(failed, 0)
     raw, text, usage = _create(stack.envoy, vendor)
     assert text == BLOCKED

@@ -17,12 +17,12 @@ import json
 import httpx2 as httpx
 import pytest
 
-from envoy_process import JudgeSidecar
+from envoy_process import STATS, JudgeSidecar
 from tool_check_support import (API_TOKEN, API_TOKEN_ENV, JUDGE_OWN_KEY, JUDGE_OWN_KEY_ENV, judge_backends,
                                 stack_owning, wait_for, x_core_check)
 from upstream_double import Answer
 
-DROPPED = "wasmcustom.livecheck.reports.dropped"
+DROPPED = f"{STATS}livecheck.reports.dropped"
 OUTBOX_BYTES = 16 << 20  # src/outbox.rs MAX_BYTES
 TEXT_BYTES = 6 << 20  # more than a third of the outbox, at most half
 BLOCKED = "Not here."

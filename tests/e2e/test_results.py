@@ -43,7 +43,7 @@ import anthropic
 import openai
 import pytest
 
-from envoy_process import Envoy, JudgeSidecar, envoy_for_judge
+from envoy_process import STATS, Envoy, JudgeSidecar, envoy_for_judge
 from judge_backend_double import FAIL_MARKER
 from webhook_receiver_double import Delivery, WebhookReceiver
 from upstream_double import Answer
@@ -463,7 +463,7 @@ def test_the_summary_counts_each_checks_outcomes(stack, double):
 
 def _report_counter(envoy: Envoy, name: str) -> int:
     """The filter's counter as Envoy's admin names it (`wasmcustom.` + the filter's name); 0 until defined."""
-    return envoy.stats("wasmcustom.livecheck.reports.").get(f"wasmcustom.livecheck.reports.{name}", 0)
+    return envoy.stats(f"{STATS}livecheck.reports.").get(f"{STATS}livecheck.reports.{name}", 0)
 
 
 def _retried(envoy: Envoy) -> int:
@@ -524,7 +524,7 @@ def test_results_survive_a_sidecar_outage_exactly_once(fresh_stack, double):
     assert sum(i["passed"] + i["failed"] + i["errored"] for i in counts.values()) == total, (total, counts)
     assert counts["no-passwords"]["failed"] == 7 and counts["no-classified"]["failed"] == 7
     assert _retried(s.envoy) >= retried_while_down > 0
-    assert "wasmcustom.livecheck.reports.retried" in s.envoy.stats("wasmcustom.")
+    assert f"{STATS}livecheck.reports.retried" in s.envoy.stats(f"{STATS}")
     assert (_report_counter(s.envoy, "refused"), _report_counter(s.envoy, "dropped")) == (0, 0)
     print(f"outage: {len(sent)} turns, {total} results, retried={_retried(s.envoy)}, "
           f"all stored {stored_after:.2f}s after the restart")

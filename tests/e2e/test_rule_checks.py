@@ -32,7 +32,7 @@ import http_sfv
 import openai
 import pytest
 
-from envoy_process import REPO, SEED_CONFIG, Envoy, envoy_binary, render_config, wasm_path
+from envoy_process import STATS, REPO, SEED_CONFIG, Envoy, envoy_binary, render_config, wasm_path
 from upstream_double import Answer
 
 SEED = json.loads(SEED_CONFIG.read_text())
@@ -264,7 +264,7 @@ def test_an_answer_with_an_iban_is_withheld_with_usage_kept(livecheck_envoy, dou
     upstream = vendor.answer(FORBIDDEN_ANSWER)
     double.script(default=_json_answer(upstream))
 
-    failed = "wasmcustom.livecheck.orders.no-iban.failed"
+    failed = f"{STATS}livecheck.orders.no-iban.failed"
     before = livecheck_envoy.stats(failed).get(failed, 0)
     raw = vendor.create(livecheck_envoy, CLEAN_QUESTION, False)
     body = raw.http_response.read()
@@ -504,7 +504,7 @@ def test_counters_are_on_the_prometheus_endpoint(livecheck_envoy, double):
     ANTHROPIC.create(livecheck_envoy, CLEAN_QUESTION, False).parse()  # no-passwords passed, no-iban passed
 
     after = _prometheus(livecheck_envoy)
-    json_stats = livecheck_envoy.stats("wasmcustom.livecheck.")
+    json_stats = livecheck_envoy.stats(f"{STATS}livecheck.")
     expected_delta = {
         ("no-passwords", "passed"): 2,
         ("no-passwords", "failed"): 1,
@@ -517,7 +517,7 @@ def test_counters_are_on_the_prometheus_endpoint(livecheck_envoy, double):
         assert after["types"][name] == "counter"
         assert after["samples"][name] - before.get(name, 0) == delta, name
         # the same counter as Envoy's own stats name it
-        assert after["samples"][name] == json_stats[f"wasmcustom.livecheck.orders.{check}.{outcome}"]
+        assert after["samples"][name] == json_stats[f"{STATS}livecheck.orders.{check}.{outcome}"]
     assert after["samples"]["livecheck_orders_no_passwords_failed"] >= 1
 
 

@@ -41,7 +41,7 @@ from cut_support import (
     assert_the_sdk_call_ended_as_after_a_cut,
     x_core_check,
 )
-from envoy_process import Envoy
+from envoy_process import STATS, Envoy
 from upstream_double import Answer, UpstreamDouble, Written
 
 # What a vendor's closing events carry, to see they arrived before any connection error.
@@ -236,7 +236,7 @@ def test_a_compressed_stream_is_refused_as_errored_in_the_callers_shape(rules_en
     X-Core-Check naming the blocking check as errored, no content-encoding, the blocked reply as the
     vendor's refusal events, nothing of the compressed body, and the stream closed as after a cut."""
     vendor = EVERY_SDK_PATH[sdk][0]
-    errored = "wasmcustom.livecheck.a.no-iban.errored"
+    errored = f"{STATS}livecheck.a.no-iban.errored"
     before = rules_envoy.stats(errored).get(errored, 0)
     r = run(rules_envoy, double, sdk, "http1", FORBIDDEN,
             headers={"content-type": "text/event-stream", "content-encoding": "gzip"},

@@ -33,6 +33,8 @@ received, the rest of the body after the SDK stopped reading included, is search
 
 from __future__ import annotations
 
+from envoy_process import STATS
+
 import dataclasses
 import json
 import time
@@ -382,7 +384,7 @@ def turn(stack, double, vendor: str, stream: bool, cases: list, messages: Option
 
 def _outcomes(stack) -> dict:
     """The filter's denying outcomes by row (`<row>.failed` / `<row>.errored`), as Envoy counts them."""
-    prefix = f"wasmcustom.livecheck.{AGENT}."
+    prefix = f"{STATS}livecheck.{AGENT}."
     return {name[len(prefix):]: value for name, value in stack.envoy.stats(prefix).items()
             if name.endswith((".failed", ".errored"))}
 

@@ -14,6 +14,8 @@ Harness counterpart: tests/tool_checks.rs (`RECOVERING`).
 
 from __future__ import annotations
 
+from envoy_process import STATS
+
 import json
 
 import pytest
@@ -69,7 +71,7 @@ def recovering_turn(stack, double, vendor: str, stream: bool, answers: list) -> 
 
 
 def row_counters(stack) -> dict:
-    prefix = f"wasmcustom.livecheck.{AGENT}.no-billing."
+    prefix = f"{STATS}livecheck.{AGENT}.no-billing."
     return {name[len(prefix):]: value for name, value in stack.envoy.stats(prefix).items()}
 
 

@@ -18,12 +18,12 @@ import time
 import pytest
 
 import raw_client
-from envoy_process import REPO, SEED_CONFIG, Envoy, free_port, fresh_wasm, render_config, wasm_path
+from envoy_process import STATS, REPO, SEED_CONFIG, Envoy, free_port, fresh_wasm, render_config, wasm_path
 from tool_check_support import wait_for
 from upstream_double import Answer
 
 FAULTS_DIR = REPO / "target" / "wasm32-wasip1" / "faults"
-LOST = "wasmcustom.livecheck.reports.lost"
+LOST = f"{STATS}livecheck.reports.lost"
 CHAT = "/v1/chat/completions"
 
 

@@ -1,0 +1,804 @@
+//! Everything unsafe in the module, and nothing else: the hooks Envoy calls, each catching a panic,
+//! and the callbacks into Envoy, each wrapped as a safe call on [`Filter`] or [`ConfigEnvoy`].
+//!
+//! What the rest of the module may rely on:
+//! - a [`Filter`] is only used on its stream's worker, between `on_http_filter_new` and
+//!   `on_http_filter_destroy` (Envoy's filter object lives that long);
+//! - bytes Envoy lends ([`EnvoyBuffer`]) are copied before the hook that lent them returns;
+//! - a hook that Envoy calls again while the same stream's hook runs (a body the module sends
+//!   itself goes through its own encoder hook) passes the data on untouched instead of borrowing
+//!   the stream twice;
+//! - a panic in a hook fails that stream only (`Stream::fail`), never Envoy.
+
+use std::cell::{Cell, RefCell};
+use std::ffi::c_char;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Once};
+
+use crate::abi::*;
+use crate::config::Config;
+use crate::stream::{After, Reply, Stream};
+
+fn module_buffer(bytes: &[u8]) -> ModuleBuffer {
+    ModuleBuffer {
+        ptr: bytes.as_ptr().cast(),
+        length: bytes.len(),
+    }
+}
+
+fn module_headers(headers: &[(&str, &str)]) -> Vec<ModuleHttpHeader> {
+    headers
+        .iter()
+        .map(|(k, v)| ModuleHttpHeader {
+            key_ptr: k.as_ptr().cast(),
+            key_length: k.len(),
+            value_ptr: v.as_ptr().cast(),
+            value_length: v.len(),
+        })
+        .collect()
+}
+
+/// The bytes of an Envoy buffer, copied.
+///
+/// # Safety
+/// `buffer` must be one Envoy handed over in the current hook (valid until it returns).
+unsafe fn copied(buffer: EnvoyBuffer) -> Vec<u8> {
+    if buffer.ptr.is_null() || buffer.length == 0 {
+        return Vec::new();
+    }
+    // SAFETY: Envoy lends `length` bytes at `ptr` for the current hook (abi.h, envoy_buffer).
+    unsafe { std::slice::from_raw_parts(buffer.ptr.cast::<u8>(), buffer.length) }.to_vec()
+}
+
+/// Logs through Envoy's `dynamic_modules` logger (any thread).
+pub fn log(level: LogLevel, message: &str) {
+    // SAFETY: the message is borrowed for the call only; Envoy copies it.
+    unsafe { envoy_dynamic_module_callback_log(level, module_buffer(message.as_bytes())) }
+}
+
+/// Whether Envoy runs in `--mode validate` (main thread, during configuration).
+pub fn validation_mode() -> bool {
+    // SAFETY: no arguments; called from config_new on the main thread, as the ABI asks.
+    unsafe { envoy_dynamic_module_callback_is_validation_mode() }
+}
+
+/// One HTTP stream's Envoy filter. Only valid on its worker while the stream lives (see the module
+/// comment); the adapter keeps it in the stream's own state and nowhere else.
+#[derive(Debug, Clone, Copy)]
+pub struct Filter(FilterEnvoyPtr);
+
+impl Filter {
+    /// The first value of header `name` in the map `which`, copied.
+    pub fn header(self, which: HeaderType, name: &str) -> Option<Vec<u8>> {
+        let mut value = EnvoyBuffer {
+            ptr: std::ptr::null(),
+            length: 0,
+        };
+        // SAFETY: the filter is live (module comment); `value` is written by Envoy and read before
+        // this call returns; a null `optional_size` is allowed.
+        let found = unsafe {
+            envoy_dynamic_module_callback_http_get_header(
+                self.0,
+                which,
+                module_buffer(name.as_bytes()),
+                &mut value,
+                0,
+                std::ptr::null_mut(),
+            )
+        };
+        // SAFETY: `value` was handed over by Envoy in this hook.
+        (found && !value.ptr.is_null()).then(|| unsafe { copied(value) })
+    }
+
+    /// Sets (`Some`) or removes (`None`) header `name` in the map `which`.
+    pub fn set_header(self, which: HeaderType, name: &str, value: Option<&str>) -> bool {
+        let value = match value {
+            Some(v) => module_buffer(v.as_bytes()),
+            None => ModuleBuffer {
+                ptr: std::ptr::null(),
+                length: 0,
+            },
+        };
+        // SAFETY: the filter is live; both buffers are borrowed for the call (Envoy copies them).
+        unsafe {
+            envoy_dynamic_module_callback_http_set_header(
+                self.0,
+                which,
+                module_buffer(name.as_bytes()),
+                value,
+            )
+        }
+    }
+
+    pub fn body_size(self, which: BodyType) -> usize {
+        // SAFETY: the filter is live; Envoy answers 0 for a body it has not.
+        unsafe { envoy_dynamic_module_callback_http_get_body_size(self.0, which) }
+    }
+
+    /// Appends body `which` to `out`, slice by slice as Envoy holds it; `false` when Envoy has no
+    /// such body now.
+    pub fn read_body(self, which: BodyType, out: &mut Vec<u8>) -> bool {
+        // SAFETY: the filter is live.
+        let count =
+            unsafe { envoy_dynamic_module_callback_http_get_body_chunks_size(self.0, which) };
+        if count == 0 {
+            return true;
+        }
+        let mut chunks = vec![
+            EnvoyBuffer {
+                ptr: std::ptr::null(),
+                length: 0
+            };
+            count
+        ];
+        // SAFETY: `chunks` has room for the `count` slices Envoy reported a moment ago, in the
+        // same hook.
+        let read = unsafe {
+            envoy_dynamic_module_callback_http_get_body_chunks(self.0, which, chunks.as_mut_ptr())
+        };
+        if !read {
+            return false;
+        }
+        for chunk in chunks {
+            if !chunk.ptr.is_null() && chunk.length > 0 {
+                // SAFETY: a slice of Envoy's buffer, valid until the body changes or the hook ends.
+                out.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(chunk.ptr.cast::<u8>(), chunk.length)
+                });
+            }
+        }
+        true
+    }
+
+    pub fn drain_body(self, which: BodyType, bytes: usize) -> bool {
+        // SAFETY: the filter is live.
+        unsafe { envoy_dynamic_module_callback_http_drain_body(self.0, which, bytes) }
+    }
+
+    pub fn append_body(self, which: BodyType, data: &[u8]) -> bool {
+        // SAFETY: the filter is live; `data` is borrowed for the call (Envoy copies it).
+        unsafe {
+            envoy_dynamic_module_callback_http_append_body(self.0, which, module_buffer(data))
+        }
+    }
+
+    /// Envoy's `sendLocalReply`. It runs the reply through this filter's encoder hooks before
+    /// returning: never call it while the stream is borrowed.
+    pub fn send_response(self, reply: &Reply) {
+        let headers: Vec<(&str, &str)> = reply
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let mut headers = module_headers(&headers);
+        // SAFETY: the filter is live; headers, body and details are borrowed for the call.
+        unsafe {
+            envoy_dynamic_module_callback_http_send_response(
+                self.0,
+                reply.status,
+                headers.as_mut_ptr(),
+                headers.len(),
+                module_buffer(&reply.body),
+                module_buffer(b"livecheck"),
+            );
+        }
+    }
+
+    /// Sends `data` to the caller, ending the response when `end_stream`
+    /// (`decoder_callbacks->encodeData`).
+    pub fn send_data(self, data: &[u8], end_stream: bool) {
+        // SAFETY: the filter is live; `data` is copied by Envoy.
+        unsafe {
+            envoy_dynamic_module_callback_http_send_response_data(
+                self.0,
+                module_buffer(data),
+                end_stream,
+            );
+        }
+    }
+
+    pub fn continue_decoding(self) {
+        // SAFETY: the filter is live.
+        unsafe { envoy_dynamic_module_callback_http_filter_continue_decoding(self.0) }
+    }
+
+    pub fn continue_encoding(self) {
+        // SAFETY: the filter is live.
+        unsafe { envoy_dynamic_module_callback_http_filter_continue_encoding(self.0) }
+    }
+
+    /// Resets the stream; Envoy calls no hook of it but destroy after this.
+    pub fn reset(self) {
+        // SAFETY: the filter is live; the details are borrowed for the call.
+        unsafe {
+            envoy_dynamic_module_callback_http_filter_reset_stream(
+                self.0,
+                RESET_LOCAL,
+                module_buffer(b"livecheck"),
+            );
+        }
+    }
+
+    /// Sends an HTTP callout; its answer comes to `on_http_filter_http_callout_done`.
+    pub fn callout(
+        self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Option<u64> {
+        let mut headers = module_headers(headers);
+        let mut id = 0u64;
+        // SAFETY: the filter is live; `id` is written by Envoy; the rest is borrowed for the call.
+        let result = unsafe {
+            envoy_dynamic_module_callback_http_filter_http_callout(
+                self.0,
+                &mut id,
+                module_buffer(cluster.as_bytes()),
+                headers.as_mut_ptr(),
+                headers.len(),
+                module_buffer(body),
+                timeout_ms,
+            )
+        };
+        (result == CALLOUT_INIT_SUCCESS).then_some(id)
+    }
+
+    pub fn increment(self, counter: usize, by: u64) {
+        // SAFETY: the filter is live; no labels.
+        unsafe {
+            envoy_dynamic_module_callback_http_filter_increment_counter(
+                self.0,
+                counter,
+                std::ptr::null_mut(),
+                0,
+                by,
+            );
+        }
+    }
+}
+
+/// Envoy's object for one filter configuration: used on the main thread only (configuration,
+/// counters, report callouts), carried by the worker-side state without being used there.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigEnvoy(FilterConfigEnvoyPtr);
+
+// SAFETY: the pointer is only dereferenced by Envoy, in calls the module makes from the main
+// thread (config hooks and the config's scheduled and callout hooks); Envoy keeps the object alive
+// until `on_http_filter_config_destroy`, after which the module makes no such call.
+unsafe impl Send for ConfigEnvoy {}
+// SAFETY: as for `Send`: shared references never lead to a call off the main thread.
+unsafe impl Sync for ConfigEnvoy {}
+
+impl ConfigEnvoy {
+    /// Defines counter `name` (only while Envoy creates the configuration).
+    pub fn define_counter(self, name: &str) -> Option<usize> {
+        let mut id = 0usize;
+        // SAFETY: main thread, during config_new; `id` is written by Envoy; no labels.
+        let result = unsafe {
+            envoy_dynamic_module_callback_http_filter_config_define_counter(
+                self.0,
+                module_buffer(name.as_bytes()),
+                std::ptr::null_mut(),
+                0,
+                &mut id,
+            )
+        };
+        (result == METRICS_SUCCESS).then_some(id)
+    }
+
+    pub fn increment(self, counter: usize, by: u64) {
+        // SAFETY: main thread (see the `Send` reason); no labels.
+        unsafe {
+            envoy_dynamic_module_callback_http_filter_config_increment_counter(
+                self.0,
+                counter,
+                std::ptr::null_mut(),
+                0,
+                by,
+            );
+        }
+    }
+
+    /// Sends a callout from the configuration (main thread): it outlives every stream, as a turn
+    /// report must. Answered in `on_http_filter_config_http_callout_done`.
+    pub fn callout(
+        self,
+        cluster: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout_ms: u64,
+    ) -> Option<u64> {
+        let mut headers = module_headers(headers);
+        let mut id = 0u64;
+        // SAFETY: main thread; `id` is written by Envoy; the rest is borrowed for the call.
+        let result = unsafe {
+            envoy_dynamic_module_callback_http_filter_config_http_callout(
+                self.0,
+                &mut id,
+                module_buffer(cluster.as_bytes()),
+                headers.as_mut_ptr(),
+                headers.len(),
+                module_buffer(body),
+                timeout_ms,
+            )
+        };
+        (result == CALLOUT_INIT_SUCCESS).then_some(id)
+    }
+
+    /// A scheduler that wakes this configuration on the main thread from any thread.
+    pub fn scheduler(self) -> Option<ConfigScheduler> {
+        // SAFETY: main thread, during config_new.
+        let ptr = unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_new(self.0) };
+        (!ptr.is_null()).then_some(ConfigScheduler(ptr))
+    }
+}
+
+/// Wakes a configuration on the main thread (`on_http_filter_config_scheduled`), from any thread.
+#[derive(Debug)]
+pub struct ConfigScheduler(FilterConfigSchedulerPtr);
+
+// SAFETY: `..._config_scheduler_commit` is thread-safe (abi.h: "can be called from any thread");
+// the scheduler is deleted once, on drop, after the thread that commits is joined.
+unsafe impl Send for ConfigScheduler {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for ConfigScheduler {}
+
+impl ConfigScheduler {
+    pub fn commit(&self, event: u64) {
+        // SAFETY: a live scheduler (deleted only on drop); commit is thread-safe.
+        unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_commit(self.0, event) }
+    }
+}
+
+impl Drop for ConfigScheduler {
+    fn drop(&mut self) {
+        // SAFETY: deleted once; no thread commits any more (the config joins its ticker first).
+        unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_delete(self.0) }
+    }
+}
+
+// ---- the hooks ----------------------------------------------------------------------------------
+
+/// What the module gives Envoy for a stream: the stream, borrowed by one hook at a time.
+struct FilterBox {
+    stream: RefCell<Stream>,
+    /// The module is sending the caller bytes of its own (`After::End`): Envoy runs them through
+    /// this filter's encoder hooks, which let them pass.
+    injecting: Cell<bool>,
+}
+
+/// Whether a hook lets bytes the module sends itself pass untouched (the encoder's hooks), or runs
+/// whatever comes (the stream's end, a callout's answer).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Injected {
+    Pass,
+    Run,
+}
+
+/// Runs `hook` on the stream behind `module`, catching a panic: a panicking hook fails the stream
+/// (`failed`'s status) and never unwinds into Envoy. What the hook asked of Envoy that can re-enter
+/// this filter (`After`) is done once the stream is let go, so that a re-entered hook finds it free,
+/// as a wasm filter's does. A hook Envoy calls while another hook of the same stream still holds it
+/// gets `reentered`; so does an encoder hook that carries the module's own bytes (`injected`).
+fn with_stream<T: Copy>(
+    module: FilterModulePtr,
+    injected: Injected,
+    reentered: T,
+    failed: T,
+    hook: impl FnOnce(&mut Stream) -> T,
+) -> T {
+    // SAFETY: `module` is the `FilterBox` this module gave Envoy in `on_http_filter_new`; Envoy
+    // passes it back until `on_http_filter_destroy`.
+    let Some(boxed) = (unsafe { module.cast::<FilterBox>().as_ref() }) else {
+        return failed;
+    };
+    if injected == Injected::Pass && boxed.injecting.get() {
+        return reentered;
+    }
+    let (status, (filter, after)) = {
+        let Ok(mut stream) = boxed.stream.try_borrow_mut() else {
+            return reentered;
+        };
+        let status = match catch_unwind(AssertUnwindSafe(|| hook(&mut stream))) {
+            Ok(status) => status,
+            Err(_) => {
+                stream.fail();
+                failed
+            }
+        };
+        (status, stream.take_after())
+    };
+    for action in after {
+        match action {
+            After::Reply(reply) => filter.send_response(&reply),
+            After::ContinueDecoding => filter.continue_decoding(),
+            After::ContinueEncoding => filter.continue_encoding(),
+            After::End(bytes) => {
+                boxed.injecting.set(true);
+                filter.send_data(&bytes, true);
+                boxed.injecting.set(false);
+            }
+            After::Reset => filter.reset(),
+        }
+    }
+    status
+}
+
+/// Runs `f`, catching a panic (`fallback` then).
+fn guarded<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+}
+
+/// The configuration behind `module`, shared.
+///
+/// # Safety
+/// `module` must be a pointer `on_http_filter_config_new` returned and Envoy has not destroyed.
+unsafe fn config<'a>(module: FilterConfigModulePtr) -> Option<&'a Config> {
+    // SAFETY: per the contract, an `Arc<Config>` this module leaked with `Arc::into_raw`.
+    unsafe { module.cast::<Config>().as_ref() }
+}
+
+static PANIC_HOOK: Once = Once::new();
+
+/// Logs where a panic happened, never its message (it can quote request text).
+fn install_panic_hook() {
+    PANIC_HOOK.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let at = info
+                .location()
+                .map(|l| format!("{}:{}", l.file(), l.line()))
+                .unwrap_or_else(|| "unknown location".to_owned());
+            log(
+                LOG_ERROR,
+                &format!("livecheck panicked at {at}; that stream failed closed"),
+            );
+        }));
+    });
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const c_char {
+    guard_unit(install_panic_hook);
+    ABI_VERSION.as_ptr()
+}
+const _: OnProgramInit = envoy_dynamic_module_on_program_init;
+
+fn guard_unit(f: impl FnOnce()) {
+    guarded((), f);
+}
+
+/// # Safety
+/// Called by Envoy with its config object and buffers valid for the call.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
+    envoy: FilterConfigEnvoyPtr,
+    _name: EnvoyBuffer,
+    config: EnvoyBuffer,
+) -> FilterConfigModulePtr {
+    guarded(std::ptr::null(), || {
+        // SAFETY: Envoy lends the configuration's bytes for this hook.
+        let bytes = unsafe { copied(config) };
+        match Config::new(ConfigEnvoy(envoy), &bytes) {
+            Some(config) => Arc::into_raw(config).cast(),
+            None => std::ptr::null(),
+        }
+    })
+}
+const _: OnHttpFilterConfigNew = envoy_dynamic_module_on_http_filter_config_new;
+
+/// # Safety
+/// `module` is a pointer `config_new` returned, destroyed once.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(
+    module: FilterConfigModulePtr,
+) {
+    if module.is_null() {
+        return;
+    }
+    // SAFETY: the `Arc` leaked by config_new; streams hold their own clones.
+    let config = unsafe { Arc::from_raw(module.cast::<Config>()) };
+    guard_unit(|| config.shut_down());
+}
+const _: OnHttpFilterConfigDestroy = envoy_dynamic_module_on_http_filter_config_destroy;
+
+/// # Safety
+/// `config` is a live pointer `config_new` returned; `filter` is Envoy's new filter.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_new(
+    config: FilterConfigModulePtr,
+    filter: FilterEnvoyPtr,
+) -> FilterModulePtr {
+    if config.is_null() {
+        return std::ptr::null();
+    }
+    // SAFETY: a live `Arc<Config>` leaked by config_new: one more strong count for this stream,
+    // then an owned clone of it.
+    let config = unsafe {
+        Arc::increment_strong_count(config.cast::<Config>());
+        Arc::from_raw(config.cast::<Config>())
+    };
+    guarded(std::ptr::null(), || {
+        let stream = Stream::new(config, Filter(filter));
+        Box::into_raw(Box::new(FilterBox {
+            stream: RefCell::new(stream),
+            injecting: Cell::new(false),
+        }))
+        .cast()
+    })
+}
+const _: OnHttpFilterNew = envoy_dynamic_module_on_http_filter_new;
+
+/// # Safety
+/// `module` is a pointer `filter_new` returned, destroyed once.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: FilterModulePtr) {
+    if module.is_null() {
+        return;
+    }
+    // SAFETY: the box leaked by filter_new; no hook of this stream runs after destroy.
+    let boxed = unsafe { Box::from_raw(module.cast_mut().cast::<FilterBox>()) };
+    guard_unit(|| drop(boxed));
+}
+const _: OnHttpFilterDestroy = envoy_dynamic_module_on_http_filter_destroy;
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
+    _filter: FilterEnvoyPtr,
+    module: FilterModulePtr,
+    end_of_stream: bool,
+) -> HeadersStatus {
+    with_stream(
+        module,
+        Injected::Pass,
+        HEADERS_CONTINUE,
+        HEADERS_STOP_ITERATION,
+        |s| s.request_headers(end_of_stream),
+    )
+}
+const _: OnHttpFilterHeaders = envoy_dynamic_module_on_http_filter_request_headers;
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
+    _filter: FilterEnvoyPtr,
+    module: FilterModulePtr,
+    end_of_stream: bool,
+) -> BodyStatus {
+    with_stream(
+        module,
+        Injected::Pass,
+        BODY_CONTINUE,
+        BODY_STOP_ITERATION_NO_BUFFER,
+        |s| s.request_body(end_of_stream),
+    )
+}
+const _: OnHttpFilterBody = envoy_dynamic_module_on_http_filter_request_body;
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
+    _filter: FilterEnvoyPtr,
+    module: FilterModulePtr,
+) -> TrailersStatus {
+    with_stream(
+        module,
+        Injected::Pass,
+        TRAILERS_CONTINUE,
+        TRAILERS_STOP_ITERATION,
+        Stream::request_trailers,
+    )
+}
+const _: OnHttpFilterTrailers = envoy_dynamic_module_on_http_filter_request_trailers;
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
+    _filter: FilterEnvoyPtr,
+    module: FilterModulePtr,
+    end_of_stream: bool,
+) -> HeadersStatus {
+    with_stream(
+        module,
+        Injected::Pass,
+        HEADERS_CONTINUE,
+        HEADERS_STOP_ITERATION,
+        |s| s.response_headers(end_of_stream),
+    )
+}
+const _: OnHttpFilterHeaders = envoy_dynamic_module_on_http_filter_response_headers;
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
+    _filter: FilterEnvoyPtr,
+    module: FilterModulePtr,
+    end_of_stream: bool,
+) -> BodyStatus {
+    with_stream(
+        module,
+        Injected::Pass,
+        BODY_CONTINUE,
+        BODY_STOP_ITERATION_NO_BUFFER,
+        |s| s.response_body(end_of_stream),
+    )
+}
+const _: OnHttpFilterBody = envoy_dynamic_module_on_http_filter_response_body;
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
+    _filter: FilterEnvoyPtr,
+    module: FilterModulePtr,
+) -> TrailersStatus {
+    with_stream(
+        module,
+        Injected::Pass,
+        TRAILERS_CONTINUE,
+        TRAILERS_STOP_ITERATION,
+        Stream::response_trailers,
+    )
+}
+const _: OnHttpFilterTrailers = envoy_dynamic_module_on_http_filter_response_trailers;
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
+    _filter: FilterEnvoyPtr,
+    module: FilterModulePtr,
+) {
+    with_stream(module, Injected::Run, (), (), Stream::complete);
+}
+const _: OnHttpFilterStreamComplete = envoy_dynamic_module_on_http_filter_stream_complete;
+
+/// # Safety
+/// Envoy's headers and body chunks are valid for the call (abi.h); they may be null on failure.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
+    _filter: FilterEnvoyPtr,
+    module: FilterModulePtr,
+    callout_id: u64,
+    result: CalloutResult,
+    headers: *mut EnvoyHttpHeader,
+    headers_size: usize,
+    body_chunks: *mut EnvoyBuffer,
+    body_chunks_size: usize,
+) {
+    // SAFETY: as the contract says; copied before the hook returns.
+    let (status, body) =
+        unsafe { callout_answer(result, headers, headers_size, body_chunks, body_chunks_size) };
+    with_stream(module, Injected::Run, (), (), |s| {
+        s.callout_done(callout_id, status, body)
+    });
+}
+const _: OnHttpFilterCalloutDone = envoy_dynamic_module_on_http_filter_http_callout_done;
+
+/// A callout's `:status` (`None` for a reset or an answer too large) and body, copied.
+///
+/// # Safety
+/// The arrays hold `headers_size` headers and `chunks_size` buffers Envoy lends for the hook.
+unsafe fn callout_answer(
+    result: CalloutResult,
+    headers: *mut EnvoyHttpHeader,
+    headers_size: usize,
+    chunks: *mut EnvoyBuffer,
+    chunks_size: usize,
+) -> (Option<u16>, Vec<u8>) {
+    if result != CALLOUT_SUCCESS {
+        return (None, Vec::new());
+    }
+    let headers: &[EnvoyHttpHeader] = if headers.is_null() {
+        &[]
+    } else {
+        // SAFETY: `headers_size` headers at `headers`, lent for the hook.
+        unsafe { std::slice::from_raw_parts(headers, headers_size) }
+    };
+    let status = headers.iter().find_map(|h| {
+        // SAFETY: each key and value is lent with the header.
+        let key = unsafe {
+            copied(EnvoyBuffer {
+                ptr: h.key_ptr,
+                length: h.key_length,
+            })
+        };
+        if key != b":status" {
+            return None;
+        }
+        // SAFETY: as above.
+        let value = unsafe {
+            copied(EnvoyBuffer {
+                ptr: h.value_ptr,
+                length: h.value_length,
+            })
+        };
+        std::str::from_utf8(&value).ok()?.parse().ok()
+    });
+    let chunks: &[EnvoyBuffer] = if chunks.is_null() {
+        &[]
+    } else {
+        // SAFETY: `chunks_size` buffers at `chunks`, lent for the hook.
+        unsafe { std::slice::from_raw_parts(chunks, chunks_size) }
+    };
+    let mut body = Vec::new();
+    for chunk in chunks {
+        // SAFETY: lent for the hook.
+        body.extend_from_slice(&unsafe { copied(*chunk) });
+    }
+    (status, body)
+}
+
+/// # Safety
+/// `module` is a live pointer config_new returned.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
+    _envoy: FilterConfigEnvoyPtr,
+    module: FilterConfigModulePtr,
+    event: u64,
+) {
+    // SAFETY: per the contract.
+    if let Some(config) = unsafe { config(module) } {
+        guard_unit(|| config.scheduled(event));
+    }
+}
+const _: OnHttpFilterConfigScheduled = envoy_dynamic_module_on_http_filter_config_scheduled;
+
+/// # Safety
+/// `module` is a live pointer config_new returned; the rest as for the stream's callout hook.
+#[no_mangle]
+pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
+    _envoy: FilterConfigEnvoyPtr,
+    module: FilterConfigModulePtr,
+    callout_id: u64,
+    result: CalloutResult,
+    headers: *mut EnvoyHttpHeader,
+    headers_size: usize,
+    body_chunks: *mut EnvoyBuffer,
+    body_chunks_size: usize,
+) {
+    // SAFETY: per the contract.
+    let (status, _body) =
+        unsafe { callout_answer(result, headers, headers_size, body_chunks, body_chunks_size) };
+    // SAFETY: per the contract.
+    if let Some(config) = unsafe { config(module) } {
+        guard_unit(|| config.report_answered(callout_id, status));
+    }
+}
+const _: OnHttpFilterConfigCalloutDone =
+    envoy_dynamic_module_on_http_filter_config_http_callout_done;
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_local_reply(
+    _filter: FilterEnvoyPtr,
+    _module: FilterModulePtr,
+    _status: u32,
+    _details: EnvoyBuffer,
+    _reset_imminent: bool,
+) -> LocalReplyStatus {
+    LOCAL_REPLY_CONTINUE
+}
+const _: OnHttpFilterLocalReply = envoy_dynamic_module_on_http_filter_local_reply;
+
+// Hooks Envoy 1.40.0 requires of every HTTP module that livecheck does not use: streamed callouts,
+// per-stream scheduling and the downstream's write watermarks.
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
+    _filter: FilterEnvoyPtr,
+    _module: FilterModulePtr,
+    _event: u64,
+) {
+}
+const _: OnHttpFilterScheduled = envoy_dynamic_module_on_http_filter_scheduled;
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers() {}
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data() {}
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers() {}
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete() {}
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset() {}
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark()
+{
+}
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark()
+{
+}
