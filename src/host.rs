@@ -46,6 +46,16 @@ pub trait Host {
     /// In a body callback of an answer whose headers were held: whether a tick already let them
     /// go. Either way the watch ends; headers still held stay held until the answer goes on.
     fn response_headers_released(&mut self) -> bool;
+    /// Whether held response headers always get their body behind them (Envoy's native filter
+    /// statuses, the dynamic module): an answer's headers can then wait for its decision in any
+    /// Envoy, where a wasm filter needs the operator's `hold_answer_headers` (and Envoy's
+    /// `allow_on_headers_stop_iteration`).
+    fn holds_response_headers(&self) -> bool;
+    /// Whether [`Host::close_response_soon`] ends the caller's response cleanly right after the
+    /// bytes written in this callback (the dynamic module: end of stream to the caller, the
+    /// upstream reset), rather than resetting it later (proxy-wasm has no call that ends a
+    /// response). A stream may then end as soon as what it shows is decided.
+    fn ends_response_cleanly(&self) -> bool;
     fn increment_counter(&mut self, name: &str);
     /// Sends an HTTP callout to `cluster`; `None` when Envoy refuses it (unknown cluster, …).
     fn dispatch_callout(
@@ -137,6 +147,10 @@ pub mod fake {
         pub seed: u64,
         pub closed: bool,
         pub close_soon: bool,
+        /// The host's abilities ([`Host::holds_response_headers`], [`Host::ends_response_cleanly`]):
+        /// false as in a wasm filter unless a test says otherwise.
+        pub holds_headers: bool,
+        pub ends_cleanly: bool,
         /// Held response headers a tick would let go (`release_response_headers_soon`).
         pub headers_watched: bool,
         /// Set by a test: a tick let the held headers go before the body came.
@@ -274,6 +288,12 @@ pub mod fake {
         }
         fn release_response_headers_soon(&mut self) {
             self.headers_watched = true;
+        }
+        fn holds_response_headers(&self) -> bool {
+            self.holds_headers
+        }
+        fn ends_response_cleanly(&self) -> bool {
+            self.ends_cleanly
         }
         fn response_headers_released(&mut self) -> bool {
             self.headers_watched = false;

@@ -365,6 +365,14 @@ impl Host for NativeHost {
         // Held response headers are Envoy's own `StopIteration` here: the body always follows.
     }
 
+    fn holds_response_headers(&self) -> bool {
+        true
+    }
+
+    fn ends_response_cleanly(&self) -> bool {
+        true
+    }
+
     fn response_headers_released(&mut self) -> bool {
         false
     }

@@ -293,6 +293,18 @@ impl Host for WasmHost {
         self.vm.headers_released(self.context_id)
     }
 
+    fn holds_response_headers(&self) -> bool {
+        // Only where Envoy's `allow_on_headers_stop_iteration` lets it (the operator says so
+        // with `hold_answer_headers`).
+        false
+    }
+
+    fn ends_response_cleanly(&self) -> bool {
+        // proxy-wasm has no call that ends a response: a cut stream is reset after its closing
+        // events.
+        false
+    }
+
     fn increment_counter(&mut self, name: &str) {
         super::count(&self.counters, name, 1);
     }

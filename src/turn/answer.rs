@@ -82,9 +82,14 @@ impl Turn {
             return self.finish_answer(host, asked, &[], readable && end_of_stream);
         }
         // The body is held; it will change size when withheld. The headers go on now, or, where
-        // the operator says Envoy lets the filter read a body behind them, are held with it.
+        // Envoy lets the filter read a body behind them (always for the dynamic module; for the
+        // wasm filter where the operator says so), are held with it.
         host.set_response_header("content-length", None);
         self.state = State::HoldingAnswer { asked, readable };
+        if host.holds_response_headers() {
+            self.headers_held = true;
+            return Flow::Pause;
+        }
         if self.policy.hold_answer_headers {
             self.headers_held = true;
             host.release_response_headers_soon();

@@ -718,6 +718,33 @@ mod tests {
         assert!(!host.response_headers.contains_key("x-core-check"));
     }
 
+    /// The dynamic module holds an answer's headers with Envoy's own `StopIteration`: a withheld
+    /// answer names its check in them without `hold_answer_headers`, and nothing watches them.
+    #[test]
+    fn a_host_that_holds_headers_itself_names_the_stop_without_the_setting() {
+        let (mut t, mut host) = (withholding(false), chat_request("hello"));
+        host.holds_headers = true;
+        ask(&mut t, &mut host);
+        assert_eq!(
+            answer(&mut t, &mut host, "NL91ABNA0417164300"),
+            (Flow::Pause, Flow::Continue)
+        );
+        assert!(
+            !host.headers_watched,
+            "no timer watches headers Envoy holds itself"
+        );
+        assert_eq!(
+            host.response_headers
+                .get("x-core-check")
+                .map(String::as_str),
+            Some(r#"stage=output, check="no-iban", code=output_check_failed"#)
+        );
+        assert_eq!(
+            host.response_headers.get("content-length"),
+            Some(&host.response_body.len().to_string())
+        );
+    }
+
     /// An Envoy that gives no body behind held headers: a tick let them go, so they reached the
     /// caller as they were, and the stop is decided as for headers that went at once.
     #[test]

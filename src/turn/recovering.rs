@@ -174,8 +174,9 @@ fn first_answer_usage(s: &Streamed) -> Usage {
 /// A callout of a streamed round's recovery answered: the passing answer is re-emitted as the
 /// vendor's events in place of the held round, or the round is cut with the first stop; the
 /// paused response then goes on. A passing answer waits for the first answer's end when that is
-/// still streaming (a reset would make the Anthropic and Responses SDKs raise after it); a cut
-/// goes out at once and the stream is closed, as a rule's cut is.
+/// still streaming and the host can only reset a stream (a reset would make the Anthropic and
+/// Responses SDKs raise after it); where the host ends a response cleanly it goes out at once and
+/// the first model is stopped. A cut goes out at once and the stream is closed, as a rule's cut is.
 pub(super) fn stream_recovery_answered(
     cx: &mut Ctx<'_>,
     s: &mut Streamed,
@@ -202,7 +203,7 @@ pub(super) fn stream_recovery_answered(
             s.phase = Phase::Recovering(r);
             return;
         }
-        Next::Deliver(body) if !s.upstream_ended => {
+        Next::Deliver(body) if !s.upstream_ended && !cx.host.ends_response_cleanly() => {
             // Kept until the first answer ended; the response stays paused.
             r.passed = Some(body);
             s.phase = Phase::Recovering(r);
@@ -210,6 +211,11 @@ pub(super) fn stream_recovery_answered(
         }
         Next::Deliver(body) => {
             let out = recovered_events(cx.record, s, *r, body);
+            if !s.upstream_ended {
+                // The caller's response ends with the recovered round; the first model is stopped.
+                s.set_close_pending(true);
+                cx.host.close_response_soon();
+            }
             cx.replace_chunk(buffered, &out);
         }
         Next::Withhold => {
