@@ -70,11 +70,14 @@ module: toolchain $(ZIG_VENV)/.installed
 
 # The module with fault injection (a request header `x-livecheck-fault: panic` panics in a hook), for
 # tests/e2e/test_vm_failure.py: target/envoy-module/faults/liblivecheck.so. Never shipped.
+# Built in the module's own target dir (only livecheck-native is rebuilt: the feature is its own), then
+# the shipped module again, so that target/…/liblivecheck_native.so is never the faults build.
 faults-module: toolchain $(ZIG_VENV)/.installed
-	PATH=$(abspath $(ZIG_VENV))/bin:$$PATH CARGO_TARGET_DIR=target/faults-module cargo-zigbuild zigbuild --locked \
-	  --profile envoy-module -p livecheck-native --features faults --target $(MODULE_TARGET).2.31
+	PATH=$(abspath $(ZIG_VENV))/bin:$$PATH cargo-zigbuild zigbuild --locked --profile envoy-module \
+	  -p livecheck-native --features faults --target $(MODULE_TARGET).2.31
 	mkdir -p target/envoy-module/faults
-	cp target/faults-module/$(MODULE_TARGET)/envoy-module/liblivecheck_native.so target/envoy-module/faults/liblivecheck.so
+	cp $(MODULE_OUT)/liblivecheck_native.so target/envoy-module/faults/liblivecheck.so
+	$(MAKE) --no-print-directory module
 
 # Unit tests, harness tests and the harness side of the fidelity suite, against the fresh .wasm; the
 # sidecar's results tests run on SQLite and on a throwaway PostgreSQL server started (and always stopped)

@@ -20,9 +20,21 @@ use crate::abi::{
 use crate::config::Config;
 use crate::envoy::{self, Filter};
 
-/// The request header that makes a fault-injection build panic (`--features faults`, never shipped).
+/// The request header that makes a fault-injection build panic (`--features faults`, never shipped):
+/// `panic` in the request's headers hook, `panic-answer` in the answer's first body hook.
 #[cfg(feature = "faults")]
 const FAULT_HEADER: &str = "x-livecheck-fault";
+
+/// Panics where the request's fault header says so (fault-injection builds only).
+#[cfg(feature = "faults")]
+fn fault(host: &NativeHost, at: &str) {
+    if host.request_header(FAULT_HEADER).as_deref() == Some(at) {
+        #[allow(clippy::panic)]
+        {
+            panic!("fault injected");
+        }
+    }
+}
 
 /// A local reply the turn asked for.
 #[derive(Debug)]
@@ -81,12 +93,7 @@ impl Stream {
 
     pub fn request_headers(&mut self, end_of_stream: bool) -> HeadersStatus {
         #[cfg(feature = "faults")]
-        if self.host.request_header(FAULT_HEADER).as_deref() == Some("panic") {
-            #[allow(clippy::panic)]
-            {
-                panic!("fault injected");
-            }
-        }
+        fault(&self.host, "panic");
         let flow = match &mut self.turn {
             Some(turn) => turn.on_request_headers(&mut self.host, end_of_stream),
             None if self.failed => Flow::Pause,
@@ -138,6 +145,8 @@ impl Stream {
                 .drain_body(RECEIVED_RESPONSE_BODY, received);
             return BODY_STOP_ITERATION_NO_BUFFER;
         }
+        #[cfg(feature = "faults")]
+        fault(&self.host, "panic-answer");
         self.host.receiving = Some(Side::Response);
         let size = self.host.body_len(Side::Response);
         let flow = self.turn.as_mut().map_or(Flow::Continue, |turn| {

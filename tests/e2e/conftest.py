@@ -7,10 +7,24 @@ import json
 import pytest
 
 from cut_support import RULES_ONLY
-from envoy_process import SEED_CONFIG, Envoy, render_config, wasm_path
+from envoy_process import DELIVERY, SEED_CONFIG, Envoy, render_config, wasm_path
 from judge_backend_double import JudgeBackendDouble
 from upstream_double import UpstreamDouble
 from wasm_exports import without_exports
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "wasm_only: what only the proxy-wasm filter does (skipped for the module)")
+    config.addinivalue_line("markers", "module_only: what only the dynamic module does (skipped for the wasm filter)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each delivery runs what applies to it (LIVECHECK_DELIVERY; `make e2e` runs both)."""
+    other = "module_only" if DELIVERY == "wasm" else "wasm_only"
+    skip = pytest.mark.skip(reason=f"not the {DELIVERY} delivery's behaviour")
+    for item in items:
+        if item.get_closest_marker(other):
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

@@ -49,6 +49,10 @@ if DELIVERY not in ("wasm", "module"):
 # Where Envoy puts a filter's own counters: a wasm filter's under `wasmcustom.`, a module's under
 # `dynamicmodulescustom.` (Envoy's DynamicModuleHttpFilterConfig stats namespace).
 STATS = "dynamicmodulescustom." if DELIVERY == "module" else "wasmcustom."
+# The module holds an answer's headers until the answer is decided (Envoy's own StopIteration, no flag), so
+# a withheld non-streamed answer names its check in X-Core-Check; the wasm filter does only where the
+# operator sets `hold_answer_headers` (which needs Envoy's `allow_on_headers_stop_iteration`).
+HOLDS_ANSWER_HEADERS = DELIVERY == "module"
 MODULE_FILTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter"
 # The key render_config leaves for Envoy(): the process environment a module reads (a wasm VM's
 # `environment_variables` are the config's own); popped before the config is written.

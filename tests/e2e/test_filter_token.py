@@ -58,23 +58,13 @@ CONFIG = {
 }
 
 
-def _vm_config(config: dict) -> dict:
-    """The livecheck filter's `vm_config` in a rendered Envoy config."""
-    (listener,) = config["static_resources"]["listeners"]
-    (hcm,) = listener["filter_chains"][0]["filters"]
-    wasm = next(f for f in hcm["typed_config"]["http_filters"] if f["name"] == "envoy.filters.http.wasm")
-    return wasm["typed_config"]["config"]["vm_config"]
-
-
 def _envoy_config(double, sidecar: JudgeSidecar, token: Optional[str]) -> dict:
-    """Envoy in front of the upstream double, its `livecheck-judge` cluster on the sidecar, and the VM's
-    environment holding `token` as TOKEN_VAR (nothing when None)."""
-    config = render_config(wasm_path("livecheck.wasm"), double.port, plugin_configuration=json.dumps(CONFIG),
-                           extra_clusters={"livecheck-judge": sidecar.port})
-    if token is not None:
-        # envoy.extensions.wasm.v3.EnvironmentVariables: `key_values` are set in the VM as given.
-        _vm_config(config)["environment_variables"] = {"key_values": {TOKEN_VAR: token}}
-    return config
+    """Envoy in front of the upstream double, its `livecheck-judge` cluster on the sidecar, and the
+    filter's environment holding `token` as TOKEN_VAR (nothing when None): the wasm VM's
+    `environment_variables`, or the process environment the module reads."""
+    return render_config(wasm_path("livecheck.wasm"), double.port, plugin_configuration=json.dumps(CONFIG),
+                         extra_clusters={"livecheck-judge": sidecar.port},
+                         environment=None if token is None else {TOKEN_VAR: token})
 
 
 # --- fixtures ------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import openai
 import pytest
 
 from cut_support import VENDOR_EVENTS, VENDOR_PATH, Tee, anthropic_final, anthropic_iter, chat_iter, responses_iter, x_core_check
-from envoy_process import STATS, Envoy, JudgeSidecar, envoy_for_judge
+from envoy_process import HOLDS_ANSWER_HEADERS, STATS, Envoy, JudgeSidecar, envoy_for_judge
 from judge_backend_double import FAIL_MARKER, SLOW_MARKER, JudgeBackendDouble
 import raw_client
 from upstream_double import Answer
@@ -264,8 +264,11 @@ def test_a_non_streamed_answer_is_held_until_judged(stack, double, judge_backend
             assert x_core_check(raw.headers) is None
         else:
             assert (stop, text) == (refused, BLOCKED)
-            # The answer's headers went on when they came: the stats and results name the check.
-            assert x_core_check(raw.headers) is None
+            if HOLDS_ANSWER_HEADERS:
+                assert x_core_check(raw.headers) == {"stage": "output", "check": "polite-out", "code": "output_check_failed"}
+            else:
+                # The answer's headers went on when they came: the stats and results name the check.
+                assert x_core_check(raw.headers) is None
             for never in NEVER_SENT:
                 assert never not in body, body
 

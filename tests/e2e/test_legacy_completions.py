@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from cut_support import BEFORE_MATCH, FORBIDDEN as FORBIDDEN_PIECES, IBAN
-from envoy_process import Envoy, JudgeSidecar, envoy_for_judge
+from envoy_process import DELIVERY, Envoy, JudgeSidecar, envoy_for_judge
 from upstream_double import Answer
 
 RULE = "Never state a bank account number."
@@ -210,7 +210,12 @@ def test_a_streamed_turn_gets_the_passing_answer_as_chunks(stack, double, platfo
     double.script(sequence=[_stream(["Pay to NL91ABNA04", "17164300 today."]), _json(GOOD)])
     text, finish, usage = _stream_turn(stack.envoy, platform, QUESTION)
     assert (text, finish) == (GOOD, "stop")
-    assert usage == (27, 28), "the streamed attempt's usage plus the retry's"
+    if DELIVERY == "module":
+        # The module sends the passing retry at once and stops the first answer, whose usage would
+        # have come last: only the retry's counts.
+        assert usage == (17, 23), usage
+    else:
+        assert usage == (27, 28), "the streamed attempt's usage plus the retry's"
     assert len(double.requests()) == 2
 
 

@@ -17,7 +17,8 @@ import anthropic
 import openai
 import pytest
 
-from envoy_process import STATS, Envoy, JudgeSidecar, envoy_for_judge
+from cut_support import x_core_check
+from envoy_process import DELIVERY, HOLDS_ANSWER_HEADERS, STATS, Envoy, JudgeSidecar, envoy_for_judge
 from upstream_double import Answer
 
 RULE = "Never state a bank account number."
@@ -243,7 +244,12 @@ def test_a_streamed_turn_gets_the_passing_answer_as_events(stack, double, vendor
                             _json(_answer(vendor, GOOD))])
     text, usage = _stream_turn(stack.envoy, vendor)
     assert text == GOOD
-    assert usage == (27, 28), "the streamed attempt's usage plus the retry's"
+    if DELIVERY == "module":
+        # The module sends the passing retry at once and stops the first answer: its usage counts as
+        # far as its events carried it (Anthropic's message_start; Chat and Responses send usage last).
+        assert usage == {"anthropic": (27, 24), "chat": (17, 23), "responses": (17, 23)}[vendor], usage
+    else:
+        assert usage == (27, 28), "the streamed attempt's usage plus the retry's"
     assert len(_retry_requests(double)) == 1
 
 
@@ -254,8 +260,11 @@ def test_when_no_attempt_passes_the_first_stop_is_named(stack, double, vendor):
     before = stack.envoy.stats(failed).get(failed, 0)
     raw, text, usage = _create(stack.envoy, vendor)
     assert text == BLOCKED
-    # The answer's headers went on when they came: the stop is named in the stats and results.
-    assert "x-core-check" not in raw.headers
+    if HOLDS_ANSWER_HEADERS:
+        assert x_core_check(raw.headers) == {"stage": "output", "check": "no-iban", "code": "output_check_failed"}
+    else:
+        # The answer's headers went on when they came: the stop is named in the stats and results.
+        assert "x-core-check" not in raw.headers
     assert stack.envoy.stats(failed)[failed] - before == 3, "every attempt failed no-iban"
     assert len(_retry_requests(double)) == 2, "recover_attempts"
     assert usage == (51, 69), "three attempts count"

@@ -58,11 +58,13 @@ def _ask(envoy: Envoy, text: str, stream: bool = False, headers: dict | None = N
                            [_question(text, stream)], chunk_delay=0, timeout=20)
 
 
+@pytest.mark.wasm_only
 def test_the_shipped_wasm_holds_no_fault_trigger():
     assert b"x-livecheck-fault" not in wasm_path("livecheck.wasm").read_bytes()
     assert b"x-livecheck-fault" in _faults_wasm().read_bytes()
 
 
+@pytest.mark.wasm_only
 def test_a_trap_under_load_fails_in_flight_turns_closed_reloads_and_counts_lost_reports(double, tmp_path):
     config = render_config(_faults_wasm(), double.port, plugin_configuration=SEED_CONFIG.read_text(),
                            failure_policy="FAIL_RELOAD", extra_clusters={"livecheck-judge": free_port()})
