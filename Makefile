@@ -180,9 +180,21 @@ faults-wasm: toolchain
 # fixture starts, stay on one worker); most of a test's time is spent waiting on paced streams and
 # timers, so on two cores three workers took 83-88 s where one took 215 s (535 tests; a fresh clone's
 # whole `make test` 18 min 14 s). E2E_WORKERS=0 runs in-process.
-E2E_WORKERS ?= 3
-e2e: venv wasm bins faults-wasm postgres-tools
-	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q -n $(E2E_WORKERS) --dist loadfile tests/e2e
+# The suite runs once per delivery of livecheck (LIVECHECK_DELIVERY: the wasm filter, then the dynamic
+# module, tests/e2e/envoy_process.py), both at once, each with E2E_WORKERS workers: the two runs mostly
+# wait on paced streams and timers. Each run's output is kept in target/e2e-<delivery>.log and its summary
+# printed; either failing fails the target. E2E_DELIVERIES=wasm (or module) runs one.
+E2E_WORKERS ?= 2
+E2E_DELIVERIES ?= wasm module
+e2e: venv wasm bins faults-wasm module faults-module postgres-tools
+	@pids=""; for d in $(E2E_DELIVERIES); do \
+	  LIVECHECK_DELIVERY=$$d LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q -n $(E2E_WORKERS) \
+	    --dist loadfile -p no:cacheprovider --basetemp=$(abspath target)/e2e-tmp-$$d tests/e2e > target/e2e-$$d.log 2>&1 & \
+	  pids="$$pids $$!"; \
+	done; failed=0; for pid in $$pids; do wait $$pid || failed=1; done; \
+	for d in $(E2E_DELIVERIES); do echo "== e2e, delivery $$d (target/e2e-$$d.log)"; \
+	  grep -E '^(FAILED|ERROR) ' target/e2e-$$d.log || true; tail -n 1 target/e2e-$$d.log; done; \
+	if [ $$failed -ne 0 ]; then for d in $(E2E_DELIVERIES); do tail -n 80 target/e2e-$$d.log; done; exit 1; fi
 
 # The sidecar's operator pages in headless Chromium (tests/ui): turns through real Envoy and the real
 # sidecar, then the pages driven as an operator would, axe-core's accessibility check on each, the
