@@ -12,6 +12,7 @@ withheld with X-Core-Check naming the check that stopped it.
 from __future__ import annotations
 
 import json
+import time
 
 import anthropic
 import openai
@@ -251,6 +252,27 @@ def test_a_streamed_turn_gets_the_passing_answer_as_events(stack, double, vendor
     else:
         assert usage == (27, 28), "the streamed attempt's usage plus the retry's"
     assert len(_retry_requests(double)) == 1
+
+
+@pytest.mark.module_only
+@vendors
+def test_a_recovered_round_goes_out_as_soon_as_it_passed_and_the_first_model_is_stopped(stack, double, vendor):
+    """Through the module a passing retry does not wait for the doomed first answer (here 10 s more of
+    events after the IBAN): the caller has the recovered answer at once, its stream ends normally, and
+    the first model is stopped. (The wasm filter must let the first answer run to its end: a reset would
+    make the Anthropic and Responses SDKs raise; README, "Asking the model again".)"""
+    first = _stream(vendor, ["Pay to NL91ABNA04", "17164300 today."] + [" more"] * 200)
+    first.chunk_delay, first.watch_peer = 0.05, True
+    double.script(sequence=[first, _json(_answer(vendor, GOOD))])
+    started = time.monotonic()
+    text, _usage = _stream_turn(stack.envoy, vendor)
+    took = time.monotonic() - started
+    assert text == GOOD
+    # (0.3-3.3 s measured: the retry's own round trip through the sidecar, on a loaded machine.)
+    assert took < 5.0, f"the recovered answer waited {took:.1f} s for the first one (10 s long)"
+    first_written = double.writes[0]
+    assert not first_written.completed, "the first model ran to its end"
+    assert first_written.chunks_written < 40, f"the first model wrote {first_written.chunks_written} of 207 events"
 
 
 @vendors
