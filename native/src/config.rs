@@ -23,7 +23,7 @@ use livecheck::root::{Root, FIXED_COUNTERS};
 
 use crate::abi::{self};
 use crate::envoy::{self, ConfigEnvoy, ConfigScheduler};
-use crate::stream::{now_unix_millis, random};
+use crate::os::{now_unix_millis, random};
 
 /// The configuration's event: a tick of the ticker thread.
 const TICK: u64 = 1;
@@ -236,15 +236,6 @@ impl Config {
     }
 }
 
-pub fn level(level: LogLevel) -> abi::LogLevel {
-    match level {
-        LogLevel::Debug => abi::LOG_DEBUG,
-        LogLevel::Info => abi::LOG_INFO,
-        LogLevel::Warn => abi::LOG_WARN,
-        LogLevel::Error => abi::LOG_ERROR,
-    }
-}
-
 /// [`RootHost`] on the main thread, over the configuration's callbacks.
 struct MainHost {
     envoy: ConfigEnvoy,
@@ -295,7 +286,7 @@ impl RootHost for MainHost {
     }
 
     fn log(&mut self, level_: LogLevel, message: &str) {
-        envoy::log(level(level_), message);
+        envoy::log(envoy::log_level(level_), message);
     }
 
     fn count(&mut self, name: &str, by: i64) {

@@ -5,7 +5,6 @@
 //! sees a response that ended normally and Envoy resets the upstream (the model stops).
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use livecheck::host::{Flow, Host, LogLevel};
 use livecheck::outbox::Job;
@@ -19,6 +18,7 @@ use crate::abi::{
 };
 use crate::config::Config;
 use crate::envoy::{self, Filter};
+use crate::os::{now_unix_millis, random};
 
 /// The request header that makes a fault-injection build panic (`--features faults`, never shipped):
 /// `panic` in the request's headers hook, `panic-answer` in the answer's first body hook.
@@ -428,7 +428,7 @@ impl Host for NativeHost {
     }
 
     fn log(&mut self, level: LogLevel, message: &str) {
-        envoy::log(crate::config::level(level), message);
+        envoy::log(envoy::log_level(level), message);
     }
 
     fn now_unix_millis(&self) -> u64 {
@@ -438,17 +438,4 @@ impl Host for NativeHost {
     fn random(&mut self) -> u64 {
         random()
     }
-}
-
-pub fn now_unix_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// A fresh unpredictable u64: `RandomState` keys come from the OS; hashing a constant under a fresh
-/// state gives a new value per call.
-pub fn random() -> u64 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one(0u8)
 }

@@ -1,5 +1,5 @@
 """A panic in the dynamic module fails only its own stream, in real Envoy (issue 56): every hook catches it
-(`native/src/envoy.rs`), so Envoy never goes down, the other turns in flight go on as if nothing happened,
+(`native/src/envoy/hooks.rs`), so Envoy never goes down, the other turns in flight go on as if nothing happened,
 and later turns are checked as before. The module has no VM to reload: the next stream starts afresh.
 
 The panic comes from a fault-injection build (`make faults-module`: `--features faults` into

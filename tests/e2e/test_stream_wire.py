@@ -119,10 +119,24 @@ def test_a_clean_streamed_answer_arrives_whole_at_wire_cost(rules_envoy, double,
     assert within_budget(r), f"{len(r.raw)} bytes for the upstream's {r.written.body_bytes}"
 
 
+# SDK paths this test process has already run once through a cut (see `_warm`).
+_WARMED: set[str] = set()
+
+
+def _warm(envoy: Envoy, double: UpstreamDouble, sdk: str, protocol: str) -> None:
+    """Runs `sdk` through one short cut first, unmeasured: its first use in a process costs a one-off
+    0.7-0.8 s (the openai SDK builds the Responses event types on first parse), which a cut that ends
+    at once would otherwise charge to livecheck."""
+    if sdk not in _WARMED:
+        _WARMED.add(sdk)
+        run(envoy, double, sdk, protocol, FORBIDDEN)
+
+
 @protocols
 @paths
 def test_after_a_cut_the_call_returns_within_a_second_and_the_upstream_stops(rules_envoy, double, sdk, protocol):
     vendor = EVERY_SDK_PATH[sdk][0]
+    _warm(rules_envoy, double, sdk, protocol)
     # ~30 s of events after the match; the cut is timed from the write of the event that confirms it.
     words = FORBIDDEN + [f" w{i}" for i in range(600)]
     r = run(rules_envoy, double, sdk, protocol, words, chunk_delay=0.05, mark=b"today")
