@@ -279,8 +279,9 @@ image-tests: venv wasm judge-static
 	LIVECHECK_JUDGE_STATIC=$(abspath $(JUDGE_STATIC)) $(PYTHON) -m pytest -q tests/image
 
 # What checks cost, measured side by side in one run (not part of `make test`: timings are noisy):
-# bench/results.md and bench/latency.png (benches/compare.py: plain Envoy, a no-op wasm filter, livecheck
-# and LiteLLM; streamed turns via benches/streaming.py; scanning; memory), bench/results-streaming.md,
+# bench/results.md and bench/latency.png (benches/compare.py: plain Envoy, a no-op wasm filter, the wasm
+# floor, livecheck, their dynamic-module counterparts (issue 56; bench/results-module.md) and LiteLLM;
+# streamed turns via benches/streaming.py; scanning; memory), bench/results-streaming.md,
 # bench/results-judge.md; rule checks natively and in the harness (benches/rule_cost.rs) and the stream
 # rewriter natively (benches/stream_cost.rs). Loopback only, every load run bounded; about 10-15 minutes
 # on 2 busy cores.
