@@ -1320,15 +1320,21 @@ def module_section(r: dict, w, noisy: list[str]) -> list[str]:
     def split(x: str, y: str) -> str:
         return cell(paired(thr[x], thr[y], "cpu_us_per_req"), "{:.1f}") + " µs" if x in thr and y in thr else "–"
 
-    w("Where the CPU goes (per 4 KiB turn, per-round differences):")
-    w("")
-    w("| | wasm | module |")
-    w("|---|---|---|")
-    w(f"| loading the filter at all: no-op − plain | (b) − (a) {split('a', 'b')} | (n) − (a) {split('a', 'n')} |")
-    w(f"| what any checking filter asks of Envoy: floor − no-op | (f) − (b) {split('b', 'f')} | (g) − (n) {split('n', 'g')} |")
-    w(f"| livecheck's own work: livecheck − floor | (c) − (f) {split('f', 'c')} | (m) − (g) {split('g', 'm')} |")
-    w(f"| all of it: livecheck − plain | (c) − (a) {split('a', 'c')} | (m) − (a) {split('a', 'm')} |")
-    w("")
+    rm = r["reports"].get("m") if isinstance(r["reports"].get("m"), dict) else None
+    if rm:
+        w(f"- (m)'s turn reports went to the same sidecar: {rm['dropped']} dropped (outbox full), {rm['retried']} "
+          f"callouts retried, {rm['refused']} refused over the whole run (wasm's, (c): "
+          f"{r['reports']['c']['dropped']} dropped). A dropped report costs the filter less than a sent one.")
+        w("")
+    where = ["Where the CPU goes (per 4 KiB turn, per-round differences):", "",
+             "| | wasm | module |", "|---|---|---|",
+             f"| loading the filter at all: no-op − plain | (b) − (a) {split('a', 'b')} | (n) − (a) {split('a', 'n')} |",
+             f"| what any checking filter asks of Envoy: floor − no-op | (f) − (b) {split('b', 'f')} | (g) − (n) {split('n', 'g')} |",
+             f"| livecheck's own work: livecheck − floor | (c) − (f) {split('f', 'c')} | (m) − (g) {split('g', 'm')} |",
+             f"| all of it: livecheck − plain | (c) − (a) {split('a', 'c')} | (m) − (a) {split('a', 'm')} |", ""]
+    for line in where:
+        w(line)
+    r["_module_where"] = where
     rows = []
     over_m = paired(thr["a"], thr["m"], "cpu_us_per_req")
     verdict = "met" if med(over_m) <= GOAL_MODULE_CPU_US else f"MISSED by {med(over_m) - GOAL_MODULE_CPU_US:.1f} µs"
@@ -1371,6 +1377,9 @@ def module_section(r: dict, w, noisy: list[str]) -> list[str]:
     added = med(p99m) - med(p99a)
     noise = max(p99a) - min(p99a)
     verdict = "met" if added <= noise else f"MISSED ({added:.0f} µs > {noise:.0f} µs)"
+    if noise > 10 * med([x["p50_ms"] * 1000 for x in lat["a"]]):
+        verdict += (" — but (a)'s own p99 moved by more than ten times its p50 between rounds: the machine's noise, "
+                    "so this says nothing about the module")
     rows.append(f"| module: added p99 latency within plain Envoy's noise (at {r['rate']} req/s) | median p99 (m) − (a) "
                 f"{added:+.0f} µs; spread (max − min) of (a)'s p99 over rounds {noise:.0f} µs | {verdict} |")
     mem = r.get("memory", {})
@@ -1422,8 +1431,10 @@ def write_module_page(r: dict, rows: list[str]) -> None:
          f"From the `make bench` run of {r['date']} (`benches/compare.py`; every figure, its method and the "
          f"tables behind it are in [results.md](results.md), section 5). Median of {r.get('repeats', REPEATS)} "
          f"interleaved rounds with the min–max; the machine is shared (2 cores), so read differences and ratios "
-         f"measured side by side.", "",
-         "| goal | measured | verdict |", "|---|---|---|", *rows, ""]
+         f"measured side by side. Load average {r['load_start'][0]:.1f} at the start of the run and "
+         f"{r['load_end'][0]:.1f} at its end, on {os.cpu_count()} cores: other work ran beside it, which the tail "
+         f"latencies show most.", "",
+         "| goal | measured | verdict |", "|---|---|---|", *rows, "", *r.get("_module_where", [])]
     MODULE_RESULTS.write_text("\n".join(L))
 
 
