@@ -79,6 +79,17 @@ faults-module: toolchain $(ZIG_VENV)/.installed
 	cp $(MODULE_OUT)/liblivecheck_native.so target/envoy-module/faults/liblivecheck.so
 	$(MAKE) --no-print-directory module
 
+# The dynamic modules `make bench` sets beside livecheck's (benches/noop-module: the module no-op, and with
+# the floor's actions the module floor), built as `make module` builds livecheck's: cargo-zigbuild for
+# manylinux_2_31, the envoy-module profile; target/envoy-module/bench/libnoop.so.
+BENCH_MODULE := target/envoy-module/bench/libnoop.so
+.PHONY: bench-modules
+bench-modules: toolchain $(ZIG_VENV)/.installed
+	PATH=$(abspath $(ZIG_VENV))/bin:$$PATH cargo-zigbuild zigbuild --locked --profile envoy-module \
+	  -p noop-module --target $(MODULE_TARGET).2.31
+	mkdir -p $(dir $(BENCH_MODULE))
+	cp $(MODULE_OUT)/libnoop_module.so $(BENCH_MODULE)
+
 # Unit tests, harness tests and the harness side of the fidelity suite, against the fresh .wasm; the
 # sidecar's results tests run on SQLite and on a throwaway PostgreSQL server started (and always stopped)
 # around the run by judge/tests/postgres.sh, which passes its URL as LIVECHECK_TEST_POSTGRES_URL.
@@ -283,8 +294,9 @@ image-tests: venv wasm judge-static
 	LIVECHECK_JUDGE_STATIC=$(abspath $(JUDGE_STATIC)) $(PYTHON) -m pytest -q tests/image
 
 # What checks cost, measured side by side in one run (not part of `make test`: timings are noisy):
-# bench/results.md and bench/latency.png (benches/compare.py: plain Envoy, a no-op wasm filter, livecheck
-# and LiteLLM; streamed turns via benches/streaming.py; scanning; memory), bench/results-streaming.md,
+# bench/results.md and bench/latency.png (benches/compare.py: plain Envoy, a no-op wasm filter, the wasm
+# floor, livecheck, their dynamic-module counterparts (issue 56; bench/results-module.md) and LiteLLM;
+# streamed turns via benches/streaming.py; scanning; memory), bench/results-streaming.md,
 # bench/results-judge.md; rule checks natively and in the harness (benches/rule_cost.rs) and the stream
 # rewriter natively (benches/stream_cost.rs). Loopback only, every load run bounded; about 10-15 minutes
 # on 2 busy cores.
@@ -302,7 +314,7 @@ $(BENCH_VENV)/.installed: requirements-bench.txt
 	$(BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-bench.txt
 	touch $@
 
-bench: wasm venv $(OHA) $(BENCH_VENV)/.installed
+bench: wasm module bench-modules venv $(OHA) $(BENCH_VENV)/.installed
 	cargo build --release --locked --target wasm32-wasip1 -p noop-filter --lib
 	touch $(WASM_DIR)/noop_filter.wasm
 	cargo build --release --locked -p upstream-double -p livecheck-judge

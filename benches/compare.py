@@ -34,6 +34,13 @@ are reported as too noisy to tell.
    extra Envoy CPU per request of livecheck over the no-op filter, for 1 KiB, 64 KiB and 1 MiB bodies).
 4. Memory: Envoy's peak RSS with 1,000 concurrent streamed answers held open mid-answer, with and without
    livecheck, at two answer lengths.
+5. livecheck as an Envoy dynamic module (issue 56), from runs interleaved with the above: section 1 also
+   runs (f) the no-op wasm filter given the floor's actions (benches/floor.py), (n) the no-op dynamic module
+   (benches/noop-module), (g) that module given the floor's actions and (m) livecheck's module
+   (target/envoy-module/liblivecheck.so) with the same rules and sidecar; section 2 streams the Chat answer
+   through plain Envoy, both no-ops and both livechecks (streaming.py BENCH_MODULES=1); section 4 holds
+   the streams through (m) too. States the module's goals, met or missed; also bench/results-module.md.
+   BENCH_MEMORY_SHAPES (default chat,chat-n4,responses) and BENCH_REPEATS shorten a run.
 """
 
 from __future__ import annotations
@@ -63,8 +70,10 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.path.insert(0, str(REPO / "benches"))
 
 from envoy_process import JudgeSidecar, cpu_ns, free_port, render_config, report_sidecar, wasm_path  # noqa: E402
+import module_variants  # noqa: E402
 
 RESULTS = REPO / "bench" / "results.md"
+MODULE_RESULTS = REPO / "bench" / "results-module.md"
 CHART = REPO / "bench" / "latency.png"
 RULES = REPO / "benches" / "rules.json"
 OHA = REPO / ".tools" / "bin" / "oha"
@@ -120,7 +129,25 @@ SCAN_JUDGED_FROM = 64 << 10
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # Section 2's row per API beside Chat Completions: streaming.py's shapes, and what the table calls them.
 STREAM_APIS = {"gemini": "Gemini (SSE)", "converse": "Converse (event stream)"}
-VARIANTS = {"a": "plain Envoy", "b": "Envoy + no-op wasm", "c": "Envoy + livecheck", "d": "LiteLLM proxy"}
+VARIANTS = {"a": "plain Envoy", "b": "Envoy + no-op wasm", "f": "Envoy + wasm floor", "c": "Envoy + livecheck (wasm)",
+            "n": "Envoy + no-op module", "g": "Envoy + module floor", "m": "Envoy + livecheck (module)",
+            "d": "LiteLLM proxy"}
+# The Envoy variants of section 1, in the order they run (LiteLLM, (d), after them): the wasm ones, then the
+# dynamic-module ones (issue 56; benches/module_variants.py). BENCH_VARIANTS runs fewer (for work on this
+# script; the report needs a, b and c, and section 5 m).
+ENVOYS = [v for v in os.environ.get("BENCH_VARIANTS", "abfcngm") if v in VARIANTS and v != "d"]
+check_variants = {"a", "b", "c"} - set(ENVOYS)
+if check_variants:
+    raise SystemExit(f"BENCH_VARIANTS must include a, b and c: {sorted(check_variants)} missing")
+# The variants that run livecheck, and where Envoy puts their counters.
+LIVECHECK = {"c": "wasmcustom.", "m": "dynamicmodulescustom."}
+# Module goals (issue 56), each of livecheck's module against plain Envoy, (m) against (a).
+GOAL_MODULE_CPU_US = 12  # CPU per 4 KiB turn over plain Envoy, µs
+GOAL_MODULE_THROUGHPUT = 0.85  # throughput, fraction of plain's
+GOAL_MODULE_STREAM_CPU = 1.15  # Envoy CPU per streamed 2,000-token answer, × plain's
+# Rounds of the module's streamed-answer run: each is a few ms of Envoy CPU per Envoy, so more of them than
+# REPEATS (streaming.py says the same of its unpaced runs).
+MODULE_STREAM_REPEATS = int(os.environ.get("BENCH_MODULE_STREAM_REPEATS", str(max(11, REPEATS))))
 
 
 def envoy_binary() -> str:
@@ -384,9 +411,13 @@ def envoy_config(upstream_port: int, variant: str, frame_bytes: Optional[int] = 
     """envoy/livecheck.yaml re-pointed at the double (tests/e2e/envoy_process.render_config), with the
     filter of the variant; keep-alive to callers (the shipped one-request-per-connection exists for cut
     streams, which these non-streamed turns never are) and circuit breakers raised for 1,000 streams."""
-    if variant == "b":
+    if variant in "bfng":
         config = render_config(REPO / "target" / "wasm32-wasip1" / "release" / "noop_filter.wasm", upstream_port,
                                plugin_name="noop", plugin_configuration="{}", buffer_limit=4 << 20)
+        if variant == "f":
+            config = module_variants.wasm_floor(config)
+        elif variant in "ng":
+            config = module_variants.noop_module_config(config, module_variants.FLOOR_ACTIONS if variant == "g" else "{}")
     else:
         lc = rules()
         if frame_bytes is not None:
@@ -395,6 +426,8 @@ def envoy_config(upstream_port: int, variant: str, frame_bytes: Optional[int] = 
         config = render_config(wasm_path("livecheck.wasm"), upstream_port,
                                plugin_configuration=json.dumps(lc), buffer_limit=4 << 20,
                                extra_clusters={"livecheck-judge": SIDECAR.port} if SIDECAR else None)
+        if variant == "m":
+            config = module_variants.livecheck_module(config)
     hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     if variant == "a":
         hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != "envoy.filters.http.wasm"]
@@ -499,14 +532,17 @@ def measured(proxy, double: UpstreamDouble, run) -> dict:
     return r
 
 
-def checks_moved(proxy, before: dict) -> dict:
-    """How far each of livecheck's `.passed` counters moved since the `before` stats; stops the run if any
-    check failed or erred meanwhile (every bench turn is clean)."""
+def checks_moved(proxy, before: dict, prefix: str = "wasmcustom.") -> dict:
+    """How far each of livecheck's `.passed` counters moved since the `before` stats (`prefix`: where
+    Envoy puts the filter's counters, LIVECHECK's); stops the run if any check failed or erred meanwhile
+    (every bench turn is clean)."""
     after = proxy.stats()
-    moved = {k: after.get(k, 0) - before.get(k, 0) for k in after if k.startswith("wasmcustom.livecheck.bench.")}
+    moved = {k: after.get(k, 0) - before.get(k, 0) for k in after if k.startswith(prefix + "livecheck.bench.")}
     bad = {k: n for k, n in moved.items() if n and not k.endswith(".passed")}
     check(not bad, f"livecheck's checks failed or erred on clean bench turns: {bad}")
-    return {k: n for k, n in moved.items() if k.endswith(".passed")}
+    # The module defines a counter for every check kind it may run (`allowed_tools` too); one that never
+    # moved is not one of the bench's checks.
+    return {k: n for k, n in moved.items() if k.endswith(".passed") and n}
 
 
 def post(url: str, body: bytes) -> tuple[int, dict, bytes]:
@@ -530,11 +566,11 @@ def sanity(proxies: dict, double: UpstreamDouble) -> dict:
         check(double.stats()["requests"] == up0 + 1, f"({v}): the plain turn did not reach the double")
         s_in, h_in, b_in = post(proxy.url, chat_body(BODY_BYTES, f"my code name is {word}. "))
         s_out, h_out, b_out = post(proxy.url, chat_body(BODY_BYTES, "leak-the-codename please. "))
-        if v == "c":
-            check("in-codename" in h_in.get("x-core-check", ""), f"livecheck did not block the question: {h_in}")
+        if v in LIVECHECK:
+            check("in-codename" in h_in.get("x-core-check", ""), f"({v}) livecheck did not block the question: {h_in}")
             # The answer's headers go on before it is decided, so no X-Core-Check: the body says it.
             check(b'"content_filter"' in b_out and b"internal name is" not in b_out,
-                  f"livecheck did not withhold the answer: {h_out} {b_out[:300]!r}")
+                  f"({v}) livecheck did not withhold the answer: {h_out} {b_out[:300]!r}")
         elif v == "d":
             check(s_in >= 400 and b"Content blocked" in b_in, f"LiteLLM did not block the question: {s_in} {b_in[:300]!r}")
             check(s_out >= 400 and b"internal name is" not in b_out, f"LiteLLM did not block the answer: {s_out} {b_out[:300]!r}")
@@ -737,7 +773,8 @@ def streaming_run(workdir: pathlib.Path, shape: str, **options: str) -> dict:
     `options` (its BENCH_* settings); its summary. A failed run, or one whose checks did not hold, stops the bench."""
     summary = workdir / f"streaming-{shape}.json"
     env = dict(os.environ, BENCH_SHAPE=shape, BENCH_PACE_US="1000", BENCH_CONFIG=str(RULES),
-               BENCH_REPEATS=str(REPEATS), BENCH_SUMMARY_JSON=str(summary), **options)
+               BENCH_REPEATS=str(REPEATS), BENCH_SUMMARY_JSON=str(summary))
+    env.update(options)
     log(f"streaming.py ({shape}, 1 ms pace{', CPU per answer only' if options.get('BENCH_CPU_ONLY') else ''})")
     sp = subprocess.Popen([str(VENV_PYTHON), str(REPO / "benches" / "streaming.py")], env=env, cwd=REPO,
                           stdout=subprocess.DEVNULL)
@@ -779,7 +816,7 @@ def main() -> int:
     proxies: dict = {}
     try:
         # ---- 1. non-streamed turns ----
-        for v in "abc":
+        for v in ENVOYS:
             proxies[v] = Envoy(envoy_config(double.port, v), workdir, f"turns-{v}")
         log("starting LiteLLM")
         proxies["d"] = LiteLLM(litellm_config(double.port), workdir)
@@ -788,12 +825,12 @@ def main() -> int:
         log("sanity: every variant forwards; livecheck and LiteLLM block the forbidden question and answer")
         body_path = workdir / "body-4k.json"
         body_path.write_bytes(chat_body(BODY_BYTES))
-        lc_before = proxies["c"].stats()
+        lc_before = {v: proxies[v].stats() for v in LIVECHECK if v in proxies}
         for v, p in proxies.items():  # warm-up
             measured(p, double, lambda p=p: oha(p.url, body_path, conns=CONNECTIONS, duration=2))
         thr = {v: [] for v in proxies}
         for rep in range(REPEATS):
-            for v in (list(proxies)[rep % 4:] + list(proxies)[:rep % 4]):
+            for v in (list(proxies)[rep % len(proxies):] + list(proxies)[:rep % len(proxies)]):
                 p = proxies[v]
                 thr[v].append(measured(p, double, lambda p=p: oha(p.url, body_path, conns=CONNECTIONS,
                                                                   duration=THROUGHPUT_S)))
@@ -805,20 +842,25 @@ def main() -> int:
         r["rate"] = rate
         lat = {v: [] for v in proxies}
         for rep in range(REPEATS):
-            for v in (list(proxies)[rep % 4:] + list(proxies)[:rep % 4]):
+            for v in (list(proxies)[rep % len(proxies):] + list(proxies)[:rep % len(proxies)]):
                 p = proxies[v]
                 lat[v].append(measured(p, double, lambda p=p: oha(p.url, body_path, conns=CONNECTIONS,
                                                                   duration=LATENCY_S, rate=rate)))
                 log(f"latency {v} at {rate}/s {rep + 1}/{REPEATS}: p50 {lat[v][-1]['p50_ms']:.3f} ms, "
                     f"p99 {lat[v][-1]['p99_ms']:.3f} ms")
         r["latency"] = lat
-        stats_c = proxies["c"].stats()
-        r["reports"] = {k: stats_c.get(f"wasmcustom.livecheck.reports.{k}", 0) for k in ("dropped", "retried", "refused")}
-        served_c = sum(x["ok"] for x in thr["c"] + lat["c"])
-        moved = checks_moved(proxies["c"], lc_before)
-        r["checks_ran"] = moved
-        check(len(moved) == 10 and all(n >= served_c for n in moved.values()),
-              f"livecheck did not run its 10 checks on every turn: {moved} for {served_c} turns")
+        r["reports"], r["checks_ran_by"] = {}, {}
+        for v, prefix in LIVECHECK.items():
+            if v not in proxies:
+                continue
+            stats_v = proxies[v].stats()
+            r["reports"][v] = {k: stats_v.get(f"{prefix}livecheck.reports.{k}", 0) for k in ("dropped", "retried", "refused")}
+            served_v = sum(x["ok"] for x in thr[v] + lat[v])
+            moved = checks_moved(proxies[v], lc_before[v], prefix)
+            r["checks_ran_by"][v] = moved
+            check(len(moved) == 10 and all(n >= served_v for n in moved.values()),
+                  f"({v}) livecheck did not run its 10 checks on every turn: {moved} for {served_v} turns")
+        r["checks_ran"] = r["checks_ran_by"]["c"]
         proxies.pop("d").stop()
 
         # ---- 3. scanning inside V8: extra Envoy CPU per request, livecheck over no-op ----
@@ -856,20 +898,28 @@ def main() -> int:
         r["streaming"] = streaming_run(workdir, "chat", BENCH_SKIP_MEMORY="1", BENCH_TTFB_SAMPLES="20")
         # The same answer in the other vendors' stream shapes, Envoy CPU per answer alone (chunked run).
         r["streaming_apis"] = {shape: streaming_run(workdir, shape, BENCH_CPU_ONLY="1") for shape in STREAM_APIS}
+        # Issue 56: the Chat answer again, Envoy CPU only, with the module variants interleaved with plain
+        # Envoy and wasm livecheck (and both no-ops) in one streaming.py run.
+        if "m" in ENVOYS:
+            r["streaming_module"] = streaming_run(workdir, "chat", BENCH_CPU_ONLY="1", BENCH_MODULES="1",
+                                                  BENCH_REPEATS=str(MODULE_STREAM_REPEATS))
         r["hold_expected"] = max(
             longest_match(c["pattern"]) if c["kind"] == "matches_pattern" else len(c["expected"])
             for c in checks("output"))
 
         # ---- 4. memory: 1,000 held streams, fresh Envoy per run ----
         mem = {}
+        # (a), (c) and (m) (with the module variants), interleaved and rotated.
+        mem_variants = "ac" + ("m" if "m" in ENVOYS else "")
         for shape in MEMORY_SHAPES:
             for tokens, streams in memory_runs():
-                for v in "ac":
+                for v in mem_variants:
                     mem[(v, tokens, streams, shape)] = []
         for rep in range(REPEATS):
             for shape in MEMORY_SHAPES:
                 for tokens, streams in memory_runs():
-                    for v in ("ac" if rep % 2 == 0 else "ca"):
+                    k = rep % len(mem_variants)
+                    for v in mem_variants[k:] + mem_variants[:k]:
                         m = memory_run(double, workdir, v, tokens, streams, rep, shape)
                         mem[(v, tokens, streams, shape)].append(m)
                         log(f"memory {v} {shape} {tokens} tokens x {streams} {rep + 1}/{REPEATS}: baseline "
@@ -883,6 +933,7 @@ def main() -> int:
         SIDECAR.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     r["rule_cost"] = json.loads(RULE_COST_JSON.read_text())
+    r["repeats"], r["memory_shapes"] = REPEATS, MEMORY_SHAPES
     r["elapsed_s"] = time.monotonic() - t_start
     r["load_end"] = os.getloadavg()
     RAW.parent.mkdir(parents=True, exist_ok=True)
@@ -921,7 +972,7 @@ def stream_cpu_by_api(r: dict, w, noisy: list[str]) -> None:
       f"SSE chunks (a GenerateContentResponse per delta, usage on each), Converse as Bedrock's `converse-stream` "
       f"AWS event stream (a `contentBlockDelta` message per delta, both CRCs; `benches/stream_shapes.py`). Chat "
       f"Completions is the chunked run above; Gemini and Converse are `benches/streaming.py` with "
-      f"`BENCH_CPU_ONLY=1`, {REPEATS} interleaved runs of each after two warm-ups, checked as above (the same "
+      f"`BENCH_CPU_ONLY=1`, {r.get('repeats', REPEATS)} interleaved runs of each after two warm-ups, checked as above (the same "
       f"bytes to both, the client's decoded text the double's, livecheck's output checks passed once per stream). "
       f"µs per streamed answer, median (min–max) over runs; where the spread of (a) exceeds (b) − (a), "
       f"**too noisy to tell**.")
@@ -949,7 +1000,7 @@ def write_report(r: dict) -> None:
     w("# livecheck benchmarks")
     w("")
     w(f"Generated by `make bench` (`benches/compare.py`) on {r['date']}; the compare step took "
-      f"{r['elapsed_s'] / 60:.1f} min. Every number is the median of {REPEATS} runs with the min–max over runs; "
+      f"{r['elapsed_s'] / 60:.1f} min. Every number is the median of {r.get('repeats', REPEATS)} runs with the min–max over runs; "
       "variants ran interleaved in one session. The machine is shared (2 cores, other developers compiling): "
       "read ratios and differences measured side by side, not absolute times. Where the min–max ranges of two "
       "compared variants overlap, the comparison is marked **too noisy to tell**.")
@@ -971,7 +1022,8 @@ def write_report(r: dict) -> None:
     ran = ", ".join(f"{k.split('.')[-2]} +{v}" for k, v in sorted(r["checks_ran"].items()))
     w(f"(a) plain Envoy: `envoy/livecheck.yaml` without the wasm filter; (b) the same with the no-op wasm filter "
       f"(`benches/noop-filter`, loaded exactly as livecheck: V8, same position, same plugin settings); (c) with "
-      f"livecheck and the rules; (d) LiteLLM proxy (one worker). Envoy configs keep caller connections alive "
+      f"livecheck and the rules; (d) LiteLLM proxy (one worker); (f) the no-op wasm filter given the floor's "
+      f"actions (`benches/floor.py`); (n), (g), (m): the dynamic-module counterparts of (b), (f), (c), in section 5. Envoy configs keep caller connections alive "
       f"(as shipped). Load: oha, {CONNECTIONS} connections. "
       f"Sanity before measuring: each variant forwarded a plain turn to the double; livecheck (the question "
       f"refused with `X-Core-Check` `{r['sanity']['c']['x-core-check'][0]}`, the answer withheld as "
@@ -1001,7 +1053,7 @@ def write_report(r: dict) -> None:
           f"{'–' if v == 'a' else cell(a50)} | {'–' if v == 'a' else cell(a99)} | "
           f"{cell([x['rps'] for x in thr[v]])} | {cell([x['cpu_us_per_req'] for x in thr[v]])} |")
     w("")
-    for v in "bcd":
+    for v in [v for v in lat if v != "a"]:
         for k, name in (("p50_ms", "p50"), ("p99_ms", "p99")):
             if overlap([x[k] for x in lat[v]], [x[k] for x in lat["a"]]):
                 noisy.append(f"{name} latency of ({v}) vs (a)")
@@ -1013,7 +1065,7 @@ def write_report(r: dict) -> None:
       f"(target ≤ {TARGET_CPU_US} µs: {'met' if med(cpu_c_b) <= TARGET_CPU_US else f'MISSED by {med(cpu_c_b) - TARGET_CPU_US:.1f} µs ({med(cpu_c_b) / TARGET_CPU_US:.1f}×)'}). "
       f"Loading any wasm filter, (b) − (a): {cell(cpu_b_a, '{:.1f}')} µs.")
     side_c = [x["sidecar_cpu_s"] / max(1, x["ok"]) * 1e6 for x in thr["c"]]
-    rep = r["reports"]
+    rep = r["reports"].get("c", r["reports"])
     w(f"- (c)'s turn reports went to the real sidecar (`livecheck-judge`, release, SQLite), which stored them: its "
       f"CPU per request {cell(side_c, '{:.1f}')} µs (not in the CPU column above, which is the proxy's alone; it "
       f"shares the 2 cores with the rest). Reports over the whole run: {rep['dropped']} dropped (outbox full), "
@@ -1031,7 +1083,7 @@ def write_report(r: dict) -> None:
         w(f"- Added {name} latency, LiteLLM ÷ livecheck: **{'∞' if ratios[name] == float('inf') else f'{ratios[name]:.0f}×'}** "
           f"({ll:.0f} µs vs {lc:.0f} µs; target ≥ {TARGET_LATENCY_RATIO}×: {verdict}){extra}.")
     w(f"- Max throughput relative to (a): " + ", ".join(
-        f"({v}) {med([x['rps'] for x in thr[v]]) / med([x['rps'] for x in thr['a']]):.2f}×" for v in "bcd")
+        f"({v}) {med([x['rps'] for x in thr[v]]) / med([x['rps'] for x in thr['a']]):.2f}×" for v in thr if v != "a")
       + ". oha, the double and the proxy share the 2 cores, so (a)–(c) are bounded by the machine as much as by Envoy.")
     w("")
 
@@ -1157,7 +1209,7 @@ def write_report(r: dict) -> None:
     mem = r["memory"]
     lengths = " / ".join(f"{t:,}" for t in MEMORY_TOKENS)
     growth = {}  # shape -> (largest ÷ smallest, largest, smallest)
-    for shape in MEMORY_SHAPES:
+    for shape in r.get('memory_shapes', MEMORY_SHAPES):
         suffix = "" if shape == "chat" else f"-{shape}"
         w(f"{MEMORY_SHAPE_NAMES.get(shape, shape)} streams:")
         w("")
@@ -1199,6 +1251,8 @@ def write_report(r: dict) -> None:
           f"{g:.2f}× (target: the same within 10% — {'met' if g <= 1.10 else 'MISSED'}).")
     w("")
 
+    module_rows = module_section(r, w, noisy) if "m" in thr else []
+
     # ---- targets ----
     w("## Targets")
     w("")
@@ -1213,8 +1267,10 @@ def write_report(r: dict) -> None:
           f"{'met' if rt >= TARGET_LATENCY_RATIO else f'missed ({TARGET_LATENCY_RATIO / rt:.1f}× short)'} |")
     w(f"| V8 scanning within {TARGET_SCAN_RATIO}× of native ({size_label(SCAN_JUDGED_FROM)} and up; the worst, {size_label(worst)}) | {big:.2f}× | "
       f"{'met' if big <= TARGET_SCAN_RATIO else f'missed by {big / TARGET_SCAN_RATIO:.2f}×'} |")
-    w(f"| livecheck's memory per stream the same within 10% at any answer length ({', '.join(MEMORY_SHAPES)}) | {grow:.2f}× largest ÷ smallest of {lengths} tokens × {flat} streams (the worse shape) | "
+    w(f"| livecheck's memory per stream the same within 10% at any answer length ({', '.join(r.get('memory_shapes', MEMORY_SHAPES))}) | {grow:.2f}× largest ÷ smallest of {lengths} tokens × {flat} streams (the worse shape) | "
       f"{'met' if indep else 'missed'} |")
+    for row in module_rows:
+        w(row)
     w("")
     if noisy:
         w("**Too noisy to tell** (min–max ranges overlap): " + "; ".join(noisy) + ".")
@@ -1223,6 +1279,163 @@ def write_report(r: dict) -> None:
     w("")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text("\n".join(L) + "\n")
+    if module_rows:
+        write_module_page(r, module_rows)
+
+
+def paired(xs: list[dict], ys: list[dict], key: str) -> list[float]:
+    """Per-round differences ys − xs of `key` (the variants ran interleaved, round by round)."""
+    return [y[key] - x[key] for x, y in zip(xs, ys)]
+
+
+def module_section(r: dict, w, noisy: list[str]) -> list[str]:
+    """Section 5: livecheck as a dynamic module (issue 56) against plain Envoy and the module's own
+    baselines, from the runs of sections 1, 2 and 4; returns the goal rows for the targets table."""
+    thr, lat = r["throughput"], r["latency"]
+    cpu = {v: [x["cpu_us_per_req"] for x in thr[v]] for v in thr}
+    rps = {v: [x["rps"] for x in thr[v]] for v in thr}
+    w("## 5. livecheck as an Envoy dynamic module (issue 56)")
+    w("")
+    w("The module variants ran in the same session as the rest, interleaved with them round by round: (n) "
+      "`benches/noop-module` with `{}` (every hook continues at once), (g) the same module given the floor's "
+      "actions (`benches/floor.py`: both header maps read whole, `accept-encoding` set, a turn-id header added, "
+      "`content-length` dropped, both bodies held until whole and copied, ten counters bumped), done through the "
+      "dynamic-modules ABI as livecheck's module does them; (m) livecheck's module "
+      "(`target/envoy-module/liblivecheck.so`) with `benches/rules.json`, reporting to the same real sidecar. "
+      "Their wasm counterparts: (b) the no-op wasm filter, (f) the same given the floor's actions, (c) livecheck.wasm. "
+      "Each filter sits where envoy/livecheck.yaml puts the wasm filter; everything else in the configs is the same.")
+    w("")
+    w("Non-streamed 4 KiB turns (section 1's runs; differences are per round, then the median and min–max):")
+    w("")
+    w("| variant | CPU µs/request | over (a), µs | throughput req/s | × (a) | added p99 over (a), µs |")
+    w("|---|---|---|---|---|---|")
+    for v in [v for v in "abfcngm" if v in thr]:
+        over = paired(thr["a"], thr[v], "cpu_us_per_req")
+        ratio = [y["rps"] / x["rps"] for x, y in zip(thr["a"], thr[v])]
+        p99 = [d * 1000 for d in paired(lat["a"], lat[v], "p99_ms")]
+        w(f"| ({v}) {VARIANTS[v]} | {cell(cpu[v], '{:.1f}')} | {'–' if v == 'a' else cell(over, '{:.1f}')} | "
+          f"{cell(rps[v])} | {'–' if v == 'a' else cell(ratio, '{:.2f}')} | {'–' if v == 'a' else cell(p99)} |")
+    w("")
+
+    def split(x: str, y: str) -> str:
+        return cell(paired(thr[x], thr[y], "cpu_us_per_req"), "{:.1f}") + " µs" if x in thr and y in thr else "–"
+
+    rm = r["reports"].get("m") if isinstance(r["reports"].get("m"), dict) else None
+    if rm:
+        w(f"- (m)'s turn reports went to the same sidecar: {rm['dropped']} dropped (outbox full), {rm['retried']} "
+          f"callouts retried, {rm['refused']} refused over the whole run (wasm's, (c): "
+          f"{r['reports']['c']['dropped']} dropped). A dropped report costs the filter less than a sent one.")
+        w("")
+    where = ["Where the CPU goes (per 4 KiB turn, per-round differences):", "",
+             "| | wasm | module |", "|---|---|---|",
+             f"| loading the filter at all: no-op − plain | (b) − (a) {split('a', 'b')} | (n) − (a) {split('a', 'n')} |",
+             f"| what any checking filter asks of Envoy: floor − no-op | (f) − (b) {split('b', 'f')} | (g) − (n) {split('n', 'g')} |",
+             f"| livecheck's own work: livecheck − floor | (c) − (f) {split('f', 'c')} | (m) − (g) {split('g', 'm')} |",
+             f"| all of it: livecheck − plain | (c) − (a) {split('a', 'c')} | (m) − (a) {split('a', 'm')} |", ""]
+    for line in where:
+        w(line)
+    r["_module_where"] = where
+    rows = []
+    over_m = paired(thr["a"], thr["m"], "cpu_us_per_req")
+    verdict = "met" if med(over_m) <= GOAL_MODULE_CPU_US else f"MISSED by {med(over_m) - GOAL_MODULE_CPU_US:.1f} µs"
+    if overlap(cpu["a"], cpu["m"]):
+        noisy.append("CPU per request of (m) vs (a)")
+    rows.append(f"| module: CPU per 4 KiB turn with the 5+5 rules over plain Envoy ≤ {GOAL_MODULE_CPU_US} µs | "
+                f"(m) − (a) {cell(over_m, '{:.1f}')} µs | {verdict} |")
+    ratio_m = [y["rps"] / x["rps"] for x, y in zip(thr["a"], thr["m"])]
+    verdict = "met" if med(ratio_m) >= GOAL_MODULE_THROUGHPUT else f"MISSED ({med(ratio_m):.2f}×)"
+    rows.append(f"| module: throughput ≥ {GOAL_MODULE_THROUGHPUT}× plain Envoy's | (m) ÷ (a) {cell(ratio_m, '{:.2f}')}× "
+                f"per round; medians {med(rps['m']):.0f} ÷ {med(rps['a']):.0f} req/s | {verdict} |")
+    sm = r.get("streaming_module")
+    if sm:
+        ck = {v: x["runs"] for v, x in sm["chunked_cpu_us"].items()}
+        names = {"a": "plain Envoy", "b": "livecheck (wasm)", "w": "no-op wasm", "k": "no-op module",
+                 "m": "livecheck (module)"}
+        w(f"Streamed answer (section 2's Chat Completions answer: {sm['tokens']:,} deltas of {sm['delta_chars']} "
+          f"characters, {sm['chunk_events']} events per write, one write every {sm['pace_us'] / 1000:g} ms; "
+          f"`benches/streaming.py` with `BENCH_CPU_ONLY=1 BENCH_MODULES=1`: the five Envoys interleaved and rotated, "
+          f"{len(ck['a'])} runs each after two warm-ups, the same bytes to all, the client's text the double's, "
+          f"livecheck's output checks passed once per stream in both deliveries (module: "
+          + ", ".join(f"`{k.split('.')[-2]}` +{n}" for k, n in (sm.get("module_counters") or {}).items())
+          + "). Envoy CPU per streamed answer, µs:")
+        w("")
+        w("| variant | Envoy CPU µs per answer | − plain | ÷ plain |")
+        w("|---|---|---|---|")
+        for v in ("a", "w", "b", "k", "m"):
+            if v in ck:
+                w(f"| {names[v]} | {cell(ck[v])} | {'–' if v == 'a' else cell([y - x for x, y in zip(ck['a'], ck[v])])} | "
+                  f"{'–' if v == 'a' else cell([y / x for x, y in zip(ck['a'], ck[v])], '{:.2f}') + '×'} |")
+        w("")
+        sr = [y / x for x, y in zip(ck["a"], ck["m"])]
+        verdict = "met" if med(sr) <= GOAL_MODULE_STREAM_CPU else f"MISSED ({med(sr):.2f}×)"
+        if max(ck["a"]) - min(ck["a"]) > abs(med(ck["m"]) - med(ck["a"])):
+            noisy.append("streamed CPU per answer, module (m) vs plain (spread of plain > the difference)")
+        rows.append(f"| module: a streamed 2,000-token answer ≤ {GOAL_MODULE_STREAM_CPU}× plain Envoy's CPU | "
+                    f"(m) ÷ (a) {cell(sr, '{:.2f}')}× per round ({med(ck['m']):.0f} vs {med(ck['a']):.0f} µs) | {verdict} |")
+    p99a = [x["p99_ms"] * 1000 for x in lat["a"]]
+    p99m = [x["p99_ms"] * 1000 for x in lat["m"]]
+    added = med(p99m) - med(p99a)
+    noise = max(p99a) - min(p99a)
+    verdict = "met" if added <= noise else f"MISSED ({added:.0f} µs > {noise:.0f} µs)"
+    if noise > 10 * med([x["p50_ms"] * 1000 for x in lat["a"]]):
+        verdict += (" — but (a)'s own p99 moved by more than ten times its p50 between rounds: the machine's noise, "
+                    "so this says nothing about the module")
+    rows.append(f"| module: added p99 latency within plain Envoy's noise (at {r['rate']} req/s) | median p99 (m) − (a) "
+                f"{added:+.0f} µs; spread (max − min) of (a)'s p99 over rounds {noise:.0f} µs | {verdict} |")
+    mem = r.get("memory", {})
+    shapes = r.get("memory_shapes", MEMORY_SHAPES)
+    keys = [(shape, t, n) for shape in shapes for t, n in memory_runs()
+            if f"m-{t}x{n}" + ("" if shape == "chat" else f"-{shape}") in mem]
+    if keys:
+        w("Memory (section 4's runs; (m) ran interleaved with (a) and (c), a fresh Envoy per run). Per held stream: "
+          "Envoy's heap (admin /memory `allocated`, the allocator that also serves the module: Envoy exports "
+          "`malloc`, so the module's Rust allocations are in it) and resident memory at the peak (VmHWM) and at "
+          "the plateau, each over the same of (a):")
+        w("")
+        w("| stream shape | answer × streams | heap (m) − (a), KiB/stream | RSS peak (m) − (a), KiB/stream | RSS plateau (m) − (a), KiB/stream | RSS peak beyond the heap, KiB/stream | spread of (a)'s RSS peak, KiB/stream |")
+        w("|---|---|---|---|---|---|---|")
+        beyond_all = []
+        for shape, t, n in keys:
+            key = f"{t}x{n}" + ("" if shape == "chat" else f"-{shape}")
+            a, m = mem[f"a-{key}"], mem[f"m-{key}"]
+            heap = [y["per_stream_alloc_kib"] - x["per_stream_alloc_kib"] for x, y in zip(a, m)]
+            hwm = [y["per_stream_hwm_kib"] - x["per_stream_hwm_kib"] for x, y in zip(a, m)]
+            plat = [y["per_stream_plateau_kib"] - x["per_stream_plateau_kib"] for x, y in zip(a, m)]
+            beyond = [h - e for h, e in zip(hwm, heap)]
+            spread = max(x["per_stream_hwm_kib"] for x in a) - min(x["per_stream_hwm_kib"] for x in a)
+            # Judged at the most streams a length ran at (MEMORY_STREAMS, a tenth of it at 200,000
+            # tokens): at fewer, a page or two of RSS is several KiB per stream.
+            if n == memory_streams(t):
+                beyond_all.append((f"{MEMORY_SHAPE_NAMES.get(shape, shape).split(',')[0]}, {t:,} tokens × {n:,}",
+                                   beyond, spread))
+            w(f"| {shape} | {t:,} tokens × {n:,} | {cell(heap, '{:.1f}')} | {cell(hwm, '{:.1f}')} | "
+              f"{cell(plat, '{:.1f}')} | {cell(beyond, '{:.1f}')} | {spread:.1f} |")
+        w("")
+        w("The module's own state is taken as what it allocates (heap (m) − (a)); growth beyond it, as resident "
+          "memory at the peak over what the heap explains (allocator pages, fragmentation). The goal is judged at "
+          "the most streams each length ran at; met when that growth is within the spread of (a)'s own RSS per "
+          "stream or its min–max reaches zero.")
+        w("")
+        ok_rows = [(label, b, s) for label, b, s in beyond_all if med(b) <= s or min(b) <= 0]
+        worst = max(beyond_all, key=lambda x: med(x[1]) - x[2])
+        rows.append(f"| module: no growth of Envoy's resident memory beyond the module's own state | RSS peak per "
+                    f"stream (m) − (a) beyond the heap (m) − (a), the worst: {cell(worst[1], '{:+.1f}')} KiB at "
+                    f"{worst[0]} (spread of (a): {worst[2]:.1f}); heap (m) − (a) per stream in the table of section 5 | "
+                    f"{'met' if len(ok_rows) == len(beyond_all) else 'MISSED'} |")
+    return rows
+
+
+def write_module_page(r: dict, rows: list[str]) -> None:
+    """bench/results-module.md: the module's goals, from the same run as bench/results.md."""
+    L = ["# livecheck as an Envoy dynamic module: the goals of issue 56", "",
+         f"From the `make bench` run of {r['date']} (`benches/compare.py`; every figure, its method and the "
+         f"tables behind it are in [results.md](results.md), section 5). Median of {r.get('repeats', REPEATS)} "
+         f"interleaved rounds with the min–max; the machine is shared (2 cores), so read differences and ratios "
+         f"measured side by side. Load average {r['load_start'][0]:.1f} at the start of the run and "
+         f"{r['load_end'][0]:.1f} at its end, on {os.cpu_count()} cores: other work ran beside it, which the tail "
+         f"latencies show most.", "",
+         "| goal | measured | verdict |", "|---|---|---|", *rows, "", *r.get("_module_where", [])]
+    MODULE_RESULTS.write_text("\n".join(L))
 
 
 def chart(r: dict) -> None:
@@ -1232,28 +1445,32 @@ def chart(r: dict) -> None:
     import matplotlib.pyplot as plt
 
     lat, thr = r["latency"], r["throughput"]
-    vs = ["b", "c", "d"]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    vs = [v for v in lat if v != "a"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 4.8))
     for i, (key, name) in enumerate((("p50_ms", "p50"), ("p99_ms", "p99"))):
         vals = [[(x[key] - y[key]) * 1000 for x, y in zip(lat[v], lat["a"])] for v in vs]
         meds = [med(x) for x in vals]
         errs = [[m - min(x) for m, x in zip(meds, vals)], [max(x) - m for m, x in zip(meds, vals)]]
         pos = [j + (i - 0.5) * 0.38 for j in range(len(vs))]
         ax1.bar(pos, meds, 0.38, yerr=errs, capsize=3, label=f"added {name}")
-    ax1.set_xticks(range(len(vs)), [f"({v}) {VARIANTS[v]}" for v in vs], fontsize=8)
+    ax1.set_xticks(range(len(vs)), [f"({v}) {VARIANTS[v].removeprefix('Envoy + ')}" for v in vs], fontsize=7,
+                   rotation=20)
     ax1.set_yscale("symlog", linthresh=100)
     ax1.set_ylabel("added latency over plain Envoy, µs (symlog)")
     ax1.set_title(f"Added latency at {r['rate']} req/s (4 KiB turns)")
     ax1.legend()
-    vs2 = ["a", "b", "c", "d"]
+    vs2 = list(thr)
     vals = [[x["rps"] for x in thr[v]] for v in vs2]
     meds = [med(x) for x in vals]
     errs = [[m - min(x) for m, x in zip(meds, vals)], [max(x) - m for m, x in zip(meds, vals)]]
-    ax2.bar(range(4), meds, yerr=errs, capsize=3, color=["grey", "tab:blue", "tab:green", "tab:red"])
-    ax2.set_xticks(range(4), [f"({v}) {VARIANTS[v]}" for v in vs2], fontsize=8, rotation=10)
+    colours = {"a": "grey", "b": "tab:blue", "f": "tab:cyan", "c": "tab:green", "n": "tab:purple", "g": "tab:pink",
+               "m": "tab:olive", "d": "tab:red"}
+    ax2.bar(range(len(vs2)), meds, yerr=errs, capsize=3, color=[colours.get(v, "grey") for v in vs2])
+    ax2.set_xticks(range(len(vs2)), [f"({v}) {VARIANTS[v].removeprefix('Envoy + ')}" for v in vs2], fontsize=7,
+                   rotation=20)
     ax2.set_ylabel("requests/s (closed loop)")
     ax2.set_title(f"Max throughput, {CONNECTIONS} connections")
-    fig.suptitle(f"livecheck bench {r['date']} — median of {REPEATS} runs, bars = min–max", fontsize=9)
+    fig.suptitle(f"livecheck bench {r['date']} — median of {r.get('repeats', REPEATS)} runs, bars = min–max", fontsize=9)
     fig.tight_layout()
     fig.savefig(CHART, dpi=110)
 

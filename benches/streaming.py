@@ -147,6 +147,11 @@ if CPU_ONLY:
 RESULTS = pathlib.Path(os.environ.get("BENCH_RESULTS", str(RESULTS)))
 SUMMARY_JSON = os.environ.get("BENCH_SUMMARY_JSON")
 SKIP_MEMORY = CPU_ONLY or os.environ.get("BENCH_SKIP_MEMORY") == "1"
+# BENCH_MODULES=1, with BENCH_CPU_ONLY (compare.py's module row, issue 56): three more Envoys interleaved and
+# rotated with (a) and (b): (w) the no-op wasm filter, (k) the no-op dynamic module (benches/noop-module) and
+# (m) livecheck's dynamic module with the same rules (benches/module_variants.py).
+MODULES = CPU_ONLY and os.environ.get("BENCH_MODULES") == "1"
+EXTRA = ("w", "k", "m") if MODULES else ()
 CONFIG_NAME = "the two rules above"
 if os.environ.get("BENCH_CONFIG"):
     CONFIG_NAME = f"`{os.path.relpath(os.environ['BENCH_CONFIG'], REPO)}`"
@@ -992,6 +997,16 @@ def main() -> int:
         if not CPU_ONLY:
             noop = Envoy(envoy_config(double.port, False, noop=True), workdir, "noop")
             envoys.append(noop)
+        extra: dict[str, Envoy] = {}
+        if MODULES:
+            import module_variants
+
+            for name, config in (("w", envoy_config(double.port, False, noop=True)),
+                                 ("k", module_variants.noop_module_config(envoy_config(double.port, False, noop=True))),
+                                 ("m", module_variants.livecheck_module(envoy_config(double.port, True)))):
+                extra[name] = Envoy(config, workdir, f"extra-{name}")
+                envoys.append(extra[name])
+            stats0_m = extra["m"].stats()
         report["envoy_version"] = live.version()
         head, body, tail = latency_stream()
         expected = answer_text(TOKENS * DELTA_CHARS)
@@ -1001,8 +1016,10 @@ def main() -> int:
             latency_run(live, double, f"warm-b{warm}", 0, expected)
             if noop:
                 latency_run(noop, double, f"warm-n{warm}", 0, expected)
+            for name, envoy in extra.items():
+                latency_run(envoy, double, f"warm-{name}{warm}", 0, expected)
         aligned = "".join(aligned_deltas())
-        results = {(m, v): [] for m in MODES for v in ("a", "b", "n")}
+        results = {(m, v): [] for m in MODES for v in ("a", "b", "n", *EXTRA)}
         runs = 4  # warm-ups of (a) and (b): `runs` counts the streams (b) got, twice
         ttfb = {"a": [], "b": []}
         for i in range(TTFB_SAMPLES):
@@ -1024,13 +1041,32 @@ def main() -> int:
                 order = list(order)
                 if noop:
                     order.insert(i % 3, ("n", noop))
+                if extra:
+                    order = [("a", plain), ("b", live), *extra.items()]
+                    order = order[i % len(order):] + order[:i % len(order)]
                 for name, envoy in order:
                     results[(mode, name)].append(latency_run(envoy, double, f"{mode}-{name}{i}", pace_us, text, kind,
                                                              group))
-                    runs += name != "n"
+                    runs += name in ("a", "b")
                 print(f"latency {mode} {i + 1}/{repeats}", file=sys.stderr)
         stats1 = live.stats()
         reports_delivered(stats1, stats0)
+        if MODULES:
+            # livecheck's module: its output checks passed once per stream, every report delivered.
+            from module_variants import MODULE_STATS
+
+            stats1_m = extra["m"].stats()
+            m_runs = 2 + len(results[("chunked", "m")])
+            moved_m = {c: stats1_m.get(MODULE_STATS + c.removeprefix("wasmcustom."), 0)
+                       - stats0_m.get(MODULE_STATS + c.removeprefix("wasmcustom."), 0) for c in PASSED_COUNTERS}
+            if not all(v == m_runs for v in moved_m.values()):
+                raise BenchFailed(f"livecheck's module: output checks did not pass once per stream: {moved_m} "
+                                  f"for {m_runs} streams")
+            bad = {c: stats1_m.get(MODULE_STATS + c.removeprefix("wasmcustom."), 0) for c in REPORT_COUNTERS
+                   if stats1_m.get(MODULE_STATS + c.removeprefix("wasmcustom."), 0)}
+            if bad:
+                raise BenchFailed(f"livecheck's module: turn reports did not all reach the sidecar: {bad}")
+            report["module_counters"] = moved_m
         b_runs = runs // 2
         passed = {c: stats1.get(c, 0) - stats0.get(c, 0) for c in PASSED_COUNTERS}
         report["filter_counters"] = passed
@@ -1097,12 +1133,12 @@ def main() -> int:
     report["elapsed_s"] = time.monotonic() - t_start
     (write_cpu_report if CPU_ONLY else write_report)(report)
     if SUMMARY_JSON:
-        chunked = {name: [x["cpu_us"] for x in report["latency"][("chunked", name)]] for name in "ab"}
+        chunked = {name: [x["cpu_us"] for x in report["latency"][("chunked", name)]] for name in ("a", "b", *EXTRA)}
         pathlib.Path(SUMMARY_JSON).write_text(json.dumps({
             "envoy_version": report["envoy_version"], "filter_ran": report["filter_ran"],
             "identical_bytes": report["identical_bytes"], "filter_counters": report["filter_counters"],
             "pace_us": PACE_S * 1e6, "chunk_events": CHUNK_EVENTS, "tokens": TOKENS, "delta_chars": DELTA_CHARS, "shape": SHAPE,
-            "cpu_only": CPU_ONLY, "events": count_events(),
+            "cpu_only": CPU_ONLY, "events": count_events(), "module_counters": report.get("module_counters"),
             # Envoy CPU per streamed answer on the chunked run, µs: median, min, max over runs.
             "chunked_cpu_us": {name: {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": xs}
                                for name, xs in chunked.items()},
