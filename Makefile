@@ -172,13 +172,14 @@ faults-wasm: toolchain
 	touch $(FAULTS_WASM)
 
 # The end-to-end tests: real Envoy, the official SDKs, the sidecar and the lint command from `bins`
-# (test_replicas.py runs two sidecars on a throwaway PostgreSQL: postgres-tools).
+# (test_replicas.py runs two sidecars on a throwaway PostgreSQL: postgres-tools) and the dynamic module
+# (`module`: test_native_config.py and test_mesh_native.py run it under either delivery).
 # pytest-xdist runs E2E_WORKERS files at once (--dist loadfile: a file's tests, and the Envoy its module
 # fixture starts, stay on one worker); most of a test's time is spent waiting on paced streams and
 # timers, so on two cores three workers took 83-88 s where one took 215 s (535 tests; a fresh clone's
 # whole `make test` 18 min 14 s). E2E_WORKERS=0 runs in-process.
 E2E_WORKERS ?= 3
-e2e: venv wasm bins faults-wasm postgres-tools
+e2e: venv wasm module bins faults-wasm postgres-tools
 	LIVECHECK_BIN_DIR=$(abspath target/debug) $(PYTHON) -m pytest -q -n $(E2E_WORKERS) --dist loadfile tests/e2e
 
 # The sidecar's operator pages in headless Chromium (tests/ui): turns through real Envoy and the real
