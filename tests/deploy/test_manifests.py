@@ -1,13 +1,16 @@
 """The Kubernetes manifests in deploy/ (`make deploy-validate`), checked offline:
 
-  - each kustomization (deploy/judge, deploy/istio, deploy/envoy-gateway) is rendered by the real
-    `kubectl kustomize`;
+  - each kustomization (deploy/judge, deploy/istio, deploy/envoy-gateway, deploy/envoy-gateway-native) is
+    rendered by the real `kubectl kustomize`;
   - every core object is checked against Kubernetes' own schemas for KUBERNETES (kubernetes-validate,
     strict: an unknown or misspelled field is a problem, as `kubectl apply`'s field validation says);
   - every Istio and Envoy Gateway object against its CRD's schema (crd_schemas.mjs); Istio's gateway
     deployment overlay as the Deployment fields it patches;
-  - the livecheck policy inside the WasmPlugin and the EnvoyExtensionPolicy passes `livecheck lint`, and
-    is examples/seed.json plus where the sidecar is.
+  - every EnvoyProxy and EnvoyExtensionPolicy also against Envoy Gateway v1.8.3's own CRD, strictly
+    (vendored_crds.py: the pinned schemas predate dynamic modules), and a policy's dynamic module must be
+    registered in the EnvoyProxy;
+  - the livecheck policy inside the WasmPlugin and the EnvoyExtensionPolicy (its wasm or its dynamic
+    module entry) passes `livecheck lint`, and is examples/seed.json plus where the sidecar is.
 
 A broken copy of deploy/ shows that each check refuses what it should.
 """
@@ -29,9 +32,10 @@ import yaml
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "e2e"))
 from envoy_process import REPO, SEED_CONFIG, cargo_binary  # noqa: E402
+from vendored_crds import BLOBS, crd_bytes, git_blob_id, registered_module_problems, vendored_problems  # noqa: E402
 
 DEPLOY = REPO / "deploy"
-KUSTOMIZATIONS = ["judge", "istio", "envoy-gateway"]
+KUSTOMIZATIONS = ["judge", "istio", "envoy-gateway", "envoy-gateway-native"]
 # The Kubernetes version the core objects are checked against (kubernetes-validate ships its schemas).
 KUBERNETES = "1.33.0"
 # The keys each mesh's policy adds to examples/seed.json: where the sidecar is and the token it wants.
@@ -67,7 +71,9 @@ def policy_of(obj: dict) -> dict | None:
     if obj["kind"] == "WasmPlugin":
         return obj["spec"].get("pluginConfig")
     if obj["kind"] == "EnvoyExtensionPolicy":
-        return next((w.get("config") for w in obj["spec"].get("wasm", []) if w.get("rootID") == "livecheck"), None)
+        entries = [w.get("config") for w in obj["spec"].get("wasm", []) if w.get("rootID") == "livecheck"]
+        entries += [m.get("config") for m in obj["spec"].get("dynamicModule", []) if m.get("filterName") == "livecheck"]
+        return next(iter(entries), None)
     return None
 
 
@@ -117,6 +123,9 @@ def problems(objects: list[dict]) -> dict[str, list[str]]:
     custom = [o for o in objects if not is_core(o)]
     for obj, crd in zip(custom, crd_problems(custom)):
         found.setdefault(name(obj), []).extend(crd)
+        found[name(obj)].extend(f"Envoy Gateway v1.8.3 CRD: {p}" for p in vendored_problems(obj) or [])
+    for refused, why in registered_module_problems(objects).items():
+        found.setdefault(refused, []).extend(why)
     for obj in objects:
         if is_core(obj):
             found.setdefault(name(obj), []).extend(core_problems(obj))
@@ -132,6 +141,7 @@ EXPECTED_KINDS = {
     "judge": {"Namespace", "ConfigMap", "Service", "Deployment", "PodDisruptionBudget"},
     "istio": {"WasmPlugin"},
     "envoy-gateway": {"EnvoyExtensionPolicy", "EnvoyPatchPolicy", "EnvoyProxy"},
+    "envoy-gateway-native": {"EnvoyExtensionPolicy", "EnvoyPatchPolicy", "EnvoyProxy"},
 }
 
 
@@ -145,12 +155,41 @@ def test_each_kustomization_renders_objects_their_schemas_accept(kustomization):
     assert problems(objects) == {}
 
 
-@pytest.mark.parametrize("kustomization", ["istio", "envoy-gateway"])
+@pytest.mark.parametrize("kustomization", ["istio", "envoy-gateway", "envoy-gateway-native"])
 def test_the_mesh_policy_is_the_seed_plus_where_the_sidecar_is(kustomization):
     (policy,) = [p for p in map(policy_of, render(DEPLOY / kustomization)) if p is not None]
 
     assert {k: v for k, v in policy.items() if k not in MESH_KEYS} == json.loads(SEED_CONFIG.read_text())
     assert policy["judge_token_env"] == "LIVECHECK_FILTER_TOKEN"
+
+
+def test_the_native_gateway_has_the_module_in_place_of_the_wasm_filter():
+    wasm, native = render(DEPLOY / "envoy-gateway"), render(DEPLOY / "envoy-gateway-native")
+    (policy,) = [o for o in native if o["kind"] == "EnvoyExtensionPolicy"]
+    (proxy,) = [o for o in native if o["kind"] == "EnvoyProxy"]
+    (wasm_policy,) = [o for o in wasm if o["kind"] == "EnvoyExtensionPolicy"]
+    (module,) = policy["spec"]["dynamicModule"]
+    (registered,) = proxy["spec"]["dynamicModules"]
+    container = proxy["spec"]["provider"]["kubernetes"]["envoyDeployment"]["container"]
+    (mount,) = container["volumeMounts"]
+
+    assert "wasm" not in policy["spec"] and policy["spec"]["targetRefs"] == wasm_policy["spec"]["targetRefs"]
+    assert (module["name"], module["filterName"]) == (registered["name"], "livecheck")
+    assert module["config"] == wasm_policy["spec"]["wasm"][0]["config"]
+    # The module's path is inside the image volume mounted into the proxy container.
+    assert registered["source"]["local"]["path"] == mount["mountPath"] + "/liblivecheck.so"
+    assert registered["doNotClose"] is True
+    # The Envoy the module's ABI version is built for; the token still reaches the proxy's environment.
+    assert container["image"].endswith(":distroless-v1.40.0")
+    assert [e["name"] for e in container["env"]] == ["LIVECHECK_FILTER_TOKEN"]
+    # Everything else is deploy/envoy-gateway's.
+    rest = {name(o): o for o in native if o["kind"] not in ("EnvoyExtensionPolicy", "EnvoyProxy")}
+    assert rest == {name(o): o for o in wasm if o["kind"] not in ("EnvoyExtensionPolicy", "EnvoyProxy")}
+
+
+@pytest.mark.parametrize("kind", list(BLOBS))
+def test_the_vendored_crds_are_envoy_gateway_s_files(kind):
+    assert git_blob_id(crd_bytes(kind)) == BLOBS[kind][1]
 
 
 def test_the_judge_reads_the_token_and_the_store_url_from_secrets():
@@ -187,6 +226,21 @@ BROKEN = {
     "a bad overlay in Istio's gateway options": (
         "istio/gateway-options.yaml", "secretKeyRef:", "secretRef:",
         "ConfigMap/livecheck-gateway-options", "data/deployment"),
+    "the EnvoyProxy's plural on the policy": (
+        "envoy-gateway-native/envoyextensionpolicy.yaml", "  dynamicModule:", "  dynamicModules:",
+        "EnvoyExtensionPolicy/livecheck-native", "'dynamicModules' was unexpected"),
+    "an unknown module source type": (
+        "envoy-gateway-native/envoyproxy.yaml", "type: Local", "type: File",
+        "EnvoyProxy/livecheck-proxy", "dynamicModules/0/source/type"),
+    "a module path too long for the CRD": (
+        "envoy-gateway-native/envoyproxy.yaml", "path: /usr/lib/envoy/modules/livecheck/liblivecheck.so",
+        "path: /" + "x" * 4100, "EnvoyProxy/livecheck-proxy", "dynamicModules/0/source/local/path"),
+    "a module the EnvoyProxy does not register": (
+        "envoy-gateway-native/envoyextensionpolicy.yaml", "- name: livecheck\n      filterName",
+        "- name: livecheck-module\n      filterName", "EnvoyExtensionPolicy/livecheck-native", "not registered"),
+    "a pattern without a bounded match in the module's policy": (
+        "envoy-gateway-native/envoyextensionpolicy.yaml", r"pattern: NL\d{2}[A-Z]{4}\d{10}", r"pattern: NL\d+",
+        "EnvoyExtensionPolicy/livecheck-native", "livecheck lint"),
 }
 
 

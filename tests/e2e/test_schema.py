@@ -43,11 +43,15 @@ def schema_errors(config: Any) -> list[str]:
 
 
 def livecheck_configurations(node: Any) -> Iterator[str]:
-    """The plugin configurations (StringValue JSON) of the wasm filters named `livecheck` in an Envoy config."""
+    """The plugin configurations (StringValue JSON) of the wasm filters named `livecheck` in an Envoy config,
+    and the filter configs of the dynamic module's filter `livecheck` (envoy/livecheck-native.yaml)."""
     if isinstance(node, dict):
         configuration = node.get("configuration")
         if node.get("name") == "livecheck" and isinstance(configuration, dict) and "value" in configuration:
             yield configuration["value"]
+        filter_config = node.get("filter_config")
+        if node.get("filter_name") == "livecheck" and isinstance(filter_config, dict) and "value" in filter_config:
+            yield filter_config["value"]
         for value in node.values():
             yield from livecheck_configurations(value)
     elif isinstance(node, list):

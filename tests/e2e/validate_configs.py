@@ -1,8 +1,10 @@
 """Validate every Envoy config in envoy/ with the venv's Envoy (`make envoy-validate`).
 
-`envoy --mode validate` loads and starts the wasm module (the filter's VM start runs), so the
-.wasm each config names must be built first; paths in the configs are relative to the repository
-root, which is where this runs Envoy. Exits non-zero naming every config that failed.
+`envoy --mode validate` loads and starts the wasm module (the filter's VM start runs) and loads the
+dynamic module (envoy/livecheck-native.yaml: its ABI version checked, its policy compiled), so the
+.wasm and the .so the configs name must be built first (`make wasm module`); paths in the configs are
+relative to the repository root, which is where this runs Envoy. Exits non-zero naming every config
+that failed.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import subprocess
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from envoy_process import REPO, envoy_binary, wasm_path  # noqa: E402
+from envoy_process import REPO, envoy_binary, module_path, wasm_path  # noqa: E402
 
 
 def main() -> int:
-    wasm_path("livecheck.wasm")  # fail loudly, with the build command, before Envoy's own error
+    # Fail loudly, with the build command, before Envoy's own error.
+    wasm_path("livecheck.wasm")
+    module_path()
     configs = sorted((REPO / "envoy").glob("*.yaml"))
     if not configs:
         print("no Envoy configs found in envoy/", file=sys.stderr)
