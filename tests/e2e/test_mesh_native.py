@@ -27,6 +27,9 @@ from test_native_config import abi_line, skip_where_the_module_cannot_load
 from test_rule_checks import ANTHROPIC, CHAT, IBAN, _json_answer
 from upstream_double import Answer
 
+# These start the module from the shipped native config themselves: run once, in the module delivery's run.
+pytestmark = pytest.mark.module_only
+
 FIXTURE = MESH_FIXTURES / "envoy-gateway-native.yaml"
 NATIVE = REPO / "deploy" / "envoy-gateway-native"
 VENDOR_CLUSTER = "httproute/livecheck/anthropic/rule/0"

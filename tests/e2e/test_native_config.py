@@ -33,6 +33,9 @@ from envoy_process import (
 from test_rule_checks import ANTHROPIC, BLOCKED_REPLY, CHAT, CLEAN_ANSWER, CLEAN_QUESTION, FORBIDDEN_ANSWER, IBAN
 from upstream_double import Answer
 
+# These start the module from the shipped native config themselves: run once, in the module delivery's run.
+pytestmark = pytest.mark.module_only
+
 NATIVE_YAML = REPO / "envoy" / "livecheck-native.yaml"
 # The module `make module` writes (the Makefile's MODULE), relative to the repository root.
 MODULE = "target/envoy-module/liblivecheck.so"
