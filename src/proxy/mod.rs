@@ -14,7 +14,7 @@ mod stream;
 use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::rc::Rc;
 
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -50,7 +50,32 @@ fn level(l: LogLevel) -> u32 {
 }
 
 /// Counter ids by name, shared by every stream of the VM (Envoy defines each name once).
-type Counters = Rc<RefCell<HashMap<String, u32>>>;
+type Counters = Rc<RefCell<HashMap<String, u32, BuildHasherDefault<NameHash>>>>;
+
+/// The hash of a counter's name: a word at a time (FxHash's step), where the default SipHash
+/// took ~0.1 µs a lookup in V8 and a checked turn looks ten up. The names are the policy's
+/// and livecheck's own, never a caller's, so nothing can choose them to collide.
+#[derive(Default)]
+struct NameHash(u64);
+
+impl Hasher for NameHash {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let mut words = bytes.chunks_exact(8);
+        for word in words.by_ref() {
+            let word = word.try_into().map_or(0, u64::from_le_bytes);
+            self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(K);
+        }
+        for &byte in words.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(byte)).wrapping_mul(K);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        // The multiply leaves its entropy in the high bits; the table indexes by the low ones.
+        self.0.rotate_left(26)
+    }
+}
 
 /// Adds `by` to the counter `name`, defined on first use.
 fn count(counters: &Counters, name: &str, by: i64) {
