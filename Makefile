@@ -30,7 +30,7 @@ fmt-check: toolchain
 # (scripts/import_cycles.py, Tarjan over `crate::`/`super::` paths), no hand-written room over 800
 # non-blank lines outside its tests (scripts/room_sizes.py), and every Markdown link of the docs names
 # a file of this repository (scripts/doc_links.py).
-RUST_SRC_DIRS = src judge/src harness/src cli/src wire/src
+RUST_SRC_DIRS = src judge/src harness/src cli/src wire/src native/src
 .PHONY: structure
 structure:
 	python3 scripts/import_cycles.py --check $(RUST_SRC_DIRS)
