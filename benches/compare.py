@@ -74,6 +74,8 @@ import module_variants  # noqa: E402
 
 RESULTS = REPO / "bench" / "results.md"
 MODULE_RESULTS = REPO / "bench" / "results-module.md"
+# bench/results-module.md keeps what follows this line as it is (hand-written sections).
+KEEP_BELOW = "<!-- written by hand below this line: `make bench` keeps it -->"
 CHART = REPO / "bench" / "latency.png"
 RULES = REPO / "benches" / "rules.json"
 OHA = REPO / ".tools" / "bin" / "oha"
@@ -1435,6 +1437,11 @@ def write_module_page(r: dict, rows: list[str]) -> None:
          f"{r['load_end'][0]:.1f} at its end, on {os.cpu_count()} cores: other work ran beside it, which the tail "
          f"latencies show most.", "",
          "| goal | measured | verdict |", "|---|---|---|", *rows, "", *r.get("_module_where", [])]
+    # What follows KEEP_BELOW on the page was written by hand (a profile of the module, not from this run):
+    # kept as it is.
+    kept = MODULE_RESULTS.read_text().partition(KEEP_BELOW) if MODULE_RESULTS.exists() else ("", "", "")
+    if kept[1]:
+        L += ["", KEEP_BELOW + kept[2].rstrip("\n")]
     MODULE_RESULTS.write_text("\n".join(L))
 
 

@@ -17,6 +17,10 @@
 //! - `response_headers`: read the answer's header map whole (`response_header_map`), add a turn-id
 //!   header (`turn_id`), remove `content-length` (`drop_content_length`);
 //! - `hold_response`, `read_response`: the same as for the request, on the answer;
+//! - `stop_request_headers`, `stop_response_headers`: hold the headers too until the body's end
+//!   (`StopIteration`, let go by the body hook's `Continue`), as livecheck's module holds them; on the
+//!   answer, `content-length` is then set to the body's size at its end, as livecheck puts it back
+//!   (not part of the floor: `make bench` does not use them);
 //! - `counters`: ten counters defined at configure time, each incremented once per stream at its
 //!   end (`stream_complete`).
 //!
@@ -66,6 +70,7 @@ const BUFFERED_REQUEST_BODY: u32 = 1;
 const RECEIVED_RESPONSE_BODY: u32 = 2;
 const BUFFERED_RESPONSE_BODY: u32 = 3;
 const HEADERS_CONTINUE: u32 = 0;
+const HEADERS_STOP_ITERATION: u32 = 1;
 const BODY_CONTINUE: u32 = 0;
 const BODY_STOP_ITERATION_AND_BUFFER: u32 = 1;
 const TRAILERS_CONTINUE: u32 = 0;
@@ -148,6 +153,8 @@ struct Actions {
     drop_content_length: bool,
     hold_response: bool,
     read_response: bool,
+    stop_request_headers: bool,
+    stop_response_headers: bool,
     counters: Vec<usize>,
 }
 
@@ -176,6 +183,8 @@ impl Actions {
                 "drop_content_length" => a.drop_content_length = true,
                 "hold_response" => a.hold_response = true,
                 "read_response" => a.read_response = true,
+                "stop_request_headers" => a.stop_request_headers = true,
+                "stop_response_headers" => a.stop_response_headers = true,
                 "counters" => {
                     for i in 0..10 {
                         let name = format!("floor.check{i}.passed");
@@ -366,7 +375,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_destroy(module: Fil
 pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     filter: FilterEnvoyPtr,
     module: FilterModulePtr,
-    _end_of_stream: bool,
+    end_of_stream: bool,
 ) -> u32 {
     // SAFETY: a live stream.
     let Some(s) = (unsafe { stream(module) }) else {
@@ -375,6 +384,9 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     let identity = s.actions.request_header_map && read_header_map(filter, REQUEST_HEADER);
     if s.actions.accept_encoding && !identity {
         set_header(filter, REQUEST_HEADER, "accept-encoding", Some("identity"));
+    }
+    if s.actions.stop_request_headers && !end_of_stream {
+        return HEADERS_STOP_ITERATION;
     }
     HEADERS_CONTINUE
 }
@@ -402,7 +414,7 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
 pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
     filter: FilterEnvoyPtr,
     module: FilterModulePtr,
-    _end_of_stream: bool,
+    end_of_stream: bool,
 ) -> u32 {
     // SAFETY: a live stream.
     let Some(s) = (unsafe { stream(module) }) else {
@@ -422,6 +434,9 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
     if s.actions.drop_content_length {
         set_header(filter, RESPONSE_HEADER, "content-length", None);
     }
+    if s.actions.stop_response_headers && !end_of_stream {
+        return HEADERS_STOP_ITERATION;
+    }
     HEADERS_CONTINUE
 }
 
@@ -439,7 +454,15 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
         return BODY_STOP_ITERATION_AND_BUFFER;
     }
     if s.actions.read_response && end_of_stream {
-        read_whole(filter, BUFFERED_RESPONSE_BODY, RECEIVED_RESPONSE_BODY);
+        let size = read_whole(filter, BUFFERED_RESPONSE_BODY, RECEIVED_RESPONSE_BODY);
+        if s.actions.stop_response_headers {
+            set_header(
+                filter,
+                RESPONSE_HEADER,
+                "content-length",
+                Some(&size.to_string()),
+            );
+        }
     }
     BODY_CONTINUE
 }
