@@ -69,26 +69,14 @@ module: toolchain $(ZIG_VENV)/.installed
 	cp $(MODULE_OUT)/liblivecheck_native.so $(MODULE)
 
 # The module with fault injection (a request header `x-livecheck-fault: panic` panics in a hook), for
-# tests/e2e/test_vm_failure.py: target/envoy-module/faults/liblivecheck.so. Never shipped.
-# Built in the module's own target dir (only livecheck-native is rebuilt: the feature is its own), then
-# the shipped module again, so that target/…/liblivecheck_native.so is never the faults build.
+# tests/e2e/test_module_panic.py: target/envoy-module/faults/liblivecheck.so. Never shipped. Its own profile
+# (`envoy-module-faults`: the faults profile's quick compile, unwinding), so the shipped module's
+# artefacts are never rebuilt for it.
 faults-module: toolchain $(ZIG_VENV)/.installed
-	PATH=$(abspath $(ZIG_VENV))/bin:$$PATH cargo-zigbuild zigbuild --locked --profile envoy-module \
+	PATH=$(abspath $(ZIG_VENV))/bin:$$PATH cargo-zigbuild zigbuild --locked --profile envoy-module-faults \
 	  -p livecheck-native --features faults --target $(MODULE_TARGET).2.31
 	mkdir -p target/envoy-module/faults
-	cp $(MODULE_OUT)/liblivecheck_native.so target/envoy-module/faults/liblivecheck.so
-	$(MAKE) --no-print-directory module
-
-# The dynamic modules `make bench` sets beside livecheck's (benches/noop-module: the module no-op, and with
-# the floor's actions the module floor), built as `make module` builds livecheck's: cargo-zigbuild for
-# manylinux_2_31, the envoy-module profile; target/envoy-module/bench/libnoop.so.
-BENCH_MODULE := target/envoy-module/bench/libnoop.so
-.PHONY: bench-modules
-bench-modules: toolchain $(ZIG_VENV)/.installed
-	PATH=$(abspath $(ZIG_VENV))/bin:$$PATH cargo-zigbuild zigbuild --locked --profile envoy-module \
-	  -p noop-module --target $(MODULE_TARGET).2.31
-	mkdir -p $(dir $(BENCH_MODULE))
-	cp $(MODULE_OUT)/libnoop_module.so $(BENCH_MODULE)
+	cp target/$(MODULE_TARGET)/envoy-module-faults/liblivecheck_native.so target/envoy-module/faults/liblivecheck.so
 
 # Unit tests, harness tests and the harness side of the fidelity suite, against the fresh .wasm; the
 # sidecar's results tests run on SQLite and on a throwaway PostgreSQL server started (and always stopped)

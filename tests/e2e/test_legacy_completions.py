@@ -212,8 +212,8 @@ def test_a_streamed_turn_gets_the_passing_answer_as_chunks(stack, double, platfo
     assert (text, finish) == (GOOD, "stop")
     if DELIVERY == "module":
         # The module sends the passing retry at once and stops the first answer, whose usage would
-        # have come last: only the retry's counts.
-        assert usage == (17, 23), usage
+        # have come last: only the retry's counts (both, had the short first answer already ended).
+        assert usage in ((17, 23), (27, 28)), usage
     else:
         assert usage == (27, 28), "the streamed attempt's usage plus the retry's"
     assert len(double.requests()) == 2
