@@ -150,7 +150,7 @@ def _cluster(name: str, port: int | list[int]) -> dict:
     return {
         "name": name,
         "type": "STATIC",
-        "connect_timeout": "1s",
+        "connect_timeout": "5s",  # loopback: never slow unless the machine is loaded
         "load_assignment": {
             "cluster_name": name,
             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": p}}}}
