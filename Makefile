@@ -78,6 +78,17 @@ faults-module: toolchain $(ZIG_VENV)/.installed
 	mkdir -p target/envoy-module/faults
 	cp target/$(MODULE_TARGET)/envoy-module-faults/liblivecheck_native.so target/envoy-module/faults/liblivecheck.so
 
+# The dynamic modules `make bench` sets beside livecheck's (benches/noop-module: the module no-op, and with
+# the floor's actions the module floor), built as `make module` builds livecheck's: cargo-zigbuild for
+# manylinux_2_31, the envoy-module profile; target/envoy-module/bench/libnoop.so.
+BENCH_MODULE := target/envoy-module/bench/libnoop.so
+.PHONY: bench-modules
+bench-modules: toolchain $(ZIG_VENV)/.installed
+	PATH=$(abspath $(ZIG_VENV))/bin:$$PATH cargo-zigbuild zigbuild --locked --profile envoy-module \
+	  -p noop-module --target $(MODULE_TARGET).2.31
+	mkdir -p $(dir $(BENCH_MODULE))
+	cp $(MODULE_OUT)/libnoop_module.so $(BENCH_MODULE)
+
 # Unit tests, harness tests and the harness side of the fidelity suite, against the fresh .wasm; the
 # sidecar's results tests run on SQLite and on a throwaway PostgreSQL server started (and always stopped)
 # around the run by judge/tests/postgres.sh, which passes its URL as LIVECHECK_TEST_POSTGRES_URL.
