@@ -1359,7 +1359,8 @@ def module_section(r: dict, w, noisy: list[str]) -> list[str]:
           f"{len(ck['a'])} runs each after two warm-ups, the same bytes to all, the client's text the double's, "
           f"livecheck's output checks passed once per stream in both deliveries (module: "
           + ", ".join(f"`{k.split('.')[-2]}` +{n}" for k, n in (sm.get("module_counters") or {}).items())
-          + "). Envoy CPU per streamed answer, µs:")
+          + f"). Envoy CPU per streamed answer (every thread, from the request until {sm.get('settle_ms', 0):g} ms after "
+          f"the last byte, so that livecheck's turn report, sent on its next 200 ms tick, counts with its stream), µs:")
         w("")
         w("| variant | Envoy CPU µs per answer | − plain | ÷ plain |")
         w("|---|---|---|---|")

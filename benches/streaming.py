@@ -102,6 +102,12 @@ MEMORY_STREAMS = [50, 200]
 MEMORY_CHUNK = 16 * 1024
 MEMORY_RATE = 24 * 1024 * 1024  # bytes/s, all streams together
 TTFB_SAMPLES = int(os.environ.get("BENCH_TTFB_SAMPLES", "40"))
+# A stream's CPU is counted until SETTLE_MS after its last byte: livecheck's turn report leaves on the next
+# 200 ms tick of the filter (wasm: on_tick; module: the main thread woken by its ticker), so a window that
+# closed at the last byte left the report's callout to whichever stream ran next, mostly another variant's
+# (measured 2026-12-08: the module's callout alone ~200 us of Envoy CPU a report, bench/results-module.md).
+# Every variant gets the same window; an idle Envoy costs next to nothing in it.
+SETTLE_S = int(os.environ.get("BENCH_SETTLE_MS", "300")) / 1000
 PLATEAU_S = 0.3
 PATTERN_MAX = 18
 FORBIDDEN_WORD = "project-bluebird"
@@ -742,6 +748,7 @@ def latency_run(envoy: Envoy, double: Double, run: str, pace_us: int, expected_t
     cpu0 = envoy.cpu_ns()
     got = fetch_timed(envoy.port, {"x-bench-kind": kind, "x-bench-run": run, "x-bench-pace-us": str(pace_us),
                                    "x-bench-group": str(group)})
+    time.sleep(SETTLE_S)
     cpu1 = envoy.cpu_ns()
     (log,) = double.logs(run)
     if "error" in log:
@@ -1139,6 +1146,7 @@ def main() -> int:
             "identical_bytes": report["identical_bytes"], "filter_counters": report["filter_counters"],
             "pace_us": PACE_S * 1e6, "chunk_events": CHUNK_EVENTS, "tokens": TOKENS, "delta_chars": DELTA_CHARS, "shape": SHAPE,
             "cpu_only": CPU_ONLY, "events": count_events(), "module_counters": report.get("module_counters"),
+            "settle_ms": SETTLE_S * 1000,
             # Envoy CPU per streamed answer on the chunked run, µs: median, min, max over runs.
             "chunked_cpu_us": {name: {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": xs}
                                for name, xs in chunked.items()},
@@ -1161,11 +1169,29 @@ def write_cpu_report(r: dict) -> None:
          f"livecheck's output checks passed once per stream ("
          + ", ".join(f"`{k}` +{v}" for k, v in r["filter_counters"].items())
          + f" for {r['latency_streams_b']} streams), every turn report delivered.", "",
+         f"Envoy CPU per stream: every Envoy thread (/proc/<pid>/task/*/schedstat) from the request until "
+         f"{SETTLE_S * 1000:g} ms after the answer's last byte, so that the turn report livecheck sends on its next "
+         f"200 ms tick is counted with its stream.", "",
          "| | (a) plain Envoy | (b) livecheck | (b) − (a) | (b) / (a) | spread of (a) |",
          "|---|---|---|---|---|---|",
          row("Envoy CPU per stream, µs (chunked)", ka, kb, noisy), ""]
     if noisy:
         L += ["Too noisy to tell (the spread of (a) alone exceeds the (b) − (a) difference).", ""]
+    if MODULES:
+        L += ["Every variant (`BENCH_MODULES=1`), one stream each per run in a rotating order; − and ÷ plain per "
+              "run, then the median (min–max):", "",
+              "| variant | Envoy CPU µs per answer | − plain | ÷ plain |", "|---|---|---|---|"]
+        plain = [x["cpu_us"] for x in r["latency"][("chunked", "a")]]
+        for v, label in (("a", "(a) plain Envoy"), ("w", "(w) no-op wasm filter"), ("b", "(b) livecheck (wasm)"),
+                         ("k", "(k) no-op dynamic module"), ("m", "(m) livecheck (dynamic module)")):
+            xs = [x["cpu_us"] for x in r["latency"][("chunked", v)]]
+            if v == "a":
+                L.append(f"| {label} | {spread(xs)} | – | – |")
+                continue
+            diff = [x - a for x, a in zip(xs, plain)]
+            ratio = [x / a for x, a in zip(xs, plain)]
+            L.append(f"| {label} | {spread(xs)} | {spread(diff)} | {spread(ratio, '{:.2f}')}× |")
+        L.append("")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text("\n".join(L) + "\n")
 
